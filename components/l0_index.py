@@ -1,0 +1,245 @@
+"""
+The L0 index: titles, keywords, categories and entities (with aliases) of every document.
+
+Built from frontmatter and headings in the indexing run, persisted beside the collection as a
+small JSON file plus the title embeddings as a `.npy` array, and loaded by the query side in
+milliseconds. It only ever produces hints (`L0Hints`): never evidence.
+"""
+
+import json
+import math
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from components.contracts import EntityRef, L0Hints
+from components.text import contains_phrase, fold, terms, unique
+
+logger = logging.getLogger(__name__)
+
+L0_FORMAT_VERSION = 1
+
+
+class L0IndexMissingError(FileNotFoundError):
+    """The query side found no L0 index: the knowledge base has not been indexed yet."""
+
+
+@dataclass
+class L0Entry:
+    """What L0 knows of one document."""
+
+    source: str
+    title: str
+    category: str
+    keywords: list[str] = field(default_factory=list)
+    entities: list[EntityRef] = field(default_factory=list)
+    headings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "L0Entry":
+        entities = [EntityRef(**e) for e in data.get("entities", [])]
+        return cls(**{**data, "entities": entities})
+
+
+def title_vectors_path(index_path: str | Path) -> Path:
+    path = Path(index_path)
+    return path.with_name(path.name.removesuffix(".json") + ".titles.npy")
+
+
+@dataclass
+class _EntryTerms:
+    """Precomputed comparison forms of one entry."""
+
+    title_terms: set[str]
+    title_forms: list[str]
+
+
+class L0Index:
+    """Matching of a query against the L0 entries; see `match`."""
+
+    def __init__(
+        self,
+        entries: list[L0Entry],
+        title_vectors: np.ndarray | None = None,
+        model: str = "",
+        term_df: dict[str, int] | None = None,
+    ) -> None:
+        """
+        :param entries: One entry per document.
+        :param title_vectors: Title embeddings, one row per entry (for the title-similarity signal).
+        :param model: The embedding model of the title vectors.
+        :param term_df: Document frequency of each term over the knowledge base (for IDF weights).
+        """
+        self.entries = entries
+        self.model = model
+        self.title_vectors = title_vectors
+        self.term_df = dict(term_df or {})
+        self._row_of_source = {entry.source: row for row, entry in enumerate(entries)}
+        self._prepare()
+
+    def _prepare(self) -> None:
+        self._entry_terms: list[_EntryTerms] = []
+        self._keywords: dict[str, tuple[str, set[str], list[int]]] = {}
+        self._aliases: dict[str, tuple[str, list[int]]] = {}
+        self._categories: dict[str, str] = {}
+        for row, entry in enumerate(self.entries):
+            forms = unique([entry.title] + entry.headings[:1])
+            title_terms = set()
+            for form in forms:
+                title_terms.update(terms(form))
+            self._entry_terms.append(_EntryTerms(title_terms=title_terms, title_forms=forms))
+            for keyword in entry.keywords:
+                folded = fold(keyword)
+                if folded:
+                    _, _, rows = self._keywords.setdefault(folded, (keyword, set(terms(keyword)), []))
+                    rows.append(row)
+            for entity in entry.entities:
+                for surface in [entity.name, *entity.aliases]:
+                    folded = fold(surface)
+                    if folded:
+                        _, rows = self._aliases.setdefault(folded, (entity.name, []))
+                        rows.append(row)
+            if entry.category.strip():
+                self._categories.setdefault(fold(entry.category), entry.category)
+
+    @property
+    def categories(self) -> list[str]:
+        return sorted(self._categories.values())
+
+    def idf(self, term: str) -> float:
+        """BM25-style inverse document frequency; 0 for a term the knowledge base never uses."""
+        df = self.term_df.get(term, 0)
+        if df == 0:
+            return 0.0
+        total = max(len(self.entries), df)
+        return math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+
+    def entry(self, source: str) -> L0Entry | None:
+        row = self._row_of_source.get(source)
+        return None if row is None else self.entries[row]
+
+    def title_vector(self, source: str) -> np.ndarray | None:
+        row = self._row_of_source.get(source)
+        if row is None or self.title_vectors is None:
+            return None
+        return self.title_vectors[row]
+
+    def entity_expansions(self, query: str) -> list[str]:
+        """Canonical entity names for aliases found in the query but not already named in it."""
+        folded = fold(query)
+        names = []
+        for surface, (name, _) in self._aliases.items():
+            if contains_phrase(folded, surface) and not contains_phrase(folded, fold(name)):
+                names.append(name)
+        return unique(names)
+
+    def match(self, query: str, title_min_overlap: float = 0.6, domain_from_matches: bool = True) -> L0Hints:
+        """
+        Hints for a query: titles whose words mostly occur in it, keywords and entity names or
+        aliases it contains, and the domains (categories) it names or that its matches belong to.
+        """
+        folded = fold(query)
+        query_terms = set(terms(query, drop_noise=True))
+        matched_rows: set[int] = set()
+
+        keywords = []
+        for folded_keyword, (keyword, keyword_terms, rows) in self._keywords.items():
+            phrase_hit = contains_phrase(folded, folded_keyword)
+            terms_hit = len(keyword_terms) >= 2 and keyword_terms <= query_terms
+            if phrase_hit or terms_hit:
+                keywords.append(keyword)
+                matched_rows.update(rows)
+
+        entities = []
+        for surface, (name, rows) in self._aliases.items():
+            if contains_phrase(folded, surface):
+                entities.append(name)
+                matched_rows.update(rows)
+
+        titles = []
+        for row, entry_terms in enumerate(self._entry_terms):
+            title_terms = entry_terms.title_terms
+            if not title_terms:
+                continue
+            shared = len(title_terms & query_terms)
+            if shared >= min(2, len(title_terms)) and shared / len(title_terms) >= title_min_overlap:
+                titles.append(self.entries[row].title)
+                matched_rows.add(row)
+
+        domains = [category for key, category in self._categories.items() if contains_phrase(folded, key)]
+        if domain_from_matches:
+            domains.extend(self.entries[row].category for row in sorted(matched_rows))
+        domains = unique(d for d in domains if d.strip())
+
+        return L0Hints(
+            matched_titles=unique(titles),
+            matched_keywords=unique(keywords),
+            domains=domains,
+            entities=unique(entities),
+            matched_sources=[self.entries[row].source for row in sorted(matched_rows)],
+        )
+
+    # persistence -----------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "version": L0_FORMAT_VERSION,
+            "model": self.model,
+            "entries": [asdict(entry) for entry in self.entries],
+            "term_df": self.term_df,
+        }
+        _atomic_write(path, json.dumps(payload, ensure_ascii=False, indent=1).encode("utf-8"))
+        vectors_path = title_vectors_path(path)
+        if self.title_vectors is not None:
+            tmp = vectors_path.with_name(vectors_path.name + ".tmp.npy")
+            np.save(tmp, self.title_vectors.astype(np.float32))
+            os.replace(tmp, vectors_path)
+        elif vectors_path.exists():
+            vectors_path.unlink()
+
+    @classmethod
+    def load(cls, path: str | Path) -> "L0Index":
+        path = Path(path)
+        if not path.is_file():
+            raise L0IndexMissingError(f"no L0 index at {path}: run `knowledge index` first")
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        entries = [L0Entry.from_dict(e) for e in payload["entries"]]
+        vectors_path = title_vectors_path(path)
+        vectors = np.load(vectors_path) if vectors_path.is_file() else None
+        if vectors is not None and len(vectors) != len(entries):
+            logger.warning("L0 title vectors at %s do not match the entries; ignoring them", vectors_path)
+            vectors = None
+        return cls(entries, vectors, payload.get("model", ""), payload.get("term_df"))
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class L0IndexHandle:
+    """
+    Lazily loads an L0 index and reloads it when the file changes (a re-index under a running
+    server), at the cost of one `stat` per lookup.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._stamp: tuple[int, int] | None = None
+        self._index: L0Index | None = None
+
+    def get(self) -> L0Index:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError as exc:
+            raise L0IndexMissingError(f"no L0 index at {self.path}: run `knowledge index` first") from exc
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if self._index is None or stamp != self._stamp:
+            self._index = L0Index.load(self.path)
+            self._stamp = stamp
+        return self._index

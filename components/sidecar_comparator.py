@@ -1,0 +1,146 @@
+import logging
+from typing import Any
+
+from haystack import component
+
+from components.contracts import Candidate, RetrievalTrace, SidecarReport
+from components.vector_search import PATHS, VectorSearch, make_search
+
+logger = logging.getLogger(__name__)
+
+_PREVIEW_CHARS = 160
+
+
+def comparable(candidates: list[Candidate], limit: int) -> list[dict[str, Any]]:
+    """Candidates in the comparable shape: identity, metadata, rank, preview and per-path score semantics."""
+    rows = []
+    for rank, candidate in enumerate(candidates[:limit], start=1):
+        rows.append(
+            {
+                "rank": rank,
+                "evidence_key": candidate.evidence_key,
+                "source": candidate.source,
+                "title": candidate.title,
+                "breadcrumb": candidate.breadcrumb,
+                "category": candidate.category,
+                "content_preview": candidate.content[:_PREVIEW_CHARS],
+                "path": candidate.path,
+                "score_label": candidate.raw_score_label,
+                "score_value": candidate.raw_score,
+                "similarity": candidate.similarity,
+            }
+        )
+    return rows
+
+
+def compare(main: list[dict[str, Any]], side: list[dict[str, Any]]) -> dict[str, Any]:
+    """Agreement of two ranked lists: overlap, same top hit, rank shifts and similarity gaps."""
+    main_rank = {r["evidence_key"]: r for r in main}
+    side_rank = {r["evidence_key"]: r for r in side}
+    shared = [key for key in main_rank if key in side_rank]
+    depth = max(len(main), len(side), 1)
+    return {
+        "depth": depth,
+        "overlap": len(shared),
+        "overlap_ratio": round(len(shared) / depth, 4),
+        "same_top1": bool(main and side and main[0]["evidence_key"] == side[0]["evidence_key"]),
+        "max_rank_shift": max((abs(main_rank[k]["rank"] - side_rank[k]["rank"]) for k in shared), default=0),
+        "max_similarity_gap": round(
+            max((abs(main_rank[k]["similarity"] - side_rank[k]["similarity"]) for k in shared), default=0.0), 6
+        ),
+        "score_semantics": {
+            "main": main[0]["score_label"] if main else None,
+            "sidecar": side[0]["score_label"] if side else None,
+            "comparable_by": "similarity (the same normalization on both paths); raw scores differ in meaning",
+        },
+    }
+
+
+@component
+class SidecarComparator:
+    """
+    Runs the other vector-store path beside the main one, for the selected attempt, and reports
+    a side-by-side comparison. Disabled by default; when enabled, its failure (the path cannot
+    initialise or query) is reported as the sidecar status and never fails the lookup.
+
+    Usage example:
+
+    ```python
+    sidecar = SidecarComparator(enabled=True, path="haystack", uri=".knowledge/milvus.db", collection="knowledge")
+    report = sidecar.run(embeddings=[q], candidates=candidates, retrieval_trace=trace)["sidecar"]
+    report.status, report.comparison["overlap_ratio"]
+    ```
+    """
+
+    def __init__(
+        self,
+        enabled: bool = False,
+        path: str = "haystack",
+        uri: str = "",
+        collection: str = "knowledge",
+        top_k: int = 10,
+        index_type: str = "FLAT",
+        search_params: dict | None = None,
+    ) -> None:
+        """
+        :param enabled: Run the sidecar at all.
+        :param path: The sidecar's vector-store path, "haystack" or "sdk".
+        :param uri: Milvus URI.
+        :param collection: Collection name.
+        :param top_k: Results compared per path.
+        :param index_type: Index type of the collection.
+        :param search_params: Search parameters.
+        """
+        if path not in PATHS:
+            raise ValueError(f"sidecar path must be one of {', '.join(PATHS)}, not {path!r}")
+        self.enabled = enabled
+        self.path = path
+        self.uri = uri
+        self.collection = collection
+        self.top_k = top_k
+        self.index_type = index_type
+        self.search_params = dict(search_params or {})
+        self._search: VectorSearch | None = None
+
+    @component.output_types(sidecar=SidecarReport)
+    def run(self, embeddings: list[list[float]], candidates: list[Candidate], retrieval_trace: RetrievalTrace) -> dict[str, Any]:
+        """
+        :param embeddings: Query embeddings (as given to the retriever).
+        :param candidates: The main path's candidates.
+        :param retrieval_trace: The main path's trace (its selected attempt is replayed).
+        :returns: `sidecar`, a `SidecarReport` (status "disabled" when off).
+        """
+        if not self.enabled:
+            return {"sidecar": SidecarReport(status="disabled")}
+        selected = (
+            retrieval_trace.attempts[retrieval_trace.selected_attempt]
+            if retrieval_trace.selected_attempt is not None
+            else None
+        )
+        if selected is None:
+            return {"sidecar": SidecarReport(status="skipped", path=self.path, error="no main retrieval attempt")}
+        embedding = embeddings[0] if selected.index > 0 else embeddings[-1]
+        main = sorted((c for c in candidates if c.attempt == selected.index), key=lambda c: -c.similarity)
+        try:
+            if self._search is None:
+                self._search = make_search(self.path, self.uri, self.collection, self.index_type, self.search_params)
+            side = self._search.search(embedding, self.top_k, selected.category_filter)
+        except Exception as exc:  # the sidecar must never break the main lookup
+            self._search = None
+            logger.warning("Sidecar path %s failed: %s", self.path, exc)
+            return {
+                "sidecar": SidecarReport(
+                    status="error", path=self.path, main_path=selected.path, error=f"{type(exc).__name__}: {exc}"
+                )
+            }
+        main_rows = comparable(main, self.top_k)
+        side_rows = comparable(side, self.top_k)
+        return {
+            "sidecar": SidecarReport(
+                status="ok",
+                path=self.path,
+                main_path=selected.path,
+                results=side_rows,
+                comparison=compare(main_rows, side_rows),
+            )
+        }

@@ -1,0 +1,173 @@
+"""
+The `lookup_knowledge` query pipeline, in the spec's order:
+
+    query -> QueryTransformer -> L0HintExtractor -> KnowledgeQueryEmbedder -> FallbackRetriever
+          -> (SidecarComparator) -> RuleReranker -> EvidenceDeduper -> ContextPacker -> ResultAssembler
+
+built from the Hydra config, and `LookupService`, which runs it for one query or many.
+"""
+
+import logging
+
+from haystack import Pipeline
+from omegaconf import DictConfig
+
+from components.context_packer import ContextPacker
+from components.contracts import InvalidQueryError, LookupResult
+from components.evidence_deduper import EvidenceDeduper
+from components.fallback_retriever import FallbackRetriever
+from components.l0_hint_extractor import L0HintExtractor
+from components.l0_index import L0IndexHandle
+from components.query_embedder import KnowledgeQueryEmbedder
+from components.query_transformer import QueryTransformer
+from components.result_assembler import ResultAssembler
+from components.rule_reranker import RuleReranker
+from components.sidecar_comparator import SidecarComparator
+from pipelines.errors import unwrap_pipeline_error
+
+logger = logging.getLogger(__name__)
+
+# Module allowlist for Pipeline.loads of the serialized YAML.
+ALLOWED_MODULES = ["components", "pipelines", "milvus_haystack", "haystack_integrations"]
+
+
+def build_lookup_pipeline(cfg: DictConfig) -> Pipeline:
+    retrieval = cfg.retrieval
+    milvus = cfg.milvus
+    l0_path = cfg.l0.index_path
+    pipeline = Pipeline()
+    pipeline.add_component(
+        "query_transformer",
+        QueryTransformer(
+            l0_index_path=l0_path,
+            max_chars=cfg.query.max_chars,
+            on_overlong=cfg.query.on_overlong,
+            expand_entities=cfg.query.expand_entities,
+        ),
+    )
+    pipeline.add_component(
+        "l0_hints",
+        L0HintExtractor(
+            l0_index_path=l0_path,
+            title_min_overlap=cfg.l0.title_min_overlap,
+            domain_from_matches=cfg.l0.domain_from_matches,
+        ),
+    )
+    pipeline.add_component("query_embedder", KnowledgeQueryEmbedder(model=cfg.embedder.model, device=cfg.embedder.device))
+    pipeline.add_component(
+        "retriever",
+        FallbackRetriever(
+            uri=milvus.uri,
+            collection=milvus.collection,
+            top_k=retrieval.top_k,
+            reference_threshold=retrieval.reference_threshold,
+            evidence_threshold=retrieval.evidence_threshold,
+            l1_enabled=retrieval.l1_enabled,
+            vector_store_mode=retrieval.vector_store_mode,
+            index_type=milvus.index_type,
+            search_params=dict(milvus.search_params),
+        ),
+    )
+    pipeline.add_component(
+        "sidecar",
+        SidecarComparator(
+            enabled=cfg.sidecar.enabled,
+            path=cfg.sidecar.path,
+            uri=milvus.uri,
+            collection=milvus.collection,
+            top_k=retrieval.top_k,
+            index_type=milvus.index_type,
+            search_params=dict(milvus.search_params),
+        ),
+    )
+    pipeline.add_component(
+        "reranker",
+        RuleReranker(
+            l0_index_path=l0_path, weights=dict(cfg.rerank.weights), evidence_threshold=retrieval.evidence_threshold
+        ),
+    )
+    pipeline.add_component(
+        "deduper",
+        EvidenceDeduper(
+            evidence_threshold=retrieval.evidence_threshold,
+            per_document_cap=retrieval.per_document_cap,
+            max_evidence=retrieval.max_evidence,
+        ),
+    )
+    pipeline.add_component(
+        "context_packer", ContextPacker(budget_tokens=cfg.context.budget_tokens, tokenizer_model=cfg.embedder.model)
+    )
+    pipeline.add_component(
+        "assembler",
+        ResultAssembler(
+            high_relevance=retrieval.high_relevance,
+            reference_threshold=retrieval.reference_threshold,
+            evidence_threshold=retrieval.evidence_threshold,
+        ),
+    )
+    connections = [
+        ("query_transformer.query", "l0_hints.query"),
+        ("query_transformer.variants", "query_embedder.texts"),
+        ("query_transformer.query_transform", "retriever.query_transform"),
+        ("l0_hints.hints", "retriever.hints"),
+        ("query_embedder.embeddings", "retriever.embeddings"),
+        ("query_embedder.embeddings", "sidecar.embeddings"),
+        ("retriever.candidates", "sidecar.candidates"),
+        ("retriever.retrieval_trace", "sidecar.retrieval_trace"),
+        ("query_transformer.query_transform", "reranker.query_transform"),
+        ("l0_hints.hints", "reranker.hints"),
+        ("retriever.candidates", "reranker.candidates"),
+        ("query_embedder.embeddings", "reranker.embeddings"),
+        ("reranker.candidates", "deduper.candidates"),
+        ("deduper.evidence_blocks", "context_packer.evidence_blocks"),
+        ("query_transformer.query_transform", "assembler.query_transform"),
+        ("l0_hints.hints", "assembler.hints"),
+        ("retriever.retrieval_trace", "assembler.retrieval_trace"),
+        ("deduper.rerank_trace", "assembler.rerank_trace"),
+        ("deduper.evidence_blocks", "assembler.evidence_blocks"),
+        ("deduper.dedup", "assembler.dedup"),
+        ("context_packer.context_pack", "assembler.context_pack"),
+        ("sidecar.sidecar", "assembler.sidecar"),
+    ]
+    for sender, receiver in connections:
+        pipeline.connect(sender, receiver)
+    return pipeline
+
+
+class LookupService:
+    """
+    Runs the lookup pipeline: built and warmed up once, then one `lookup` per query.
+
+    Usage example:
+
+    ```python
+    service = LookupService(load_config())
+    result = service.lookup("disk almost full on a worker node")
+    print(result.to_dict()["found"])
+    ```
+    """
+
+    def __init__(self, cfg: DictConfig, pipeline: Pipeline | None = None) -> None:
+        self.cfg = cfg
+        self.pipeline = pipeline or build_lookup_pipeline(cfg)
+        self._warm = False
+
+    def warm_up(self) -> None:
+        if not self._warm:
+            # Fail before the model loads when nothing has been indexed yet.
+            L0IndexHandle(self.cfg.l0.index_path).get()
+            self.pipeline.warm_up()
+            self._warm = True
+
+    def lookup(self, query: str) -> LookupResult:
+        """
+        :raises InvalidQueryError: Empty query, or over the limit with `query.on_overlong=error`.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidQueryError("query is empty: give the question or alert text to look up")
+        self.warm_up()
+        try:
+            outputs = self.pipeline.run({"query_transformer": {"query": query}})
+        except Exception as exc:
+            raise unwrap_pipeline_error(exc) from exc
+        return outputs["assembler"]["result"]
