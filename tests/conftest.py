@@ -1,0 +1,88 @@
+"""
+Shared fixtures: the config is composed once per session with test overrides, the embedding
+model loads once (sentence-transformers backends are cached per process), and the sample and
+runbook collections are indexed once per session. Tests that write get their own tmp paths.
+"""
+
+import os
+import shutil
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+import pytest
+
+from pipelines.settings import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE_KB = REPO / "knowledge"
+RUNBOOKS = REPO.parent / "shared" / "corpus" / "prometheus-runbooks"
+EVAL_DIR = REPO / "eval"
+
+
+def state_overrides(state_dir: Path, *extra: str) -> list[str]:
+    """Overrides that keep every file a test writes under `state_dir`, with MLflow off unless asked."""
+    return [f"paths.state_dir={state_dir}", "mlflow=off", *extra]
+
+
+@pytest.fixture
+def make_config(tmp_path):
+    """Compose the config for one test, its state under the test's own tmp folder."""
+
+    def _make(*overrides: str, state_dir: Path | None = None):
+        return load_config(state_overrides(state_dir or tmp_path / "state", *overrides))
+
+    return _make
+
+
+@pytest.fixture
+def small_kb(tmp_path) -> Path:
+    """A copy of a few sample runbooks that a test may change freely."""
+    kb = tmp_path / "kb"
+    for source in ["disk/disk-full.md", "disk/inode-exhaustion.md", "database/postgresql-replication-lag.md",
+                   "cpu/runaway-process.md"]:
+        target = kb / source
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(SAMPLE_KB / source, target)
+    return kb
+
+
+@pytest.fixture(scope="session")
+def sample_cfg(tmp_path_factory):
+    """The bundled knowledge/ indexed once per session."""
+    from pipelines.indexing import run_indexing
+
+    state = tmp_path_factory.mktemp("sample-state")
+    cfg = load_config(state_overrides(state, f"kb.path={SAMPLE_KB}"))
+    run_indexing(cfg, rebuild=True)
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def sample_service(sample_cfg):
+    from pipelines.lookup import LookupService
+
+    service = LookupService(sample_cfg)
+    service.warm_up()
+    return service
+
+
+@pytest.fixture(scope="session")
+def runbooks_dir() -> Path:
+    if not RUNBOOKS.is_dir():
+        pytest.skip(f"runbook corpus not found at {RUNBOOKS}")
+    return RUNBOOKS
+
+
+@pytest.fixture(scope="session")
+def runbooks_cfg(tmp_path_factory, runbooks_dir):
+    """The prometheus runbook corpus indexed once per session (with its report)."""
+    from pipelines.indexing import run_indexing
+
+    state = tmp_path_factory.mktemp("runbooks-state")
+    cfg = load_config(state_overrides(state, f"kb.path={runbooks_dir}"))
+    report = run_indexing(cfg, rebuild=True)
+    cfg_report = (cfg, report)
+    return cfg_report
