@@ -52,6 +52,9 @@ class IndexPlan:
     stale_ids: list[str] = field(default_factory=list)
     rebuild: bool = False
 
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
 
 @dataclass
 class IndexReport:
@@ -92,6 +95,8 @@ class QueryTransform:
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
 
+    to_dict = to_record
+
 
 @dataclass
 class L0Hints:
@@ -115,6 +120,8 @@ class L0Hints:
 
     def to_record(self) -> dict[str, Any]:
         return asdict(self)
+
+    to_dict = to_record
 
 
 @dataclass
@@ -141,9 +148,13 @@ class Candidate:
     section_kind: str | None = None
     keywords: list[str] = field(default_factory=list)
     entities: list[str] = field(default_factory=list)
+    terms: list[str] = field(default_factory=list)
     hit_reasons: list[str] = field(default_factory=list)
     final_score: float = 0.0
     boosts: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass
@@ -243,6 +254,9 @@ class DedupStats:
     final_count: int
     merged: int
     capped: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass

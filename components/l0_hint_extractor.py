@@ -27,15 +27,24 @@ class L0HintExtractor:
     ```
     """
 
-    def __init__(self, l0_index_path: str, title_min_overlap: float = 0.6, domain_from_matches: bool = True) -> None:
+    def __init__(
+        self,
+        l0_index_path: str,
+        title_min_overlap: float = 0.6,
+        domain_from_matches: bool = True,
+        domain_min_precision: float = 0.5,
+    ) -> None:
         """
         :param l0_index_path: The L0 index written by `knowledge index`.
-        :param title_min_overlap: Share of a title's words that must occur in the query.
+        :param title_min_overlap: IDF-weighted share of a title's words that must occur in the query.
         :param domain_from_matches: Also take domains from the categories of matched entries.
+        :param domain_min_precision: A category named in the query is a domain only when at least this
+            share of the documents naming it belong to it.
         """
         self.l0_index_path = l0_index_path
         self.title_min_overlap = title_min_overlap
         self.domain_from_matches = domain_from_matches
+        self.domain_min_precision = domain_min_precision
         self._l0 = L0IndexHandle(l0_index_path)
 
     @component.output_types(hints=L0Hints)
@@ -44,6 +53,8 @@ class L0HintExtractor:
         :param query: The normalised query.
         :returns: `hints`, an `L0Hints`.
         """
-        hints = self._l0.get().match(query, self.title_min_overlap, self.domain_from_matches)
+        hints = self._l0.get().match(
+            query, self.title_min_overlap, self.domain_from_matches, self.domain_min_precision
+        )
         logger.debug("L0 hints for %r: %s", query, hints)
         return {"hints": hints}

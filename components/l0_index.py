@@ -2,8 +2,8 @@
 The L0 index: titles, keywords, categories and entities (with aliases) of every document.
 
 Built from frontmatter and headings in the indexing run, persisted beside the collection as a
-small JSON file plus the title embeddings as a `.npy` array, and loaded by the query side in
-milliseconds. It only ever produces hints (`L0Hints`): never evidence.
+small JSON file plus one summary embedding per document (title and opening section) as a `.npy`
+array, and loaded by the query side in milliseconds. It only ever produces hints (`L0Hints`): never evidence.
 """
 
 import json
@@ -37,6 +37,7 @@ class L0Entry:
     keywords: list[str] = field(default_factory=list)
     entities: list[EntityRef] = field(default_factory=list)
     headings: list[str] = field(default_factory=list)
+    terms: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict) -> "L0Entry":
@@ -44,9 +45,9 @@ class L0Entry:
         return cls(**{**data, "entities": entities})
 
 
-def title_vectors_path(index_path: str | Path) -> Path:
+def summary_vectors_path(index_path: str | Path) -> Path:
     path = Path(index_path)
-    return path.with_name(path.name.removesuffix(".json") + ".titles.npy")
+    return path.with_name(path.name.removesuffix(".json") + ".summaries.npy")
 
 
 @dataclass
@@ -55,6 +56,7 @@ class _EntryTerms:
 
     title_terms: set[str]
     title_forms: list[str]
+    document_terms: frozenset[str]
 
 
 class L0Index:
@@ -63,20 +65,26 @@ class L0Index:
     def __init__(
         self,
         entries: list[L0Entry],
-        title_vectors: np.ndarray | None = None,
+        summary_vectors: np.ndarray | None = None,
         model: str = "",
         term_df: dict[str, int] | None = None,
+        domain_precision: dict[str, float] | None = None,
     ) -> None:
         """
         :param entries: One entry per document.
-        :param title_vectors: Title embeddings, one row per entry (for the title-similarity signal).
-        :param model: The embedding model of the title vectors.
+        :param summary_vectors: Embeddings of each document's title and opening section, one row per
+            entry (for the reranker's document-similarity signal).
+        :param model: The embedding model of the summary vectors.
         :param term_df: Document frequency of each term over the knowledge base (for IDF weights).
+        :param domain_precision: Per category, the share of the documents naming it that belong to it.
+            A category named in a query is a domain hint only when this is high enough: a name that
+            every document uses ("prometheus" in a Prometheus runbook collection) says nothing.
         """
         self.entries = entries
         self.model = model
-        self.title_vectors = title_vectors
+        self.summary_vectors = summary_vectors
         self.term_df = dict(term_df or {})
+        self.domain_precision = dict(domain_precision or {})
         self._row_of_source = {entry.source: row for row, entry in enumerate(entries)}
         self._prepare()
 
@@ -90,7 +98,9 @@ class L0Index:
             title_terms = set()
             for form in forms:
                 title_terms.update(terms(form))
-            self._entry_terms.append(_EntryTerms(title_terms=title_terms, title_forms=forms))
+            self._entry_terms.append(
+                _EntryTerms(title_terms=title_terms, title_forms=forms, document_terms=frozenset(entry.terms) | title_terms)
+            )
             for keyword in entry.keywords:
                 folded = fold(keyword)
                 if folded:
@@ -117,15 +127,32 @@ class L0Index:
         total = max(len(self.entries), df)
         return math.log(1.0 + (total - df + 0.5) / (df + 0.5))
 
+    def _title_weight(self, term: str) -> float:
+        # Terms the KB never uses outside titles still count, as rare ones.
+        return self.idf(term) or math.log(1.0 + len(self.entries))
+
     def entry(self, source: str) -> L0Entry | None:
         row = self._row_of_source.get(source)
         return None if row is None else self.entries[row]
 
-    def title_vector(self, source: str) -> np.ndarray | None:
+    def title_overlap(self, source: str, query_terms: set[str]) -> float:
+        """IDF-weighted share of the document title's terms that occur in the query."""
         row = self._row_of_source.get(source)
-        if row is None or self.title_vectors is None:
+        if row is None:
+            return 0.0
+        title_terms = self._entry_terms[row].title_terms
+        total = sum(self._title_weight(t) for t in title_terms)
+        return sum(self._title_weight(t) for t in title_terms & query_terms) / total if total else 0.0
+
+    def document_terms(self, source: str) -> frozenset[str]:
+        row = self._row_of_source.get(source)
+        return frozenset() if row is None else self._entry_terms[row].document_terms
+
+    def summary_vector(self, source: str) -> np.ndarray | None:
+        row = self._row_of_source.get(source)
+        if row is None or self.summary_vectors is None:
             return None
-        return self.title_vectors[row]
+        return self.summary_vectors[row]
 
     def entity_expansions(self, query: str) -> list[str]:
         """Canonical entity names for aliases found in the query but not already named in it."""
@@ -136,10 +163,17 @@ class L0Index:
                 names.append(name)
         return unique(names)
 
-    def match(self, query: str, title_min_overlap: float = 0.6, domain_from_matches: bool = True) -> L0Hints:
+    def match(
+        self,
+        query: str,
+        title_min_overlap: float = 0.6,
+        domain_from_matches: bool = True,
+        domain_min_precision: float = 0.5,
+    ) -> L0Hints:
         """
-        Hints for a query: titles whose words mostly occur in it, keywords and entity names or
-        aliases it contains, and the domains (categories) it names or that its matches belong to.
+        Hints for a query: titles whose words (IDF-weighted) mostly occur in it, keywords and
+        entity names or aliases it contains, and the domains (categories) it names, when the name
+        is specific to its category, or that its matches belong to.
         """
         folded = fold(query)
         query_terms = set(terms(query, drop_noise=True))
@@ -164,12 +198,19 @@ class L0Index:
             title_terms = entry_terms.title_terms
             if not title_terms:
                 continue
-            shared = len(title_terms & query_terms)
-            if shared >= min(2, len(title_terms)) and shared / len(title_terms) >= title_min_overlap:
+            shared = title_terms & query_terms
+            if len(shared) < min(2, len(title_terms)):
+                continue
+            weight = sum(self._title_weight(t) for t in title_terms)
+            if sum(self._title_weight(t) for t in shared) >= title_min_overlap * weight:
                 titles.append(self.entries[row].title)
                 matched_rows.add(row)
 
-        domains = [category for key, category in self._categories.items() if contains_phrase(folded, key)]
+        domains = [
+            category
+            for key, category in self._categories.items()
+            if contains_phrase(folded, key) and self.domain_precision.get(category, 1.0) >= domain_min_precision
+        ]
         if domain_from_matches:
             domains.extend(self.entries[row].category for row in sorted(matched_rows))
         domains = unique(d for d in domains if d.strip())
@@ -191,12 +232,13 @@ class L0Index:
             "model": self.model,
             "entries": [asdict(entry) for entry in self.entries],
             "term_df": self.term_df,
+            "domain_precision": self.domain_precision,
         }
         _atomic_write(path, json.dumps(payload, ensure_ascii=False, indent=1).encode("utf-8"))
-        vectors_path = title_vectors_path(path)
-        if self.title_vectors is not None:
+        vectors_path = summary_vectors_path(path)
+        if self.summary_vectors is not None:
             tmp = vectors_path.with_name(vectors_path.name + ".tmp.npy")
-            np.save(tmp, self.title_vectors.astype(np.float32))
+            np.save(tmp, self.summary_vectors.astype(np.float32))
             os.replace(tmp, vectors_path)
         elif vectors_path.exists():
             vectors_path.unlink()
@@ -208,12 +250,12 @@ class L0Index:
             raise L0IndexMissingError(f"no L0 index at {path}: run `knowledge index` first")
         payload = json.loads(path.read_text(encoding="utf-8"))
         entries = [L0Entry.from_dict(e) for e in payload["entries"]]
-        vectors_path = title_vectors_path(path)
+        vectors_path = summary_vectors_path(path)
         vectors = np.load(vectors_path) if vectors_path.is_file() else None
         if vectors is not None and len(vectors) != len(entries):
-            logger.warning("L0 title vectors at %s do not match the entries; ignoring them", vectors_path)
+            logger.warning("L0 summary vectors at %s do not match the entries; ignoring them", vectors_path)
             vectors = None
-        return cls(entries, vectors, payload.get("model", ""), payload.get("term_df"))
+        return cls(entries, vectors, payload.get("model", ""), payload.get("term_df"), payload.get("domain_precision"))
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

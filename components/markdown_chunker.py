@@ -6,6 +6,7 @@ from haystack import Document, component
 
 from components.markdown_sections import Section, section_kind, split_sections
 from components.models import load_tokenizer
+from components.text import terms
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class MarkdownChunker:
         """
         :param documents: Documents from `MarkdownKnowledgeReader` (meta: source, title, category ...).
         :returns: One `Document` per chunk; content is the chunk text, meta adds breadcrumb,
-            headings, section_kind, chunk_index, evidence_key, content_hash and embed_header.
+            headings, section_kind, chunk_index, evidence_key, content_hash, embed_header and terms.
         """
         self.warm_up()
         chunks: list[Document] = []
@@ -101,6 +102,7 @@ class MarkdownChunker:
                     "evidence_key": key,
                     "content_hash": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16],
                     "embed_header": _embed_header(title, section),
+                    "terms": _chunk_terms(title, breadcrumb, meta.get("keywords") or [], text),
                 }
                 chunks.append(Document(id=key, content=text, meta=chunk_meta))
         return chunks
@@ -151,6 +153,11 @@ class MarkdownChunker:
                 break
             candidate -= 1
         return candidate
+
+
+def _chunk_terms(title: str, breadcrumb: str, keywords: list[str], text: str) -> list[str]:
+    """The chunk's comparable terms, computed once here so the reranker does no text analysis per lookup."""
+    return sorted(set(terms(" ".join([title, breadcrumb, " ".join(keywords), text]))))
 
 
 def _embed_header(title: str, section: Section) -> str:

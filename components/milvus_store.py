@@ -44,6 +44,17 @@ def is_local_uri(uri: str) -> bool:
     return "://" not in uri
 
 
+# pymilvus pings idle channels every 10 s; Milvus Lite's server answers the third ping without a
+# call with GOAWAY "too_many_pings", after which every client of that db in the process fails.
+# Idle pings buy nothing on a local socket, so they are off for Lite.
+LITE_GRPC_OPTIONS = {"grpc.keepalive_permit_without_calls": False}
+
+
+def connection_args(uri: str) -> dict[str, Any]:
+    """Arguments for MilvusClient (and milvus-haystack's connection_args) for a URI."""
+    return {"uri": uri, "grpc_options": dict(LITE_GRPC_OPTIONS)} if is_local_uri(uri) else {"uri": uri}
+
+
 def connect(uri: str) -> MilvusClient:
     """
     Open a client, turning Milvus Lite's file lock into an error that says what to do.
@@ -55,7 +66,7 @@ def connect(uri: str) -> MilvusClient:
 
         Path(uri).parent.mkdir(parents=True, exist_ok=True)
     try:
-        return MilvusClient(uri=uri)
+        return MilvusClient(**connection_args(uri))
     except Exception as exc:
         if _is_lock_error(exc):
             raise MilvusUnavailableError(

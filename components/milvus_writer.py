@@ -35,6 +35,7 @@ _METADATA_KEYS = (
     "keywords",
     "entities",
     "has_frontmatter",
+    "terms",
 )
 _BATCH = 500
 

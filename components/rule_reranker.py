@@ -13,13 +13,15 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_WEIGHTS = {
     "similarity": 1.0,
-    "title_similarity": 0.3,
-    "lexical_overlap": 0.2,
+    "document_similarity": 0.3,
+    "lexical_overlap": 0.4,
+    "title_overlap": 0.2,
+    "document_lexical": 0.2,
     "title_match": 0.1,
     "keyword_match": 0.1,
     "entity_match": 0.05,
     "domain_match": 0.03,
-    "section_match": 0.03,
+    "section_match": 0.02,
     "document_support": 0.05,
 }
 
@@ -47,9 +49,12 @@ class RuleReranker:
     and contributes `weight * signal` to the final score:
 
     - `similarity`: the normalized vector similarity (the base score);
-    - `title_similarity`: cosine of the query with the document title's embedding;
+    - `document_similarity`: cosine of the query with the document's summary embedding (title
+      and opening section, from the L0 index): how well the whole document fits, not one chunk;
     - `lexical_overlap`: IDF-weighted share of the query's terms found in the chunk, its
       breadcrumb and title (alert label values such as addresses and hashes ignored);
+    - `title_overlap`: IDF-weighted share of the document title's terms found in the query;
+    - `document_lexical`: IDF-weighted share of the query's terms found anywhere in the document;
     - `title_match`, `keyword_match`, `entity_match`, `domain_match`: L0 hints that match the
       candidate's document (each becomes a hit reason on the block, never evidence itself);
     - `section_match`: the query asks for a fix / a diagnosis / a meaning and the chunk's
@@ -64,13 +69,13 @@ class RuleReranker:
     ```python
     reranker = RuleReranker(l0_index_path=".knowledge/knowledge.l0.json", weights={"lexical_overlap": 0.3})
     ranked = reranker.run(query_transform=qt, hints=hints, candidates=candidates, embeddings=[q])["candidates"]
-    ranked[0].boosts  # {"title_similarity": 0.21, "lexical_overlap": 0.12, ...}
+    ranked[0].boosts  # {"document_similarity": 0.21, "lexical_overlap": 0.12, ...}
     ```
     """
 
     def __init__(self, l0_index_path: str, weights: dict[str, float] | None = None, evidence_threshold: float = 0.35) -> None:
         """
-        :param l0_index_path: The L0 index (title vectors, term statistics, document metadata).
+        :param l0_index_path: The L0 index (summary vectors, term statistics, document metadata).
         :param weights: Signal weights; missing signals take the defaults, 0 turns one off.
         :param evidence_threshold: Only candidates at or above it count as document support.
         """
@@ -94,15 +99,16 @@ class RuleReranker:
         :param query_transform: The transformed query.
         :param hints: L0 hints of the query.
         :param candidates: Vector candidates (any order; duplicates allowed).
-        :param embeddings: Query embeddings; the first (plain query) is compared with titles.
+        :param embeddings: Query embeddings; the first (plain query) is compared with document summaries.
         :returns: The candidates sorted by final score, with `final_score`, `boosts` and hit reasons set.
         """
         if not candidates:
             return {"candidates": []}
         index = self._l0.get()
         query_terms = self._weighted_query_terms(index, query_transform.normalized)
+        query_term_set = set(terms(query_transform.normalized, drop_noise=True))
         intents = query_intents(query_transform.normalized)
-        title_scores = self._title_similarities(index, candidates, embeddings[0])
+        document_scores = self._document_similarities(index, candidates, embeddings[0])
         support = Counter(c.source for c in {c.evidence_key: c for c in candidates}.values() if c.similarity >= self.evidence_threshold)
         matched_titles = set(hints.matched_titles)
         matched_keywords = {fold(k) for k in hints.matched_keywords}
@@ -112,8 +118,10 @@ class RuleReranker:
         for candidate in candidates:
             signals = {
                 "similarity": candidate.similarity,
-                "title_similarity": title_scores.get(candidate.source, 0.0),
+                "document_similarity": document_scores.get(candidate.source, 0.0),
                 "lexical_overlap": self._lexical_overlap(query_terms, candidate),
+                "title_overlap": index.title_overlap(candidate.source, query_term_set),
+                "document_lexical": _coverage(query_terms, index.document_terms(candidate.source)),
                 "title_match": 1.0 if candidate.title in matched_titles else 0.0,
                 "keyword_match": _keyword_share(candidate, matched_keywords),
                 "entity_match": 1.0 if matched_entities & set(candidate.entities) else 0.0,
@@ -140,19 +148,16 @@ class RuleReranker:
 
     @staticmethod
     def _lexical_overlap(query_terms: dict[str, float], candidate: Candidate) -> float:
-        if not query_terms:
-            return 0.0
-        text = " ".join(filter(None, [candidate.title, candidate.breadcrumb, " ".join(candidate.keywords), candidate.content]))
-        present = set(terms(text))
-        total = sum(query_terms.values())
-        return sum(weight for term, weight in query_terms.items() if term in present) / total
+        return _coverage(query_terms, set(candidate.terms) if candidate.terms else set(chunk_terms(candidate)))
 
     @staticmethod
-    def _title_similarities(index: L0Index, candidates: list[Candidate], query_embedding: list[float]) -> dict[str, float]:
+    def _document_similarities(
+        index: L0Index, candidates: list[Candidate], query_embedding: list[float]
+    ) -> dict[str, float]:
         query = np.asarray(query_embedding, dtype=np.float32)
         scores = {}
         for source in {c.source for c in candidates}:
-            vector = index.title_vector(source)
+            vector = index.summary_vector(source)
             if vector is not None:
                 scores[source] = max(0.0, float(np.dot(query, vector)))
         return scores
@@ -169,6 +174,20 @@ class RuleReranker:
         if candidate.category in domains:
             reasons.append(f"l0_domain: {candidate.category}")
         return [r for r in reasons if r not in candidate.hit_reasons]
+
+
+def chunk_terms(candidate: Candidate) -> list[str]:
+    """The comparable terms of a chunk with its title, breadcrumb and keywords (also stored at index time)."""
+    text = " ".join(filter(None, [candidate.title, candidate.breadcrumb, " ".join(candidate.keywords), candidate.content]))
+    return sorted(set(terms(text)))
+
+
+def _coverage(query_terms: dict[str, float], present: set[str] | frozenset[str]) -> float:
+    """IDF-weighted share of the query's terms found in a set of terms."""
+    total = sum(query_terms.values())
+    if not total:
+        return 0.0
+    return sum(weight for term, weight in query_terms.items() if term in present) / total
 
 
 def _keyword_share(candidate: Candidate, matched_keywords: set[str]) -> float:

@@ -20,6 +20,7 @@ from components.milvus_store import (
     VECTOR_FIELD,
     category_filter,
     connect,
+    connection_args,
     ensure_loaded,
     index_params_for,
 )
@@ -61,6 +62,7 @@ def _candidate(
         section_kind=metadata.get("section_kind"),
         keywords=list(metadata.get("keywords") or []),
         entities=[e["name"] if isinstance(e, dict) else str(e) for e in metadata.get("entities") or []],
+        terms=list(metadata.get("terms") or []),
     )
 
 
@@ -140,7 +142,7 @@ class HaystackVectorSearch:
                 raise LookupError(f"collection {self.collection} does not exist at {self.uri}: run `knowledge index`")
             ensure_loaded(client, self.collection)
             store = MilvusDocumentStore(
-                connection_args={"uri": self.uri},
+                connection_args=connection_args(self.uri),
                 collection_name=self.collection,
                 primary_field=ID_FIELD,
                 text_field=CONTENT_FIELD,

@@ -51,6 +51,7 @@ def build_lookup_pipeline(cfg: DictConfig) -> Pipeline:
             l0_index_path=l0_path,
             title_min_overlap=cfg.l0.title_min_overlap,
             domain_from_matches=cfg.l0.domain_from_matches,
+            domain_min_precision=cfg.l0.domain_min_precision,
         ),
     )
     pipeline.add_component("query_embedder", KnowledgeQueryEmbedder(model=cfg.embedder.model, device=cfg.embedder.device))

@@ -61,6 +61,7 @@ class L0Config:
     index_path: str = "${paths.state_dir}/${milvus.collection}.l0.json"
     title_min_overlap: float = 0.6
     domain_from_matches: bool = True
+    domain_min_precision: float = 0.5
 
 
 @dataclass
@@ -165,8 +166,10 @@ def _validate_values(cfg: DictConfig) -> None:
 
 KNOWN_RERANK_SIGNALS = (
     "similarity",
-    "title_similarity",
+    "document_similarity",
     "lexical_overlap",
+    "title_overlap",
+    "document_lexical",
     "title_match",
     "keyword_match",
     "entity_match",

@@ -1,0 +1,320 @@
+"""
+Retrieval evaluation on a labelled query set, beside two baselines over the same chunks.
+
+Query file: JSONL with `query`, `relevant` (sources relative to the knowledge base; empty for an
+off-topic query) and `kind` ("answerable" or "off_topic"); `id` and `style` are optional.
+
+Systems, all on the chunks of the configured collection:
+- `pipeline`: the full lookup_knowledge pipeline (L0 hints, filtered/fallback L1, rule rerank).
+- `dense`: the same model, one unfiltered vector search, no L0, no rerank.
+- `hybrid`: BM25 over the same chunk texts fused with the dense ranking by reciprocal rank (k=60).
+
+Metrics are document level: a ranking is the order in which sources first appear. hit@k and
+MRR@10 are over answerable queries; a query answered with found=false scores 0. A system
+"answers" when its best chunk reaches `retrieval.evidence_threshold` (the pipeline: found=true),
+so the answer rate (answerable queries) and the no-evidence rate (off-topic queries) are
+comparable across systems.
+"""
+
+import json
+import logging
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from components.contracts import InvalidQueryError
+from components.milvus_store import CONTENT_FIELD, METADATA_FIELD, connect, ensure_loaded
+from components.text import unique
+
+logger = logging.getLogger(__name__)
+
+RRF_K = 60
+DEPTH = 50
+SYSTEMS = ("pipeline", "dense", "hybrid")
+
+
+class EvaluationInputError(ValueError):
+    """The query file cannot be used."""
+
+
+@dataclass
+class EvalQuery:
+    query: str
+    relevant: set[str]
+    kind: str
+    id: str = ""
+    style: str = ""
+
+    @property
+    def answerable(self) -> bool:
+        return self.kind != "off_topic"
+
+
+@dataclass
+class Ranked:
+    """One system's answer to one query: document ranking and whether it answered."""
+
+    sources: list[str]
+    answered: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def load_queries(path: str | Path) -> list[EvalQuery]:
+    queries = []
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise EvaluationInputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            queries.append(
+                EvalQuery(
+                    query=row["query"],
+                    relevant=set(row.get("relevant") or []),
+                    kind=row.get("kind") or ("answerable" if row.get("relevant") else "off_topic"),
+                    id=str(row.get("id", number)),
+                    style=row.get("style", ""),
+                )
+            )
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise EvaluationInputError(f"{path}:{number}: not a query line ({exc})") from exc
+    if not queries:
+        raise EvaluationInputError(f"{path} holds no queries")
+    return queries
+
+
+# ---------------------------------------------------------------------------------------------
+# systems
+
+
+class PipelineSystem:
+    """The full pipeline; the ranking is the reranked usable candidates' sources."""
+
+    name = "pipeline"
+
+    def __init__(self, cfg: DictConfig) -> None:
+        from pipelines.lookup import build_lookup_pipeline
+
+        self.cfg = cfg
+        self.pipeline = build_lookup_pipeline(cfg)
+        self.pipeline.warm_up()
+
+    def rank(self, query: str) -> Ranked:
+        outputs = self.pipeline.run({"query_transformer": {"query": query}}, include_outputs_from={"reranker"})
+        result = outputs["assembler"]["result"]
+        threshold = self.cfg.retrieval.evidence_threshold
+        ranked = [c.source for c in outputs["reranker"]["candidates"] if c.similarity >= threshold]
+        sources = unique([b.source for b in result.evidence_blocks] + ranked) if result.found else []
+        return Ranked(
+            sources=sources,
+            answered=result.found,
+            details={
+                "fallback": result.retrieval_trace.fallback_reason,
+                "filter": result.retrieval_trace.attempts[0].category_filter if result.retrieval_trace.attempts else None,
+                "top_similarity": max((b.score for b in result.evidence_blocks), default=None),
+                "l0": result.l0_hints.to_record(),
+            },
+        )
+
+
+class DenseSystem:
+    """Plain dense retrieval: one unfiltered search with the raw query's embedding."""
+
+    name = "dense"
+
+    def __init__(self, cfg: DictConfig) -> None:
+        from components.query_embedder import KnowledgeQueryEmbedder
+        from components.text import clean
+        from components.vector_search import SdkVectorSearch
+
+        self.cfg = cfg
+        self.clean = clean
+        self.embedder = KnowledgeQueryEmbedder(model=cfg.embedder.model, device=cfg.embedder.device)
+        self.embedder.warm_up()
+        self.search = SdkVectorSearch(cfg.milvus.uri, cfg.milvus.collection, dict(cfg.milvus.search_params))
+
+    def chunks(self, query: str):
+        embedding = self.embedder.run(texts=[self.clean(query)])["embeddings"][0]
+        return self.search.search(embedding, DEPTH, None)
+
+    def rank(self, query: str) -> Ranked:
+        candidates = self.chunks(query)
+        answered = bool(candidates) and candidates[0].similarity >= self.cfg.retrieval.evidence_threshold
+        return Ranked(sources=unique(c.source for c in candidates) if answered else [], answered=answered)
+
+
+class HybridSystem:
+    """BM25 (Haystack in-memory) + dense, fused by reciprocal rank; answers when dense would."""
+
+    name = "hybrid"
+
+    def __init__(self, cfg: DictConfig, dense: DenseSystem) -> None:
+        from haystack import Document
+        from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
+        from haystack.document_stores.in_memory import InMemoryDocumentStore
+
+        self.cfg = cfg
+        self.dense = dense
+        store = InMemoryDocumentStore(bm25_algorithm="BM25Okapi")
+        store.write_documents(
+            [Document(id=key, content=text, meta={"source": source}) for key, source, text in _all_chunks(cfg)]
+        )
+        self.bm25 = InMemoryBM25Retriever(document_store=store, top_k=DEPTH)
+
+    def rank(self, query: str) -> Ranked:
+        dense = self.dense.chunks(query)
+        answered = bool(dense) and dense[0].similarity >= self.cfg.retrieval.evidence_threshold
+        if not answered:
+            return Ranked(sources=[], answered=False)
+        lexical = self.bm25.run(query=query)["documents"]
+        scores: dict[str, float] = {}
+        source_of: dict[str, str] = {}
+        for rank, candidate in enumerate(dense, start=1):
+            scores[candidate.evidence_key] = scores.get(candidate.evidence_key, 0.0) + 1.0 / (RRF_K + rank)
+            source_of[candidate.evidence_key] = candidate.source
+        for rank, document in enumerate(lexical, start=1):
+            scores[document.id] = scores.get(document.id, 0.0) + 1.0 / (RRF_K + rank)
+            source_of[document.id] = document.meta["source"]
+        fused = sorted(scores, key=lambda key: (-scores[key], key))
+        return Ranked(sources=unique(source_of[key] for key in fused), answered=True)
+
+
+def _all_chunks(cfg: DictConfig):
+    """(evidence key, source, embedded text) of every chunk in the collection."""
+    client = connect(cfg.milvus.uri)
+    ensure_loaded(client, cfg.milvus.collection)
+    iterator = client.query_iterator(
+        cfg.milvus.collection, batch_size=1000, filter="", output_fields=[CONTENT_FIELD, METADATA_FIELD]
+    )
+    try:
+        while rows := iterator.next():
+            for row in rows:
+                meta = row[METADATA_FIELD] or {}
+                header = " > ".join(filter(None, [meta.get("title"), meta.get("breadcrumb")]))
+                yield meta.get("evidence_key") or row["id"], meta.get("source", ""), f"{header}\n{row[CONTENT_FIELD]}"
+    finally:
+        iterator.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics
+
+
+def _first_hit(sources: list[str], relevant: set[str], depth: int) -> int | None:
+    for rank, source in enumerate(sources[:depth], start=1):
+        if source in relevant:
+            return rank
+    return None
+
+
+def score(queries: list[EvalQuery], answers: list[Ranked]) -> dict[str, Any]:
+    answerable = [(q, a) for q, a in zip(queries, answers, strict=True) if q.answerable]
+    off_topic = [(q, a) for q, a in zip(queries, answers, strict=True) if not q.answerable]
+    ranks = [_first_hit(a.sources, q.relevant, 10) for q, a in answerable]
+    metrics = {
+        "answerable": len(answerable),
+        "off_topic": len(off_topic),
+        "hit@1": _mean([1.0 if r == 1 else 0.0 for r in ranks]),
+        "hit@5": _mean([1.0 if r is not None and r <= 5 else 0.0 for r in ranks]),
+        "mrr@10": _mean([1.0 / r if r else 0.0 for r in ranks]),
+        "answer_rate": _mean([1.0 if a.answered else 0.0 for _, a in answerable]),
+        "no_evidence_rate": _mean([0.0 if a.answered else 1.0 for _, a in off_topic]),
+    }
+    styles = sorted({q.style for q, _ in answerable if q.style})
+    if len(styles) > 1:
+        metrics["hit@1_by_style"] = {
+            style: _mean([1.0 if r == 1 else 0.0 for (q, _), r in zip(answerable, ranks, strict=True) if q.style == style])
+            for style in styles
+        }
+    return metrics
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(statistics.fmean(values), 4) if values else None
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point
+
+
+def run_evaluation(
+    cfg: DictConfig,
+    queries_path: str,
+    kb_path: str | None = None,
+    baselines: bool = True,
+    details_path: str | None = None,
+) -> dict[str, Any]:
+    """Evaluate the pipeline (and the baselines) on a query file; returns the metrics per system."""
+    queries = load_queries(queries_path)
+    if kb_path:
+        from omegaconf import OmegaConf
+
+        from pipelines.indexing import run_indexing
+
+        cfg = OmegaConf.merge(cfg, {"kb": {"path": kb_path}})
+        report = run_indexing(cfg)
+        logger.info("Indexed %s: %d chunks in the collection", kb_path, report.collection_count)
+
+    systems: list[Any] = [PipelineSystem(cfg)]
+    if baselines:
+        dense = DenseSystem(cfg)
+        systems += [dense, HybridSystem(cfg, dense)]
+
+    answers: dict[str, list[Ranked]] = {system.name: [] for system in systems}
+    for query in queries:
+        for system in systems:
+            try:
+                answers[system.name].append(system.rank(query.query))
+            except InvalidQueryError:
+                answers[system.name].append(Ranked(sources=[], answered=False))
+
+    report: dict[str, Any] = {
+        "queries": str(queries_path),
+        "collection": cfg.milvus.collection,
+        "evidence_threshold": cfg.retrieval.evidence_threshold,
+        "systems": {name: score(queries, ranked) for name, ranked in answers.items()},
+    }
+    if details_path:
+        _write_details(details_path, queries, answers)
+    return report
+
+
+def _write_details(path: str, queries: list[EvalQuery], answers: dict[str, list[Ranked]]) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        for position, query in enumerate(queries):
+            row = {"id": query.id, "query": query.query, "relevant": sorted(query.relevant), "kind": query.kind}
+            for name, ranked in answers.items():
+                answer = ranked[position]
+                row[name] = {"answered": answer.answered, "top": answer.sources[:5], **answer.details}
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def format_metrics(report: dict[str, Any]) -> str:
+    systems = report["systems"]
+    columns = ["hit@1", "hit@5", "mrr@10", "answer_rate", "no_evidence_rate"]
+    first = next(iter(systems.values()))
+    lines = [
+        f"{report['queries']}: {first['answerable']} answerable, {first['off_topic']} off-topic queries "
+        f"(evidence threshold {report['evidence_threshold']})",
+        f"{'system':<10}" + "".join(f"{c:>18}" for c in columns),
+    ]
+    for name, metrics in systems.items():
+        cells = "".join(f"{_fmt(metrics[c]):>18}" for c in columns)
+        lines.append(f"{name:<10}{cells}")
+    if "dense" in systems and "hybrid" in systems:
+        pipeline = systems["pipeline"]["hit@1"] or 0.0
+        lines.append(
+            f"hit@1 gain of the pipeline: {100 * (pipeline - (systems['dense']['hit@1'] or 0)):+.1f} points over dense, "
+            f"{100 * (pipeline - (systems['hybrid']['hit@1'] or 0)):+.1f} over hybrid"
+        )
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
