@@ -124,9 +124,9 @@ def _configure_logging(verbosity: int) -> None:
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if verbosity < 2:
-        # pymilvus logs an ERROR with a traceback for errors we report ourselves in one line.
+        # pymilvus and milvus_lite log an ERROR with a traceback for errors we report ourselves in one line.
         for noisy in ("pymilvus", "grpc", "milvus_lite", "httpx", "urllib3", "sentence_transformers", "haystack"):
-            quiet = noisy in ("pymilvus", "grpc")
+            quiet = noisy in ("pymilvus", "grpc", "milvus_lite")
             logging.getLogger(noisy).setLevel(logging.CRITICAL if quiet else max(level, logging.WARNING))
 
 
