@@ -140,10 +140,11 @@ def _load(overrides: Sequence[str], extra: Sequence[str] = ()):
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    extra = [f"kb.path={args.kb}"] if args.kb else []
+    cfg = _load(args.overrides, extra)  # a bad config fails before the slow imports below
+
     from pipelines.indexing import run_indexing
 
-    extra = [f"kb.path={args.kb}"] if args.kb else []
-    cfg = _load(args.overrides, extra)
     report = run_indexing(cfg, rebuild=args.rebuild, progress_bar=sys.stderr.isatty())
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
