@@ -85,7 +85,9 @@ def test_config_groups_switch_together():
 
 
 def test_cli_bad_override_exits_2_with_one_line(tmp_path):
-    result = run_cli("index", "--kb", str(tmp_path), "retrieval.top_k=abc", f"paths.state_dir={tmp_path / 's'}", cwd=tmp_path)
+    result = run_cli(
+        "index", "--kb", str(tmp_path), "retrieval.top_k=abc", f"paths.state_dir={tmp_path / 's'}", "mlflow=off", cwd=tmp_path
+    )
     lines = stderr_lines(result)
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and "Traceback" not in result.stderr
@@ -104,8 +106,10 @@ def test_cli_bad_override_exits_2_with_one_line(tmp_path):
         (["lookup", "disk full", "retrieval.top_k=-1"], "retrieval.top_k"),
     ],
 )
-def test_main_bad_config_exits_2(args, fragment, capsys):
-    assert main(args) == 2
+def test_main_bad_config_exits_2(args, fragment, capsys, tmp_path, monkeypatch):
+    # Were the config accepted, the command would run: keep whatever it writes in tmp_path.
+    monkeypatch.chdir(tmp_path)
+    assert main([*args, f"paths.state_dir={tmp_path / 'state'}", "mlflow=off", f"kb.path={tmp_path / 'kb'}"]) == 2
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.strip()]
     assert len(lines) == 1, captured.err
