@@ -149,7 +149,7 @@ class MarkdownChunker:
         The first token of the next window: `overlap_tokens` back, moved to the start of a word.
 
         A CJK character is a word of its own, and the move stops `overlap_tokens` further back at
-        most, so a long run without word breaks (CJK prose, a hash, base64) still advances by
+        most, so a long run without word breaks (CJK prose, a long hex string) still advances by
         about `max_tokens - 2 * overlap_tokens` per window instead of one token.
         """
         candidate = max(end - self.overlap_tokens, start + 1)
