@@ -6,7 +6,7 @@ from haystack import Document, component
 
 from components.markdown_sections import Section, section_kind, split_sections
 from components.models import load_tokenizer
-from components.text import terms
+from components.text import is_cjk, terms
 
 logger = logging.getLogger(__name__)
 
@@ -146,10 +146,18 @@ class MarkdownChunker:
         return end
 
     def _overlap_start(self, text: str, offsets: list[tuple[int, int]], start: int, end: int) -> int:
-        """The first token of the next window: `overlap_tokens` back, moved to the start of a word."""
+        """
+        The first token of the next window: `overlap_tokens` back, moved to the start of a word.
+
+        A CJK character is a word of its own, and the move stops `overlap_tokens` further back at
+        most, so a long run without word breaks (CJK prose, a long hex string) still advances by
+        about `max_tokens - 2 * overlap_tokens` per window instead of one token.
+        """
         candidate = max(end - self.overlap_tokens, start + 1)
-        while candidate > start + 1 and candidate < end and offsets[candidate][0] > 0:
-            if not text[offsets[candidate][0] - 1].isalnum():
+        floor = max(candidate - self.overlap_tokens, start + 1)
+        while candidate > floor and candidate < end and offsets[candidate][0] > 0:
+            before = text[offsets[candidate][0] - 1]
+            if not before.isalnum() or is_cjk(before) or is_cjk(text[offsets[candidate][0]]):
                 break
             candidate -= 1
         return candidate

@@ -125,6 +125,8 @@ class MarkdownKnowledgeReader:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             return None, f"invalid UTF-8 at byte {exc.start}"
+        # A byte-order mark (as some editors write) would hide the frontmatter fence.
+        text = text.removeprefix("\ufeff")
         try:
             post = frontmatter.loads(text)
         except yaml.YAMLError as exc:

@@ -39,6 +39,31 @@ def _is_lock_error(exc: BaseException) -> bool:
     return False
 
 
+def _is_locked_elsewhere(uri: str) -> bool:
+    """
+    Whether another process holds the lock of a Milvus Lite db (its folder's LOCK file).
+
+    Milvus Lite logs the lock error in its server thread and pymilvus only raises "Open local
+    milvus failed", so the cause is found by trying the lock once (and releasing it at once).
+    """
+    from pathlib import Path
+
+    lock_file = Path(uri) / "LOCK"
+    if not lock_file.is_file():
+        return False
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock probe
+        return False
+    with open(lock_file, "rb") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
 def is_local_uri(uri: str) -> bool:
     """A file path means Milvus Lite (embedded); http(s) or tcp means a server."""
     return "://" not in uri
@@ -68,7 +93,7 @@ def connect(uri: str) -> MilvusClient:
     try:
         return MilvusClient(**connection_args(uri))
     except Exception as exc:
-        if _is_lock_error(exc):
+        if _is_lock_error(exc) or (is_local_uri(uri) and _is_locked_elsewhere(uri)):
             raise MilvusUnavailableError(
                 f"the Milvus Lite database {uri} is held by another process (a running `knowledge serve` "
                 "or another command); stop it, or use a Milvus server (milvus=server) that several processes can share"

@@ -124,9 +124,9 @@ def _configure_logging(verbosity: int) -> None:
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if verbosity < 2:
-        # pymilvus logs an ERROR with a traceback for errors we report ourselves in one line.
+        # pymilvus and milvus_lite log an ERROR with a traceback for errors we report ourselves in one line.
         for noisy in ("pymilvus", "grpc", "milvus_lite", "httpx", "urllib3", "sentence_transformers", "haystack"):
-            quiet = noisy in ("pymilvus", "grpc")
+            quiet = noisy in ("pymilvus", "grpc", "milvus_lite")
             logging.getLogger(noisy).setLevel(logging.CRITICAL if quiet else max(level, logging.WARNING))
 
 
@@ -140,10 +140,11 @@ def _load(overrides: Sequence[str], extra: Sequence[str] = ()):
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    extra = [f"kb.path={args.kb}"] if args.kb else []
+    cfg = _load(args.overrides, extra)  # a bad config fails before the slow imports below
+
     from pipelines.indexing import run_indexing
 
-    extra = [f"kb.path={args.kb}"] if args.kb else []
-    cfg = _load(args.overrides, extra)
     report = run_indexing(cfg, rebuild=args.rebuild, progress_bar=sys.stderr.isatty())
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))

@@ -6,7 +6,7 @@ Every key of the user-facing contract lives here with its type, so a bad overrid
 inside a component. Library code and tests compose with `load_config(overrides)`.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +140,16 @@ def _register_schema() -> None:
     ConfigStore.instance().store(name=SCHEMA_NAME, node=KnowledgeConfig)
 
 
+def _check_known_keys(cfg: DictConfig, schema: type = KnowledgeConfig, prefix: str = "") -> None:
+    """Hydra lets `+key=value` add a key the schema does not have, which nothing would ever read."""
+    known = {f.name: f.type for f in fields(schema)}
+    for key in cfg:
+        if key not in known:
+            raise ConfigError(f"{prefix}{key}: unknown key; known keys: {', '.join(prefix + k for k in known)}")
+        if is_dataclass(known[key]):
+            _check_known_keys(cfg[key], known[key], f"{prefix}{key}.")
+
+
 def _validate_values(cfg: DictConfig) -> None:
     for key, allowed in _CHOICES.items():
         value = OmegaConf.select(cfg, key)
@@ -209,6 +219,7 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | 
         raise ConfigError(_one_line(exc)) from exc
     finally:
         GlobalHydra.instance().clear()
+    _check_known_keys(cfg)
     _validate_values(cfg)
     return cfg
 

@@ -49,6 +49,18 @@ def small_kb(tmp_path) -> Path:
     return kb
 
 
+@pytest.fixture
+def index_kb(make_config):
+    """Index a knowledge base into the test's own state folder: returns (cfg, report)."""
+    from pipelines.indexing import run_indexing
+
+    def _index(kb: Path, *overrides: str, rebuild: bool = False):
+        cfg = make_config(f"kb.path={kb}", *overrides)
+        return cfg, run_indexing(cfg, rebuild=rebuild)
+
+    return _index
+
+
 @pytest.fixture(scope="session")
 def sample_cfg(tmp_path_factory):
     """The bundled knowledge/ indexed once per session."""

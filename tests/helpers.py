@@ -1,0 +1,55 @@
+"""Small helpers shared by the tests: reading a collection back, running the CLI as a user would."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from components.milvus_store import METADATA_FIELD, connect, ensure_loaded
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = "packaged:all-MiniLM-L6-v2"
+
+
+def collection_rows(cfg, output_fields: tuple[str, ...] = ("id", "metadata", "category", "content")) -> list[dict[str, Any]]:
+    """Every row of the configured collection (empty when it does not exist)."""
+    client = connect(cfg.milvus.uri)
+    name = cfg.milvus.collection
+    if not client.has_collection(name):
+        return []
+    ensure_loaded(client, name)
+    rows: list[dict[str, Any]] = []
+    iterator = client.query_iterator(name, batch_size=1000, filter="", output_fields=list(output_fields))
+    try:
+        while batch := iterator.next():
+            rows.extend(batch)
+    finally:
+        iterator.close()
+    return rows
+
+
+def ids_by_source(cfg) -> dict[str, set[str]]:
+    """Chunk ids of each source in the collection."""
+    result: dict[str, set[str]] = {}
+    for row in collection_rows(cfg, ("id", METADATA_FIELD)):
+        result.setdefault(row[METADATA_FIELD]["source"], set()).add(row["id"])
+    return result
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m pipelines.cli ARGS` in its own process, importing this checkout's code."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    env.pop("KNOWLEDGE_DEBUG", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def stderr_lines(result: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip()]

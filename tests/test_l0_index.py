@@ -1,0 +1,200 @@
+"""The L0 index built from the sample knowledge base: contents, title vectors and matching."""
+
+import re
+
+import frontmatter
+import numpy as np
+import pytest
+
+from components.contracts import EntityRef
+from components.l0_index import L0Entry, L0Index, L0IndexHandle, L0IndexMissingError
+from components.text import terms
+from tests.conftest import SAMPLE_KB
+
+CATEGORIES = ["certificates", "cpu", "database", "deployments", "disk", "memory", "network", "queues"]
+POSTGRES_DOCS = {
+    "database/postgresql-connection-pool-exhausted.md",
+    "database/postgresql-replication-lag.md",
+    "database/postgresql-slow-queries-and-locks.md",
+}
+CJK_DISK = "disk/filesystem-read-only-remount.md"
+CJK_NGINX = "network/nginx-upstream-timeout.md"
+
+
+@pytest.fixture(scope="module")
+def l0(sample_cfg) -> L0Index:
+    return L0Index.load(sample_cfg.l0.index_path)
+
+
+def sample_files() -> dict[str, frontmatter.Post]:
+    return {
+        path.relative_to(SAMPLE_KB).as_posix(): frontmatter.load(path) for path in sorted(SAMPLE_KB.rglob("*.md"))
+    }
+
+
+def expected_entities(raw) -> list[EntityRef]:
+    return [EntityRef(name=e["name"], aliases=list(e.get("aliases") or [])) for e in raw or []]
+
+
+# contents ------------------------------------------------------------------------------------
+
+
+def test_one_entry_per_sample_document(l0):
+    assert [entry.source for entry in l0.entries] == sorted(sample_files())
+    assert len(l0.entries) == 36
+
+
+def test_entries_hold_the_frontmatter(l0):
+    files = sample_files()
+    with_frontmatter = 0
+    for source, post in files.items():
+        entry = l0.entry(source)
+        if post.metadata:
+            with_frontmatter += 1
+            assert entry.title == post["title"]
+            assert entry.category == post["category"]
+            assert entry.keywords == post["keywords"]
+            assert entry.entities == expected_entities(post.get("entities"))
+        else:
+            # Defaults: the first heading and the top-level folder.
+            assert entry.title == re.search(r"^# (.+)$", post.content, re.MULTILINE).group(1)
+            assert entry.category == source.split("/")[0]
+            assert entry.keywords == [] and entry.entities == []
+    assert 0 < with_frontmatter < len(files)  # the sample covers both cases
+
+
+def test_specific_entries(l0):
+    assert l0.entry("disk/disk-full.md").title == "Disk Full"
+    assert "no space left on device" in l0.entry("disk/disk-full.md").keywords
+    assert l0.entry("cpu/runaway-process.md").title == "Runaway Process Consuming CPU"
+    assert l0.entry("cpu/runaway-process.md").category == "cpu"
+    pg = l0.entry("database/postgresql-replication-lag.md").entities[0]
+    assert pg == EntityRef(name="PostgreSQL", aliases=["postgres", "pg", "psql"])
+    assert l0.entry(CJK_DISK).title == "文件系统被重新挂载为只读"
+    assert l0.entry(CJK_NGINX).entities[0] == EntityRef(name="Nginx", aliases=["反向代理", "负载均衡器"])
+    assert "Diagnosis" in l0.entry("disk/disk-full.md").headings
+    assert l0.entry("no/such.md") is None
+
+
+def test_categories(l0):
+    assert l0.categories == CATEGORIES
+
+
+def test_term_document_frequencies(l0):
+    (replication,) = terms("replication")
+    (disk,) = terms("disk")
+    assert l0.term_df[replication] >= 2
+    assert l0.idf(replication) > 0
+    assert l0.idf(disk) < l0.idf(replication)  # common terms weigh less
+    assert l0.idf("nosuchtermanywhere") == 0.0
+
+
+def test_title_vectors_one_per_entry(l0):
+    vectors = l0.title_vectors
+    assert vectors is not None and vectors.shape == (len(l0.entries), 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
+    assert np.array_equal(l0.title_vector("disk/disk-full.md"), vectors[[e.source for e in l0.entries].index("disk/disk-full.md")])
+    # Titles about the same thing lie closer than unrelated ones.
+    pg_lag = l0.title_vector("database/postgresql-replication-lag.md")
+    pg_pool = l0.title_vector("database/postgresql-connection-pool-exhausted.md")
+    acme = l0.title_vector("certificates/acme-renewal-failure.md")
+    assert float(pg_lag @ pg_pool) > float(pg_lag @ acme)
+    assert l0.model == "packaged:all-MiniLM-L6-v2"
+
+
+# matching ------------------------------------------------------------------------------------
+
+
+def test_alias_matches_the_entity(l0):
+    hints = l0.match("postgres replication is behind")
+    assert hints.entities == ["PostgreSQL"]
+    assert set(hints.matched_sources) == POSTGRES_DOCS
+    assert hints.domains == ["database"]
+    assert l0.entity_expansions("postgres replication is behind") == ["PostgreSQL"]
+
+
+def test_keyword_match(l0):
+    hints = l0.match("writes fail with no space left on device")
+    assert hints.matched_keywords == ["no space left on device"]
+    assert set(hints.matched_sources) == {"disk/disk-full.md", "disk/inode-exhaustion.md"}
+    assert hints.single_domain == "disk"
+
+
+def test_category_name_match(l0):
+    hints = l0.match("something is wrong with the queues", domain_from_matches=False)
+    assert hints.domains == ["queues"]
+    assert hints.matched_sources == []
+    assert l0.match("memory").domains == ["memory"]
+
+
+def test_title_match(l0):
+    hints = l0.match("High CPU steal time on our VMs")
+    assert "High CPU Steal Time" in hints.matched_titles
+    assert "cpu/high-cpu-steal.md" in hints.matched_sources
+
+
+def test_cjk_queries_match_the_chinese_documents(l0):
+    disk = l0.match("磁盘变成只读文件系统了")
+    assert disk.matched_keywords == ["只读文件系统"]
+    assert disk.matched_sources == [CJK_DISK]
+    assert disk.domains == ["disk"]
+
+    nginx = l0.match("反向代理报上游超时")
+    assert set(nginx.matched_keywords) == {"上游超时", "反向代理"}
+    assert nginx.entities == ["Nginx"]
+    assert nginx.matched_sources == [CJK_NGINX]
+    assert nginx.domains == ["network"]
+
+    title = l0.match("文件系统被重新挂载为只读怎么办")
+    assert title.matched_titles == ["文件系统被重新挂载为只读"]
+    assert CJK_DISK in title.matched_sources
+
+
+def test_short_alias_does_not_match_inside_a_word(l0):
+    assert "PostgreSQL" in l0.match("pg is down").entities
+    assert "PostgreSQL" not in l0.match("upgrade the kernel packages").entities
+    assert "PostgreSQL" not in l0.match("pgbench results").entities
+
+
+def test_unrelated_query_matches_nothing(l0):
+    hints = l0.match("quarterly marketing budget review")
+    assert not hints.has_matches
+    assert hints.matched_sources == []
+
+
+# persistence ---------------------------------------------------------------------------------
+
+
+def test_save_and_load_round_trip(tmp_path):
+    entries = [
+        L0Entry("a/x.md", "Disk Full", "a", ["df"], [EntityRef("ext4", ["ext4 fs"])], ["Disk Full", "Fix"]),
+        L0Entry("b/y.md", "网关超时", "b"),
+    ]
+    vectors = np.eye(2, 4, dtype=np.float32)
+    path = tmp_path / "state" / "kb.l0.json"
+    L0Index(entries, vectors, "m", {"disk": 1}).save(path)
+    loaded = L0Index.load(path)
+    assert loaded.entries == entries
+    assert np.array_equal(loaded.title_vectors, vectors)
+    assert (loaded.model, loaded.term_df) == ("m", {"disk": 1})
+    assert "网关超时" in path.read_text(encoding="utf-8")  # kept readable, not \\u-escaped
+
+    L0Index(entries[:1], None).save(path)  # saving without vectors removes the stale array
+    assert L0Index.load(path).title_vectors is None
+
+
+def test_missing_index_says_what_to_do(tmp_path):
+    with pytest.raises(L0IndexMissingError, match="knowledge index"):
+        L0Index.load(tmp_path / "none.l0.json")
+    with pytest.raises(L0IndexMissingError):
+        L0IndexHandle(tmp_path / "none.l0.json").get()
+
+
+def test_handle_reloads_a_changed_index(tmp_path):
+    path = tmp_path / "kb.l0.json"
+    L0Index([L0Entry("a.md", "One", "general")]).save(path)
+    handle = L0IndexHandle(path)
+    first = handle.get()
+    assert handle.get() is first  # unchanged file: the same object
+    L0Index([L0Entry("a.md", "One", "general"), L0Entry("b.md", "Two", "general")]).save(path)
+    assert [e.source for e in handle.get().entries] == ["a.md", "b.md"]

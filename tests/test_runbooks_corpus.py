@@ -1,0 +1,44 @@
+"""The prometheus runbook corpus (108 markdown files) indexes completely (skips when absent)."""
+
+import pytest
+
+from components.l0_index import L0Index
+from tests.helpers import collection_rows
+
+pytestmark = pytest.mark.corpus
+
+
+def corpus_sources(runbooks_dir) -> list[str]:
+    return sorted(
+        path.relative_to(runbooks_dir).as_posix()
+        for path in runbooks_dir.rglob("*")
+        if path.suffix.lower() in (".md", ".markdown") and not any(part.startswith(".") for part in path.relative_to(runbooks_dir).parts)
+    )
+
+
+def test_every_runbook_is_indexed(runbooks_cfg, runbooks_dir):
+    cfg, report = runbooks_cfg
+    sources = corpus_sources(runbooks_dir)
+    assert len(sources) == 108
+    # Nothing is skipped, except documents that are empty stubs.
+    assert all(skipped.reason == "empty document" for skipped in report.skipped), report.skipped
+    assert sorted(report.added + [s.source for s in report.skipped]) == sources
+    assert report.updated == [] and report.removed == [] and report.unchanged == []
+
+
+def test_collection_count_equals_chunks_written(runbooks_cfg):
+    cfg, report = runbooks_cfg
+    rows = collection_rows(cfg, ("id", "metadata"))
+    assert report.chunks_written == report.collection_count == len(rows)
+    assert len({row["id"] for row in rows}) == len(rows)
+    assert {row["metadata"]["source"] for row in rows} == set(report.added)
+
+
+def test_l0_index_covers_the_corpus(runbooks_cfg, runbooks_dir):
+    cfg, report = runbooks_cfg
+    l0 = L0Index.load(cfg.l0.index_path)
+    assert sorted(entry.source for entry in l0.entries) == sorted(report.added)
+    top_folders = {path.name for path in runbooks_dir.iterdir() if path.is_dir() and not path.name.startswith(".")}
+    assert set(l0.categories) <= top_folders | {"general"}
+    assert all(entry.title for entry in l0.entries)
+    assert l0.title_vectors.shape == (len(l0.entries), 384)
