@@ -13,6 +13,7 @@ from components.context_packer import ContextPacker
 from components.contracts import Candidate, EvidenceBlock, L0Hints, QueryTransform
 from components.evidence_deduper import EvidenceDeduper
 from components.models import count_tokens
+from components.result_assembler import completeness_hint
 from components.rule_reranker import DEFAULT_WEIGHTS, RuleReranker
 from tests.helpers import MODEL, lookup_with
 
@@ -208,6 +209,8 @@ def test_context_pack_respects_budget(sample_cfg):
     assert pack["includedSources"] and pack["omittedSources"]
     assert not set(pack["includedSources"]) & set(pack["omittedSources"])
     assert set(pack["includedSources"]) | set(pack["omittedSources"]) == {b.source for b in result.evidence_blocks}
+    packed_keys = [b["evidenceKey"] for b in pack["blocks"]]
+    assert sorted(packed_keys + pack["omittedEvidenceKeys"]) == sorted(b.evidence_key for b in result.evidence_blocks)
     # Headers (metadata) are whole; content is what got cut.
     for packed in pack["blocks"]:
         assert f"source: {packed['source']}" in pack["text"]
@@ -237,6 +240,26 @@ def test_context_packer_truncates_content_never_metadata():
             assert "; ".join(reasons) in pack.text
         assert pack.included_sources == [b.source for b in pack.blocks]
         assert pack.included_sources + pack.omitted_sources == [b.source for b in blocks]
+
+
+def test_context_pack_records_a_block_omitted_from_an_included_source():
+    """Regression: a second block of an included source, cut by the budget, left no trace in the pack."""
+
+    def block(key: str, words: int) -> EvidenceBlock:
+        return EvidenceBlock(
+            evidence_key=key, source="ops/doc.md", content="word " * words, retrieval_layer="L1", score=0.8,
+            score_label="s", raw_score=0.4, raw_score_label="l2_squared_distance", rerank_score=0.8,
+            hit_reasons=["vector:sdk attempt 0 (unfiltered)"], title="Doc", breadcrumb="Doc > Fix",
+        )
+
+    blocks = [block("first", 40), block("second", 100)]
+    pack = ContextPacker(budget_tokens=90).run(evidence_blocks=blocks)["context_pack"]
+    assert [b.evidence_key for b in pack.blocks] == ["first"] and not pack.truncated
+    assert pack.included_sources == ["ops/doc.md"] and pack.omitted_sources == []
+    assert pack.omitted_evidence_keys == ["second"]
+    assert pack.to_dict()["omittedEvidenceKeys"] == ["second"] and pack.summary()["omitted_evidence_keys"] == ["second"]
+    hint = completeness_hint(blocks, pack, "high")
+    assert hint.startswith("partial:") and "1 block(s) omitted" in hint
 
 
 # rerank --------------------------------------------------------------------------------------
