@@ -10,7 +10,7 @@ import pytest
 from pipelines.cli import main
 from pipelines.indexing import run_indexing
 from pipelines.settings import load_config
-from tests.conftest import SAMPLE_KB, state_overrides
+from tests.conftest import state_overrides
 from tests.helpers import run_cli, stderr_lines
 from tests.lookup_kbs import write_two_topic_kb
 
@@ -107,4 +107,3 @@ def test_knowledge_eval_smoke(sample_cfg, tmp_path, capsys):
     for cells in rows_by_system.values():
         assert len(cells) == 5 and all(0.0 <= float(cell) <= 1.0 for cell in cells)
     assert rows_by_system["pipeline"] == ["1.000", "1.000", "1.000", "1.000", "1.000"]
-    assert str(SAMPLE_KB) not in out  # it evaluated the indexed collection; nothing re-indexed
