@@ -22,7 +22,8 @@ class ContextPacker:
 
     Each block keeps a header with its source, title, breadcrumb and hit reasons, whole; when the
     budget runs short, block content is truncated (never the header), and blocks that no longer
-    fit are omitted. The pack records included and omitted sources and whether it truncated.
+    fit are omitted. The pack records included and omitted sources, the evidence keys of omitted
+    blocks (a source can be included through one block and lose another) and whether it truncated.
 
     Usage example:
 
@@ -56,6 +57,7 @@ class ContextPacker:
         parts: list[str] = []
         packed: list[PackedBlock] = []
         omitted: list[str] = []
+        omitted_keys: list[str] = []
         used = 0
         truncated_any = False
         separator_tokens = self._count("\n\n")
@@ -65,6 +67,7 @@ class ContextPacker:
             room = self.budget_tokens - used - header_tokens - (separator_tokens if parts else 0)
             if room < min(_MIN_CONTENT_TOKENS, self._count(block.content)):
                 omitted.append(block.source)
+                omitted_keys.append(block.evidence_key)
                 continue
             content, truncated = self._fit(block.content, room)
             text = f"{header}\n{content}"
@@ -93,6 +96,7 @@ class ContextPacker:
             omitted_sources=[s for s in unique(omitted) if s not in included],
             truncated=truncated_any,
             blocks=packed,
+            omitted_evidence_keys=omitted_keys,
         )
         return {"context_pack": pack}
 

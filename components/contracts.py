@@ -347,6 +347,8 @@ class ContextPack:
     omitted_sources: list[str]
     truncated: bool
     blocks: list[PackedBlock] = field(default_factory=list)
+    # Blocks left out for the budget, also those whose source is included through another block.
+    omitted_evidence_keys: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -355,6 +357,7 @@ class ContextPack:
             "usedTokens": self.used_tokens,
             "includedSources": self.included_sources,
             "omittedSources": self.omitted_sources,
+            "omittedEvidenceKeys": self.omitted_evidence_keys,
             "truncated": self.truncated,
             "blocks": [b.to_dict() for b in self.blocks],
         }
@@ -368,6 +371,7 @@ class ContextPack:
             "omitted_sources": self.omitted_sources,
             "truncated": self.truncated,
             "included_evidence_keys": [b.evidence_key for b in self.blocks],
+            "omitted_evidence_keys": self.omitted_evidence_keys,
         }
 
 

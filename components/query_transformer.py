@@ -5,7 +5,7 @@ from haystack import component
 
 from components.contracts import InvalidQueryError, QueryTransform
 from components.l0_index import L0IndexHandle
-from components.text import clean
+from components.text import clean, printable
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class QueryTransformer:
         if expansions:
             variants.append(f"{normalized} ({', '.join(expansions)})")
         transform = QueryTransform(
-            raw=query,
+            raw=printable(query),
             normalized=normalized,
             variants=variants,
             expansions=expansions,

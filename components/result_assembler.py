@@ -57,8 +57,13 @@ def completeness_hint(blocks: list[EvidenceBlock], pack: ContextPack, level: str
         return "none: no knowledge evidence was found; do not answer from the knowledge base"
     sources = len({b.source for b in blocks})
     base = f"{len(blocks)} evidence block(s) from {sources} source(s)"
-    if pack.omitted_sources or pack.truncated:
-        missing = f"{len(pack.omitted_sources)} source(s) omitted" if pack.omitted_sources else "content truncated"
+    if pack.omitted_sources or pack.omitted_evidence_keys or pack.truncated:
+        if pack.omitted_sources:
+            missing = f"{len(pack.omitted_sources)} source(s) omitted"
+        elif pack.omitted_evidence_keys:
+            missing = f"{len(pack.omitted_evidence_keys)} block(s) omitted"
+        else:
+            missing = "content truncated"
         return f"partial: {base}; the context budget cut some of it ({missing}); read the sources for details"
     if level == "low":
         return f"weak: {base}, all of low relevance; verify before relying on it"

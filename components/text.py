@@ -9,7 +9,10 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0/C1 control characters, and lone surrogates (never valid text: they reach us through JSON
+# escapes such as "\\ud800", and break the tokenizer and any UTF-8 output).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_SURROGATES = re.compile(r"[\ud800-\udfff]")
 _SPACES = re.compile(r"\s+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -30,10 +33,15 @@ _SUFFIXES = ("ing", "ies", "es", "ed", "ly", "s")
 
 
 def clean(text: str) -> str:
-    """NFKC-normalise, drop control characters and collapse whitespace (case is kept)."""
+    """NFKC-normalise, drop control characters (and lone surrogates) and collapse whitespace (case is kept)."""
     text = unicodedata.normalize("NFKC", text)
     text = _CONTROL.sub(" ", text)
     return _SPACES.sub(" ", text).strip()
+
+
+def printable(text: str) -> str:
+    """The text with lone surrogates replaced by U+FFFD, so it can be written as UTF-8 (records, output)."""
+    return _SURROGATES.sub("\ufffd", text)
 
 
 def fold(text: str) -> str:

@@ -187,6 +187,7 @@ def _read_batch(path: str) -> list[str]:
 
 def cmd_lookup(args: argparse.Namespace) -> int:
     from components.contracts import InvalidQueryError
+    from components.text import printable
     from pipelines.lookup import LookupService
 
     overrides = list(args.overrides)
@@ -205,7 +206,7 @@ def cmd_lookup(args: argparse.Namespace) -> int:
                 line = service.lookup(query).to_dict()
             except InvalidQueryError as exc:
                 failures += 1
-                line = {"query": query, "error": str(exc)}
+                line = {"query": printable(query), "error": str(exc)}
             print(json.dumps(line, ensure_ascii=False), flush=True)
         return EXIT_BAD_INPUT if failures else EXIT_OK
     if args.query is None:

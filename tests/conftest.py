@@ -98,3 +98,16 @@ def runbooks_cfg(tmp_path_factory, runbooks_dir):
     report = run_indexing(cfg, rebuild=True)
     cfg_report = (cfg, report)
     return cfg_report
+
+
+@pytest.fixture(scope="session")
+def topics_cfg(tmp_path_factory):
+    """The purpose-made two-topic knowledge base (tests/lookup_kbs.py) indexed once per session."""
+    from pipelines.indexing import run_indexing
+    from tests.lookup_kbs import write_two_topic_kb
+
+    root = tmp_path_factory.mktemp("topics")
+    kb = write_two_topic_kb(root / "kb")
+    cfg = load_config(state_overrides(root / "state", f"kb.path={kb}"))
+    run_indexing(cfg, rebuild=True)
+    return cfg

@@ -53,3 +53,22 @@ def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Completed
 
 def stderr_lines(result: subprocess.CompletedProcess) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+def derived_config(cfg, *overrides: str):
+    """The config of an indexed test knowledge base (same state and KB) with more overrides."""
+    from pipelines.settings import load_config
+
+    return load_config([f"paths.state_dir={cfg.paths.state_dir}", f"kb.path={cfg.kb.path}", "mlflow=off", *overrides])
+
+
+def lookup_with(cfg, query: str, *overrides: str, include: tuple[str, ...] = ()):
+    """
+    One lookup through a pipeline built from `cfg` plus overrides: (result, outputs), where
+    `outputs` holds the outputs of the components named in `include` (e.g. "retriever").
+    """
+    from pipelines.lookup import build_lookup_pipeline
+
+    pipeline = build_lookup_pipeline(derived_config(cfg, *overrides))
+    outputs = pipeline.run({"query_transformer": {"query": query}}, include_outputs_from=set(include))
+    return outputs["assembler"]["result"], outputs
