@@ -89,15 +89,15 @@ def test_term_document_frequencies(l0):
     assert l0.idf("nosuchtermanywhere") == 0.0
 
 
-def test_title_vectors_one_per_entry(l0):
-    vectors = l0.title_vectors
+def test_summary_vectors_one_per_entry(l0):
+    vectors = l0.summary_vectors
     assert vectors is not None and vectors.shape == (len(l0.entries), 384)
     assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-3)
-    assert np.array_equal(l0.title_vector("disk/disk-full.md"), vectors[[e.source for e in l0.entries].index("disk/disk-full.md")])
-    # Titles about the same thing lie closer than unrelated ones.
-    pg_lag = l0.title_vector("database/postgresql-replication-lag.md")
-    pg_pool = l0.title_vector("database/postgresql-connection-pool-exhausted.md")
-    acme = l0.title_vector("certificates/acme-renewal-failure.md")
+    assert np.array_equal(l0.summary_vector("disk/disk-full.md"), vectors[[e.source for e in l0.entries].index("disk/disk-full.md")])
+    # Summaries of documents about the same thing lie closer than unrelated ones.
+    pg_lag = l0.summary_vector("database/postgresql-replication-lag.md")
+    pg_pool = l0.summary_vector("database/postgresql-connection-pool-exhausted.md")
+    acme = l0.summary_vector("certificates/acme-renewal-failure.md")
     assert float(pg_lag @ pg_pool) > float(pg_lag @ acme)
     assert l0.model == "packaged:all-MiniLM-L6-v2"
 
@@ -121,10 +121,18 @@ def test_keyword_match(l0):
 
 
 def test_category_name_match(l0):
-    hints = l0.match("something is wrong with the queues", domain_from_matches=False)
-    assert hints.domains == ["queues"]
+    # "certificates" is named almost only by documents of its category: a reliable domain.
+    assert l0.domain_precision["certificates"] >= 0.5
+    hints = l0.match("something is wrong with the certificates", domain_from_matches=False)
+    assert hints.domains == ["certificates"]
     assert hints.matched_sources == []
-    assert l0.match("memory").domains == ["memory"]
+
+
+def test_category_named_everywhere_is_no_domain(l0):
+    # "network" appears in runbooks of most categories, so naming it says little about the domain.
+    assert l0.domain_precision["network"] < 0.5
+    assert l0.match("network", domain_from_matches=False).domains == []
+    assert l0.match("network", domain_from_matches=False, domain_min_precision=0.0).domains == ["network"]
 
 
 def test_title_match(l0):
@@ -172,15 +180,15 @@ def test_save_and_load_round_trip(tmp_path):
     ]
     vectors = np.eye(2, 4, dtype=np.float32)
     path = tmp_path / "state" / "kb.l0.json"
-    L0Index(entries, vectors, "m", {"disk": 1}).save(path)
+    L0Index(entries, vectors, "m", {"disk": 1}, {"a": 0.75}).save(path)
     loaded = L0Index.load(path)
     assert loaded.entries == entries
-    assert np.array_equal(loaded.title_vectors, vectors)
-    assert (loaded.model, loaded.term_df) == ("m", {"disk": 1})
+    assert np.array_equal(loaded.summary_vectors, vectors)
+    assert (loaded.model, loaded.term_df, loaded.domain_precision) == ("m", {"disk": 1}, {"a": 0.75})
     assert "网关超时" in path.read_text(encoding="utf-8")  # kept readable, not \\u-escaped
 
     L0Index(entries[:1], None).save(path)  # saving without vectors removes the stale array
-    assert L0Index.load(path).title_vectors is None
+    assert L0Index.load(path).summary_vectors is None
 
 
 def test_missing_index_says_what_to_do(tmp_path):

@@ -41,4 +41,4 @@ def test_l0_index_covers_the_corpus(runbooks_cfg, runbooks_dir):
     top_folders = {path.name for path in runbooks_dir.iterdir() if path.is_dir() and not path.name.startswith(".")}
     assert set(l0.categories) <= top_folders | {"general"}
     assert all(entry.title for entry in l0.entries)
-    assert l0.title_vectors.shape == (len(l0.entries), 384)
+    assert l0.summary_vectors.shape == (len(l0.entries), 384)
