@@ -9,6 +9,7 @@ from components.vector_search import PATHS, VectorSearch, make_search
 logger = logging.getLogger(__name__)
 
 _PREVIEW_CHARS = 160
+OTHER_PATH = "other"
 
 
 def comparable(candidates: list[Candidate], limit: int) -> list[dict[str, Any]]:
@@ -75,7 +76,7 @@ class SidecarComparator:
     def __init__(
         self,
         enabled: bool = False,
-        path: str = "haystack",
+        path: str = "other",
         uri: str = "",
         collection: str = "knowledge",
         top_k: int = 10,
@@ -84,15 +85,16 @@ class SidecarComparator:
     ) -> None:
         """
         :param enabled: Run the sidecar at all.
-        :param path: The sidecar's vector-store path, "haystack" or "sdk".
+        :param path: The sidecar's vector-store path: "other" (the path the main lookup did not use),
+            "haystack" or "sdk".
         :param uri: Milvus URI.
         :param collection: Collection name.
         :param top_k: Results compared per path.
         :param index_type: Index type of the collection.
         :param search_params: Search parameters.
         """
-        if path not in PATHS:
-            raise ValueError(f"sidecar path must be one of {', '.join(PATHS)}, not {path!r}")
+        if path not in (OTHER_PATH, *PATHS):
+            raise ValueError(f"sidecar path must be one of {OTHER_PATH}, {', '.join(PATHS)}, not {path!r}")
         self.enabled = enabled
         self.path = path
         self.uri = uri
@@ -100,7 +102,7 @@ class SidecarComparator:
         self.top_k = top_k
         self.index_type = index_type
         self.search_params = dict(search_params or {})
-        self._search: VectorSearch | None = None
+        self._searches: dict[str, VectorSearch] = {}
 
     @component.output_types(sidecar=SidecarReport)
     def run(self, embeddings: list[list[float]], candidates: list[Candidate], retrieval_trace: RetrievalTrace) -> dict[str, Any]:
@@ -119,18 +121,19 @@ class SidecarComparator:
         )
         if selected is None:
             return {"sidecar": SidecarReport(status="skipped", path=self.path, error="no main retrieval attempt")}
+        path = self._side_path(selected.path)
         embedding = embeddings[0] if selected.index > 0 else embeddings[-1]
         main = sorted((c for c in candidates if c.attempt == selected.index), key=lambda c: -c.similarity)
         try:
-            if self._search is None:
-                self._search = make_search(self.path, self.uri, self.collection, self.index_type, self.search_params)
-            side = self._search.search(embedding, self.top_k, selected.category_filter)
+            if path not in self._searches:
+                self._searches[path] = make_search(path, self.uri, self.collection, self.index_type, self.search_params)
+            side = self._searches[path].search(embedding, self.top_k, selected.category_filter)
         except Exception as exc:  # the sidecar must never break the main lookup
-            self._search = None
-            logger.warning("Sidecar path %s failed: %s", self.path, exc)
+            self._searches.pop(path, None)
+            logger.warning("Sidecar path %s failed: %s", path, exc)
             return {
                 "sidecar": SidecarReport(
-                    status="error", path=self.path, main_path=selected.path, error=f"{type(exc).__name__}: {exc}"
+                    status="error", path=path, main_path=selected.path, error=f"{type(exc).__name__}: {exc}"
                 )
             }
         main_rows = comparable(main, self.top_k)
@@ -138,9 +141,14 @@ class SidecarComparator:
         return {
             "sidecar": SidecarReport(
                 status="ok",
-                path=self.path,
+                path=path,
                 main_path=selected.path,
                 results=side_rows,
                 comparison=compare(main_rows, side_rows),
             )
         }
+
+    def _side_path(self, main_path: str) -> str:
+        if self.path != OTHER_PATH:
+            return self.path
+        return next(p for p in PATHS if p != main_path)

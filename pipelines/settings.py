@@ -96,7 +96,7 @@ class ContextConfig:
 @dataclass
 class SidecarConfig:
     enabled: bool = False
-    path: str = "haystack"
+    path: str = "other"
 
 
 @dataclass
@@ -131,7 +131,7 @@ class KnowledgeConfig:
 
 _CHOICES = {
     "retrieval.vector_store_mode": ("sdk", "haystack", "auto"),
-    "sidecar.path": ("sdk", "haystack"),
+    "sidecar.path": ("other", "sdk", "haystack"),
     "query.on_overlong": ("truncate", "error"),
 }
 

@@ -149,6 +149,13 @@ def test_sidecar_enabled_reports_comparable_results(topics_cfg, sidecar_off):
     assert result.retrieval_details(200)["sidecar"]["status"] == "ok"
 
 
+def test_sidecar_compares_with_the_path_the_main_lookup_did_not_use(topics_cfg):
+    cfg = derived_config(topics_cfg, "sidecar.enabled=true", "retrieval.vector_store_mode=haystack")
+    report = LookupService(cfg).lookup(UNFILTERED_QUERY).sidecar
+    assert (report.status, report.main_path, report.path) == ("ok", "haystack", "sdk")
+    assert report.comparison["score_semantics"]["sidecar"] == SDK_SCORE_LABEL
+
+
 def test_sidecar_failure_does_not_break_main_retrieval(topics_cfg, sidecar_off):
     cfg = derived_config(topics_cfg, "sidecar.enabled=true")
     pipeline = build_lookup_pipeline(cfg)

@@ -19,7 +19,7 @@ BAD_OVERRIDES = [
     ("retrieval.high_relevance=2", "retrieval.high_relevance", "[0, 1]"),
     ("retrieval.top_k=0", "retrieval.top_k", "at least 1"),
     ("retrieval.vector_store_mode=bogus", "retrieval.vector_store_mode", "sdk, haystack, auto"),
-    ("sidecar.path=elsewhere", "sidecar.path", "sdk, haystack"),
+    ("sidecar.path=elsewhere", "sidecar.path", "other, sdk, haystack"),
     ("query.on_overlong=explode", "query.on_overlong", "truncate, error"),
     ("context.budget_tokens=4", "context.budget_tokens", "at least 16"),
     ("chunking.max_tokens=8", "max_tokens", ">= 16"),
