@@ -313,6 +313,20 @@ class MlflowTraceSink:
         import mlflow
         from mlflow.entities import SpanStatus, SpanStatusCode
 
+        current = mlflow.get_tracking_uri()
+        if current != self.tracking_uri:
+            # Someone else in this process moved MLflow's global tracking URI: exporting now would
+            # put our trace in their store, and moving it back would move their runs. Skip, say so once.
+            self.failed += 1
+            if not self._export_warned:
+                self._export_warned = True
+                logger.warning(
+                    "MLflow tracking URI changed to %s in this process: lookup traces for %s are skipped",
+                    current,
+                    self.tracking_uri,
+                )
+            return
+
         chars = job.summary_chars
         root = mlflow.start_span_no_context(
             name=ROOT_SPAN,

@@ -29,6 +29,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -97,6 +98,16 @@ _sqlite_locks: dict[str, threading.Lock] = {}
 _sqlite_locks_guard = threading.Lock()
 
 
+# Every engine made here, so tests (and a server shutting down) can close their pooled connections.
+_engines: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+def dispose_engines() -> None:
+    """Close the pooled connections of every trace-store engine of the process."""
+    for engine in list(_engines):
+        engine.dispose()
+
+
 class TraceStoreError(RuntimeError):
     """The trace database cannot be read (wrong URL, server down): for the review commands."""
 
@@ -138,11 +149,14 @@ def make_engine(db_url: str, connect_timeout: int = 3) -> Engine:
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
+        _engines.add(engine)
         return engine
     connect_args: dict[str, Any] = {}
     if url.get_backend_name() == "postgresql":
         connect_args["connect_timeout"] = connect_timeout
-    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    engine = create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    _engines.add(engine)
+    return engine
 
 
 def alembic_config(connection) -> "Any":  # noqa: ANN001

@@ -229,7 +229,7 @@ class TraceWriter:
         self._submit_trace(
             invocation_id, STATUS_ERROR, arguments, started_at, details, trace_status, None, info, None, recording
         )
-        logger.warning("Lookup %s failed and was recorded (%s): %s", invocation_id, trace_status, record["error"])
+        logger.info("Lookup %s failed and was recorded (%s): %s", invocation_id, trace_status, record["error"])
         return failure
 
     def _submit_trace(

@@ -156,6 +156,10 @@ def _configure_logging(verbosity: int) -> None:
         for noisy in ("pymilvus", "grpc", "milvus_lite", "httpx", "urllib3", "sentence_transformers", "haystack"):
             quiet = noisy in ("pymilvus", "grpc")
             logging.getLogger(noisy).setLevel(logging.CRITICAL if quiet else max(level, logging.WARNING))
+        # On a failed run Haystack snapshots the pipeline state for debugging and warns about every
+        # field it cannot serialize; the failure itself is reported (and recorded) in one line.
+        for snapshot_logger in ("haystack.utils.base_serialization", "haystack.core.pipeline.breakpoint"):
+            logging.getLogger(snapshot_logger).setLevel(logging.ERROR)
 
 
 def _load(overrides: Sequence[str], extra: Sequence[str] = ()):
