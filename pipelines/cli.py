@@ -338,8 +338,23 @@ def _exit_code(exc: BaseException) -> int:
     return EXIT_BAD_INPUT if isinstance(exc, (UsageError, ConfigError, InvalidQueryError, KnowledgeBaseError)) else EXIT_FAILURE
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """
+    Parse, letting key=value overrides follow options too (`traces show ID --json trace=postgres`):
+    argparse fills a positional list once, so overrides after an option come back as extras.
+    """
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        stray = [a for a in extra if a.startswith("-") or not hasattr(args, "overrides")]
+        if stray:
+            parser.error(f"unrecognized arguments: {' '.join(stray)}")
+        args.overrides = [*args.overrides, *extra]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     _configure_logging(args.verbose)
     try:
         return COMMANDS[args.command](args)
