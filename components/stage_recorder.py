@@ -6,7 +6,8 @@ component through its global tracer. `StageRecorderTracer` wraps whatever tracer
 (often Haystack's `NullTracer`) and, during a top-level pipeline run, keeps for each component its
 start and end time and *references* to its inputs and outputs in a `StageRecording` held in a
 context variable, so each thread (each concurrent lookup) has its own. Nothing is serialized on
-the lookup thread: `TraceWriter` hands the recording to the MLflow exporter's background thread.
+the lookup thread: `TraceWriter` hands the recording to the MLflow sink, which summarizes it on
+its own thread and writes it from a separate process.
 
 The tracer is installed once per process by `install()` (idempotent), only when MLflow tracing
 is configured; without it, recordings stay empty and nothing changes. Calls are passed on to

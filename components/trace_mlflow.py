@@ -1,35 +1,40 @@
 """
-One MLflow trace per lookup, built and exported off the lookup thread.
+One MLflow trace per lookup, built and exported off the lookup path.
 
 `TraceWriter` hands a `TraceJob` (the invocation id, the result, `retrieval_details` and the
 `StageRecording` of the run: times and references, nothing serialized yet) to an
-`MlflowTraceSink`, which returns at once. The sink's background thread turns the job into an
-MLflow trace with explicit start/end times: a root span `lookup_knowledge` (inputs: the query;
-outputs: a compact result; attribute `retrieval_details`) and one child span per pipeline
-component in execution order with compact summaries of its inputs and outputs, tagged with
-`invocation_id`, `found`, `retrieval_layer`, `fallback_reason`, `status`. MLflow's own
-asynchronous trace logging then writes it to the store.
+`MlflowTraceSink`, which queues it and returns at once. The sink's feeder thread turns the job
+into a compact JSON trace (`build_trace`: summaries of each stage's inputs and outputs, never
+embeddings or full chunk text) and pipes it to an export process
+(`components.mlflow_export_worker`), which writes it to MLflow as a root span `lookup_knowledge`
+(inputs: the query; outputs: a compact result; attribute `retrieval_details`) with one child span
+per pipeline component in execution order, tagged with `invocation_id`, `found`,
+`retrieval_layer`, `fallback_reason` and `status`.
 
 Why explicit spans rather than `mlflow.haystack.autolog()` + `opentelemetry-haystack`: autolog
-installs a global OpenTelemetry tracer provider and turns on Haystack content tracing for every
-pipeline of the process (indexing included), serializes every component's inputs and outputs to
-JSON on the lookup thread (embeddings and the full text of all candidates), and cannot attach
-our invocation id, tags and `retrieval_details` without reaching into the active span. Here the
-lookup thread only records timestamps and references (`components.stage_recorder`); everything
-else, including compaction of the span payloads, happens on the sink's thread.
+installs a global OpenTelemetry tracer provider and turns Haystack content tracing on for every
+pipeline of the process (indexing included), serializes each component's inputs and outputs on
+the lookup thread (embeddings and the full text of every candidate), and writes through MLflow's
+SQL store in the lookup process, where each trace costs tens of milliseconds of CPU under the
+GIL; and it cannot attach our invocation id, tags and `retrieval_details` without reaching into
+the active span. Here the lookup thread records timestamps and references only
+(`components.stage_recorder`); the rest happens in a feeder thread and a separate process at a
+lower CPU priority.
 
-MLflow's tracking URI is process-global: a process exports lookup traces to one MLflow store,
-the first one configured. An `http(s)://` tracking server that cannot be reached (checked once,
-with a 2 s TCP connect) disables MLflow tracing for the rest of the process with one warning;
+An `http(s)://` tracking server that cannot be reached (one 2 s TCP connect, at start) or a store
+that cannot be set up disables MLflow tracing for the rest of the process with one warning;
 lookups are never slowed or failed by MLflow.
 """
 
 import atexit
+import json
 import logging
+import os
 import queue
 import socket
+import subprocess
+import sys
 import threading
-import time
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -111,19 +116,14 @@ def summarize(value: Any, chars: int = 200, depth: int = 0) -> Any:
     if isinstance(value, ContextPack):
         return value.summary()
     if isinstance(value, Candidate):
+        # Candidates travel through several stages: each span names them briefly; the evidence
+        # blocks (deduper output) carry the previews.
         return {
             "evidence_key": value.evidence_key,
             "source": value.source,
-            "title": value.title,
-            "category": value.category,
             "similarity": value.similarity,
-            "raw_score": value.raw_score,
-            "raw_score_label": value.raw_score_label,
-            "path": value.path,
             "attempt": value.attempt,
             "final_score": value.final_score,
-            "hit_reasons": value.hit_reasons,
-            "content_preview": value.content[:chars],
         }
     if _is_vector(value):
         return f"<vector dim={len(value)}>"
@@ -172,16 +172,72 @@ def _probe(tracking_uri: str) -> str | None:
         return f"cannot connect to {parsed.hostname}:{port} ({exc.strerror or exc})"
 
 
+def build_trace(job: TraceJob) -> dict[str, Any]:
+    """The JSON trace the export process writes: root data and one span per pipeline component."""
+    chars = job.summary_chars
+    writer_outputs = {"invocation_id": job.invocation_id, "trace_status": job.trace_status}
+    spans: list[dict[str, Any]] = []
+    stages = list(job.recording.stages) if job.recording is not None else []
+    for stage in stages:
+        is_writer = stage.name == "trace_writer"
+        spans.append(
+            {
+                "name": stage.name,
+                "span_type": _SPAN_TYPES.get(stage.name, "CHAIN"),
+                "component_type": stage.component_type,
+                "start_ns": stage.start_ns,
+                "end_ns": job.ended_ns if is_writer else (stage.end_ns or job.ended_ns),
+                "inputs": summarize(stage.inputs, chars),
+                "outputs": writer_outputs if is_writer else summarize(stage.outputs, chars),
+                "error": None if is_writer else stage.error,
+            }
+        )
+    if not any(span["name"] == "trace_writer" for span in spans) and job.writer_started_ns is not None:
+        spans.append(
+            {
+                "name": "trace_writer",
+                "span_type": "TASK",
+                "component_type": "TraceWriter",
+                "start_ns": job.writer_started_ns,
+                "end_ns": job.ended_ns,
+                "inputs": None,
+                "outputs": writer_outputs,
+                "error": None,
+            }
+        )
+    outputs = compact_result(job.result) if job.result is not None else {"invocationId": job.invocation_id,
+                                                                          "error": job.error}
+    return {
+        "name": ROOT_SPAN,
+        "invocation_id": job.invocation_id,
+        "tool_name": job.tool_name,
+        "tags": job.tags,
+        "start_ns": job.started_ns,
+        "end_ns": job.ended_ns,
+        "inputs": {"query": job.arguments.get("query"), "arguments": summarize(job.arguments, chars)},
+        "outputs": outputs,
+        "details": job.details,
+        "error": (job.error or {}).get("message") if job.status == "error" else None,
+        "spans": spans,
+    }
+
+
+def _import_root() -> str:
+    """The folder holding the `components` package, for the export process's import path."""
+    return str(Path(__file__).resolve().parent.parent)
+
+
 class MlflowTraceSink:
     """
-    Exports `TraceJob`s to one MLflow experiment from a daemon thread. Get one with `get_sink`.
+    Exports `TraceJob`s to one MLflow experiment through an export process. Get one with `get_sink`.
 
-    States: `pending` (not set up yet), `ready`, `disabled` (unreachable or misconfigured: jobs
-    are dropped; warned once).
+    States: `pending` (starting), `ready`, `disabled` (unreachable or misconfigured: jobs are
+    dropped; warned once). `submit` never blocks; `flush` waits for everything submitted to be
+    written (tests, process exit).
     """
 
     def __init__(
-        self, tracking_uri: str, experiment: str, artifact_location: str | None = None, max_pending: int = 2000
+        self, tracking_uri: str, experiment: str, artifact_location: str | None = None, max_pending: int = 5000
     ) -> None:
         self.tracking_uri = tracking_uri
         self.experiment = experiment
@@ -191,11 +247,16 @@ class MlflowTraceSink:
         self.experiment_id: str | None = None
         self.exported = 0
         self.failed = 0
-        self._queue: queue.Queue[TraceJob | None] = queue.Queue(maxsize=max_pending)
+        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=max_pending)
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+        self._ready = threading.Event()
+        self._flushed: dict[int, threading.Event] = {}
+        self._flush_token = 0
+        self._flush_lock = threading.Lock()
         self._dropped_warned = False
-        self._export_warned = False
+        self._closed = False
 
     # -- lookup-thread side --------------------------------------------------------------------
 
@@ -205,7 +266,7 @@ class MlflowTraceSink:
             return False
         self._ensure_thread()
         try:
-            self._queue.put_nowait(job)
+            self._queue.put_nowait(("trace", job))
             return True
         except queue.Full:
             if not self._dropped_warned:
@@ -213,55 +274,39 @@ class MlflowTraceSink:
                 logger.warning("MLflow trace export is behind (%d pending): dropping traces", self._queue.qsize())
             return False
 
+    def start(self) -> None:
+        """Start the export process now (MLflow's import and store set-up take seconds)."""
+        if self.state != "disabled":
+            self._ensure_thread()
+
     def _ensure_thread(self) -> None:
         if self._thread is not None:
             return
         with self._start_lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="knowledge-mlflow-export", daemon=True)
+                self._thread = threading.Thread(target=self._feed, name="knowledge-mlflow-feed", daemon=True)
                 self._thread.start()
 
-    def start(self) -> None:
-        """Start setting up in the background now (MLflow's import and store migrations are slow)."""
-        if self.state != "disabled":
-            self._ensure_thread()
-
     def flush(self, timeout: float = 60.0) -> bool:
-        """
-        Wait until every submitted trace has been handed to MLflow and MLflow has written it.
-        For tests and process exit; lookups never call it.
-        """
-        if self._thread is None:
+        """Wait until every trace submitted so far is written by MLflow (or `timeout` passes)."""
+        if self._thread is None or self.state == "disabled":
             return True
-        deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if self.state == "ready":
-            import mlflow
+        with self._flush_lock:
+            self._flush_token += 1
+            token = self._flush_token
+            event = self._flushed[token] = threading.Event()
+        try:
+            self._queue.put(("flush", token), timeout=timeout)
+        except queue.Full:
+            return False
+        done = event.wait(timeout)
+        return done or self.state == "disabled"
 
-            mlflow.flush_trace_async_logging()
-        return not self._queue.unfinished_tasks
-
-    # -- export thread -------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        self._setup()
-        while True:
-            job = self._queue.get()
-            try:
-                if job is not None and self.state == "ready":
-                    self._export(job)
-            except Exception as exc:  # a trace that cannot be built never stops the exporter
-                self.failed += 1
-                if not self._export_warned:
-                    self._export_warned = True
-                    logger.warning("MLflow trace export failed (%s); further failures are logged at debug level", exc)
-                else:
-                    logger.debug("MLflow trace export failed", exc_info=True)
-            finally:
-                self._queue.task_done()
+    # -- feeder thread -------------------------------------------------------------------------
 
     def _disable(self, reason: str) -> None:
+        if self.state == "disabled":
+            return
         self.state = "disabled"
         self.reason = reason
         logger.warning(
@@ -270,123 +315,135 @@ class MlflowTraceSink:
             reason,
             self.tracking_uri,
         )
+        for event in list(self._flushed.values()):
+            event.set()
+        self._ready.set()
 
-    def _setup(self) -> None:
+    def _spawn(self) -> bool:
         problem = _probe(self.tracking_uri)
         if problem:
             self._disable(problem)
-            return
+            return False
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([_import_root(), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+        # One MLflow writer thread (a SQLite store takes one writer at a time; more only add lock
+        # errors and CPU) and larger span batches (fewer commits per trace). Users may override.
+        env.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS", "1")
+        env.setdefault("MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE", "64")
         try:
-            import mlflow
-            from mlflow import MlflowClient
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "components.mlflow_export_worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                text=True,
+                encoding="utf-8",
+                bufsize=1,
+            )
+        except OSError as exc:
+            self._disable(f"cannot start the export process ({exc})")
+            return False
+        threading.Thread(target=self._read, name="knowledge-mlflow-read", daemon=True).start()
+        return self._send(
+            {"op": "setup", "tracking_uri": self.tracking_uri, "experiment": self.experiment,
+             "artifact_location": self.artifact_location}
+        )
 
-            with _uri_lock:
-                global _process_uri
-                if _process_uri is None:
-                    _process_uri = self.tracking_uri
-                    if mlflow.get_tracking_uri() != self.tracking_uri:
-                        mlflow.set_tracking_uri(self.tracking_uri)
-                elif _process_uri != self.tracking_uri:
-                    self._disable(f"this process already traces to {_process_uri} (MLflow's tracking URI is global)")
+    def _send(self, message: dict[str, Any]) -> bool:
+        process = self._process
+        if process is None or process.stdin is None:
+            return False
+        try:
+            process.stdin.write(json.dumps(message, ensure_ascii=False, default=str) + "\n")
+            process.stdin.flush()
+            return True
+        except (OSError, ValueError) as exc:
+            self._disable(f"the export process stopped ({exc})")
+            return False
+
+    def _feed(self) -> None:
+        if not self._spawn():
+            self._drain()
+            return
+        while True:
+            kind, item = self._queue.get()
+            try:
+                if self.state == "disabled":
+                    if kind == "flush":
+                        self._flushed.pop(item, threading.Event()).set()
+                    continue
+                if kind == "trace":
+                    try:
+                        trace = build_trace(item)
+                    except Exception as exc:  # a job that cannot be summarized is skipped, once said
+                        self.failed += 1
+                        logger.warning("MLflow trace of %s skipped: %s", getattr(item, "invocation_id", "?"), exc)
+                        continue
+                    self._send({"op": "trace", "trace": trace})
+                elif kind == "flush":
+                    if not self._send({"op": "flush", "token": item}):
+                        self._flushed.pop(item, threading.Event()).set()
+                elif kind == "close":
+                    if self._process is not None and self._process.stdin is not None:
+                        self._process.stdin.close()
                     return
-            client = MlflowClient(self.tracking_uri)
-            experiment = client.get_experiment_by_name(self.experiment)
-            if experiment is None:
-                artifact = Path(self.artifact_location).resolve().as_uri() if self.artifact_location else None
-                try:
-                    self.experiment_id = client.create_experiment(self.experiment, artifact_location=artifact)
-                except Exception:  # created meanwhile by another process
-                    experiment = client.get_experiment_by_name(self.experiment)
-                    if experiment is None:
-                        raise
-                    self.experiment_id = experiment.experiment_id
-            else:
-                self.experiment_id = experiment.experiment_id
-        except Exception as exc:
-            text = str(exc).strip().splitlines()
-            self._disable(f"{type(exc).__name__}: {text[0] if text else ''}")
+            finally:
+                self._queue.task_done()
+
+    def _drain(self) -> None:
+        while True:
+            kind, item = self._queue.get()
+            if kind == "flush":
+                self._flushed.pop(item, threading.Event()).set()
+            self._queue.task_done()
+
+    def _read(self) -> None:
+        process = self._process
+        assert process is not None and process.stdout is not None
+        for line in process.stdout:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if message.get("op") == "state":
+                if message.get("state") == "ready":
+                    self.experiment_id = message.get("experiment_id")
+                    self.state = "ready"
+                    logger.info("MLflow tracing to %s, experiment %r (%s)", self.tracking_uri, self.experiment,
+                                self.experiment_id)
+                else:
+                    self._disable(message.get("reason") or "MLflow set-up failed")
+                self._ready.set()
+            elif message.get("op") == "flushed":
+                self.exported = message.get("exported", self.exported)
+                self.failed = message.get("failed", self.failed)
+                event = self._flushed.pop(message.get("token"), None)
+                if event is not None:
+                    event.set()
+        code = process.wait()
+        if self.state != "disabled" and not (_closing or self._closed):
+            self._disable(f"the export process exited with status {code}")
+
+    def close(self, timeout: float = 15.0) -> None:
+        """Flush, then let the export process finish and exit."""
+        if self._thread is None or self.state == "disabled":
             return
-        self.state = "ready"
-        logger.info("MLflow tracing to %s, experiment %r (%s)", self.tracking_uri, self.experiment, self.experiment_id)
-
-    def _export(self, job: TraceJob) -> None:
-        import mlflow
-        from mlflow.entities import SpanStatus, SpanStatusCode
-
-        current = mlflow.get_tracking_uri()
-        if current != self.tracking_uri:
-            # Someone else in this process moved MLflow's global tracking URI: exporting now would
-            # put our trace in their store, and moving it back would move their runs. Skip, say so once.
-            self.failed += 1
-            if not self._export_warned:
-                self._export_warned = True
-                logger.warning(
-                    "MLflow tracking URI changed to %s in this process: lookup traces for %s are skipped",
-                    current,
-                    self.tracking_uri,
-                )
+        self.flush(timeout)
+        self._closed = True
+        try:
+            self._queue.put(("close", None), timeout=1.0)
+        except queue.Full:
             return
-
-        chars = job.summary_chars
-        root = mlflow.start_span_no_context(
-            name=ROOT_SPAN,
-            span_type="TOOL",
-            inputs={"query": job.arguments.get("query"), "arguments": summarize(job.arguments, chars)},
-            attributes={"invocation_id": job.invocation_id, "tool_name": job.tool_name},
-            tags=job.tags,
-            experiment_id=self.experiment_id,
-            start_time_ns=job.started_ns,
-        )
-        stages = list(job.recording.stages) if job.recording is not None else []
-        writer_seen = False
-        for stage in stages:
-            if stage.name == "trace_writer":
-                writer_seen = True
-                start_ns = stage.start_ns
-                outputs: Any = {"invocation_id": job.invocation_id, "trace_status": job.trace_status}
-                end_ns = job.ended_ns
-                error = None
-            else:
-                start_ns, end_ns, outputs, error = stage.start_ns, stage.end_ns or job.ended_ns, stage.outputs, stage.error
-                outputs = summarize(outputs, chars)
-            span = mlflow.start_span_no_context(
-                name=stage.name,
-                span_type=_SPAN_TYPES.get(stage.name, "CHAIN"),
-                parent_span=root,
-                inputs=summarize(stage.inputs, chars),
-                attributes={"component_type": stage.component_type or ""},
-                start_time_ns=start_ns,
-            )
-            status = SpanStatus(SpanStatusCode.ERROR, error) if error else "OK"
-            span.end(outputs=outputs, status=status, end_time_ns=end_ns)
-        if not writer_seen and job.writer_started_ns is not None:
-            span = mlflow.start_span_no_context(
-                name="trace_writer", span_type="TASK", parent_span=root, start_time_ns=job.writer_started_ns
-            )
-            span.end(
-                outputs={"invocation_id": job.invocation_id, "trace_status": job.trace_status},
-                end_time_ns=job.ended_ns,
-            )
-        if job.result is not None:
-            root_outputs: Any = compact_result(job.result)
-        else:
-            root_outputs = {"invocationId": job.invocation_id, "error": job.error}
-        root_status: Any = (
-            SpanStatus(SpanStatusCode.ERROR, (job.error or {}).get("message", "")) if job.status == "error" else "OK"
-        )
-        root.end(
-            outputs=root_outputs,
-            attributes={"retrieval_details": job.details},
-            status=root_status,
-            end_time_ns=job.ended_ns,
-        )
-        self.exported += 1
+        if self._process is not None:
+            try:
+                self._process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
 
 
 _sinks: dict[tuple[str, str], MlflowTraceSink] = {}
 _sinks_lock = threading.Lock()
-_uri_lock = threading.Lock()
-_process_uri: str | None = None
+_closing = False
 
 
 def get_sink(tracking_uri: str, experiment: str, artifact_location: str | None = None) -> MlflowTraceSink:
@@ -410,9 +467,14 @@ def flush_all(timeout: float = 60.0) -> bool:
 
 
 @atexit.register
-def _flush_at_exit() -> None:
+def _close_at_exit() -> None:
     # A one-shot CLI lookup exits right after printing: give its trace a bounded chance to land.
-    try:
-        flush_all(timeout=15.0)
-    except Exception:  # never turn a successful command into an exit-time traceback
-        logger.debug("MLflow flush at exit failed", exc_info=True)
+    global _closing
+    _closing = True
+    with _sinks_lock:
+        sinks = list(_sinks.values())
+    for sink in sinks:
+        try:
+            sink.close(timeout=20.0)
+        except Exception:  # never turn a successful command into an exit-time traceback
+            logger.debug("MLflow export shutdown failed", exc_info=True)

@@ -46,7 +46,8 @@ class TraceWriter:
     (`recorded`, or `spooled` when the database is unavailable: the record then waits in the
     local spool and is replayed later). Recording never fails the lookup.
 
-    The MLflow trace is built on a background thread (see `components.trace_mlflow`), with one
+    The MLflow trace is built and written off the lookup path (a feeder thread and an export
+    process, see `components.trace_mlflow`), with one
     span per pipeline component as recorded by `components.stage_recorder`, tagged with the
     invocation id, `found`, the retrieval layer and the fallback reason.
 

@@ -37,13 +37,17 @@ def traced(sample_cfg, mlflow_store, tmp_path_factory):
     return make
 
 
+def traces_of(mlflow_store: str, filter_string: str | None = None):
+    """Every trace of the test experiment, once the export process has written what it was given."""
+    assert flush_all(timeout=180)
+    client = mlflow.MlflowClient(mlflow_store)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    return experiment, list(client.search_traces(locations=[experiment.experiment_id], filter_string=filter_string,
+                                                 max_results=1000))
+
+
 def read_trace(mlflow_store: str, invocation_id: str):
-    assert flush_all(timeout=120)
-    mlflow.flush_trace_async_logging()
-    experiment = mlflow.MlflowClient(mlflow_store).get_experiment_by_name(EXPERIMENT)
-    traces = mlflow.search_traces(
-        locations=[experiment.experiment_id], filter_string=f"tags.invocation_id = '{invocation_id}'", return_type="list"
-    )
+    experiment, traces = traces_of(mlflow_store, f"tags.invocation_id = '{invocation_id}'")
     assert len(traces) == 1, f"one trace per lookup, found {len(traces)}"
     return experiment, traces[0]
 
@@ -152,10 +156,7 @@ def test_unreachable_tracking_server_warns_once_and_changes_nothing(sample_cfg, 
 
 def test_tracking_uri_null_turns_mlflow_off(sample_cfg, tmp_path, mlflow_store, traced):
     traced().lookup("certificate expiry")  # the session store has traces: none must be added below
-    assert flush_all(timeout=120)
-    mlflow.flush_trace_async_logging()
-    experiment = mlflow.MlflowClient(mlflow_store).get_experiment_by_name(EXPERIMENT)
-    before = len(mlflow.search_traces(locations=[experiment.experiment_id], return_type="list", max_results=1000))
+    before = len(traces_of(mlflow_store)[1])
 
     cfg = load_config(state_overrides(tmp_path / "state", *sample_overrides(
         sample_cfg, f"trace.db_url=sqlite:///{tmp_path}/traces.db", "mlflow.tracking_uri=null",
@@ -164,10 +165,7 @@ def test_tracking_uri_null_turns_mlflow_off(sample_cfg, tmp_path, mlflow_store, 
     result = service.lookup("certificate expiry")
     assert service.trace_writer.tracking_uri is None and service.trace_writer._sink is None
     assert result.found and result.trace_status == "recorded"
-    assert flush_all(timeout=120)
-    mlflow.flush_trace_async_logging()
-    after = len(mlflow.search_traces(locations=[experiment.experiment_id], return_type="list", max_results=1000))
-    assert after == before
+    assert len(traces_of(mlflow_store)[1]) == before
 
 
 def test_tracing_overhead_comparison_runs_both_modes(sample_cfg, tmp_path, mlflow_store):
