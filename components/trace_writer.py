@@ -47,9 +47,9 @@ class TraceWriter:
     local spool and is replayed later). Recording never fails the lookup.
 
     The MLflow trace is built and written off the lookup path (a feeder thread and an export
-    process, see `components.trace_mlflow`), with one
-    span per pipeline component as recorded by `components.stage_recorder`, tagged with the
-    invocation id, `found`, the retrieval layer and the fallback reason.
+    process, see `components.trace_mlflow`), with one span per pipeline component as recorded
+    by `components.stage_recorder`, tagged with the invocation id, `found`, the retrieval layer
+    and the fallback reason.
 
     Usage example:
 
