@@ -149,26 +149,34 @@ class TraceWriter:
         invocation_id = new_invocation_id()
         arguments = dict(arguments) if arguments else {"query": result.query_transform.raw}
         started = started_at if started_at is not None else writer_started_ns / 1e9
-        details = self.details(result)
-        record = {
-            "id": invocation_id,
-            "tool_name": self.tool_name,
-            "arguments": arguments,
-            "status": STATUS_OK,
-            "found": result.found,
-            "retrieval_layer": result.retrieval_layer,
-            "latency_ms": round((writer_started_ns / 1e9 - started) * 1000.0, 3),
-            "created_at": datetime.fromtimestamp(started, tz=timezone.utc),
-            "error": None,
-            "retrieval_details": details,
-        }
-        trace_status = self.store.write(record)
+        try:
+            details = self.details(result)
+            record = {
+                "id": invocation_id,
+                "tool_name": self.tool_name,
+                "arguments": arguments,
+                "status": STATUS_OK,
+                "found": result.found,
+                "retrieval_layer": result.retrieval_layer,
+                "latency_ms": round((writer_started_ns / 1e9 - started) * 1000.0, 3),
+                "created_at": datetime.fromtimestamp(started, tz=timezone.utc),
+                "error": None,
+                "retrieval_details": details,
+            }
+            trace_status = self.store.write(record)
+        except Exception:  # a record that cannot even be built must not cost the caller its evidence
+            logger.exception("Lookup %s could not be recorded", invocation_id)
+            details, trace_status = {}, TRACE_LOST
         recorded = dataclasses.replace(result, invocation_id=invocation_id, trace_status=trace_status)
-        self._submit_trace(
-            invocation_id, STATUS_OK, arguments, started, details, trace_status, recorded, None, writer_started_ns
-        )
         if trace_status == TRACE_LOST:
             logger.error("Lookup %s was not recorded (trace database and spool both failed)", invocation_id)
+            return {"result": recorded}
+        try:
+            self._submit_trace(
+                invocation_id, STATUS_OK, arguments, started, details, trace_status, recorded, None, writer_started_ns
+            )
+        except Exception:  # MLflow is optional: never fail the lookup for it
+            logger.debug("MLflow trace of %s not submitted", invocation_id, exc_info=True)
         return {"result": recorded}
 
     def details(self, result: LookupResult) -> dict[str, Any]:

@@ -180,3 +180,20 @@ def test_tracing_overhead_comparison_runs_both_modes(sample_cfg, tmp_path, mlflo
     assert report["off"]["p50_ms"] > 0 and report["on"]["p50_ms"] > 0
     assert "overhead_p50" in report and report["flushed"]
     assert len(lines) == 4 and "p50 overhead" in lines[-1]
+
+
+def test_concurrent_lookups_each_get_their_own_trace(traced, mlflow_store):
+    from concurrent.futures import ThreadPoolExecutor
+
+    service = traced()
+    service.warm_up()
+    queries = ["certificate expiry", "pg replica lag", "disk full on /var", "how to bake sourdough bread"]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(service.lookup, queries * 2))
+    for query, result in zip(queries * 2, results):
+        _, trace = read_trace(mlflow_store, result.invocation_id)
+        spans = {s.name: s for s in trace.data.spans}
+        assert spans["lookup_knowledge"].inputs["query"] == query
+        assert spans["query_transformer"].inputs == {"query": query}
+        assert spans["trace_writer"].outputs["invocation_id"] == result.invocation_id
+        assert len(trace.data.spans) == 1 + len(COMPONENTS)

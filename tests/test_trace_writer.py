@@ -58,3 +58,15 @@ def test_a_long_query_is_cut_in_retrieval_details_but_kept_in_arguments(sample_s
     assert row["arguments"]["query"] == query
     assert len(json.dumps(row["retrieval_details"]).encode()) < 16 * 1024
     assert out is not result and out.invocation_id and result.invocation_id != out.invocation_id
+
+
+def test_a_record_that_cannot_be_built_never_costs_the_lookup(sample_service, tmp_path, monkeypatch):
+    result = sample_service.lookup("certificate expiry")
+    writer = TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s.jsonl"))
+
+    def broken(_result):
+        raise TypeError("unexpected shape")
+
+    monkeypatch.setattr(writer, "details", broken)
+    out = writer.run(result=result, arguments={"query": "certificate expiry"}, started_at=time.time())["result"]
+    assert out.trace_status == "lost" and out.found and out.evidence_blocks == result.evidence_blocks
