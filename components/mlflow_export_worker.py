@@ -22,7 +22,9 @@ GIL or its CPU when the lookups need it. It imports MLflow only, not Haystack or
 import json
 import logging
 import os
+import queue
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,12 @@ logger = logging.getLogger("knowledge.mlflow_export")
 
 
 def _reply(message: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError, ValueError):
+        # The parent has exited (a one-shot command): keep exporting what it sent, silently.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
 
 
 class Exporter:
@@ -115,7 +121,17 @@ def main() -> int:
         except OSError:
             pass
     exporter = Exporter()
-    for line in sys.stdin:
+    # Read stdin on a thread into memory, so the parent never blocks on a full pipe while this
+    # process is busy (importing MLflow, writing a trace); the parent may exit right after sending.
+    inbox: queue.Queue[str | None] = queue.Queue()
+
+    def read() -> None:
+        for raw in sys.stdin:
+            inbox.put(raw)
+        inbox.put(None)
+
+    threading.Thread(target=read, name="stdin", daemon=True).start()
+    while (line := inbox.get()) is not None:
         if not line.strip():
             continue
         message = json.loads(line)

@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -339,6 +340,7 @@ class MlflowTraceSink:
                 text=True,
                 encoding="utf-8",
                 bufsize=1,
+                start_new_session=True,  # a Ctrl-C of the command must not cut a trace write short
             )
         except OSError as exc:
             self._disable(f"cannot start the export process ({exc})")
@@ -424,21 +426,27 @@ class MlflowTraceSink:
         if self.state != "disabled" and not (_closing or self._closed):
             self._disable(f"the export process exited with status {code}")
 
-    def close(self, timeout: float = 15.0) -> None:
-        """Flush, then let the export process finish and exit."""
-        if self._thread is None or self.state == "disabled":
+    def close(self, wait: bool = False, timeout: float = 10.0) -> None:
+        """
+        Hand every queued trace to the export process and end its input. With `wait=False` (at
+        exit) the process finishes writing on its own, so a one-shot command does not wait on
+        MLflow; with `wait=True`, wait for it (up to `timeout`).
+        """
+        if self._thread is None or self.state == "disabled" or self._closed:
             return
-        self.flush(timeout)
         self._closed = True
         try:
             self._queue.put(("close", None), timeout=1.0)
         except queue.Full:
             return
-        if self._process is not None:
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if wait and self._process is not None:
             try:
-                self._process.wait(timeout)
+                self._process.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self._process.kill()
+                logger.warning("MLflow export process still writing after %.0f s; left to finish", timeout)
 
 
 _sinks: dict[tuple[str, str], MlflowTraceSink] = {}
@@ -468,13 +476,14 @@ def flush_all(timeout: float = 60.0) -> bool:
 
 @atexit.register
 def _close_at_exit() -> None:
-    # A one-shot CLI lookup exits right after printing: give its trace a bounded chance to land.
+    # A one-shot CLI lookup exits right after printing: its trace goes to the export process,
+    # which writes it after this process has gone.
     global _closing
     _closing = True
     with _sinks_lock:
         sinks = list(_sinks.values())
     for sink in sinks:
         try:
-            sink.close(timeout=20.0)
+            sink.close(wait=False)
         except Exception:  # never turn a successful command into an exit-time traceback
             logger.debug("MLflow export shutdown failed", exc_info=True)

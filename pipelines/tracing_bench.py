@@ -46,9 +46,14 @@ def compare_tracing_overhead(
     Time `n` lookups with MLflow off and `n` with it on, interleaved in blocks of `block`.
 
     MLflow on uses `cfg.mlflow.tracking_uri`, or the default sqlite store under the state folder
-    when the config has MLflow off. Returns and prints p50/p95 of each and the p50 overhead.
+    when the config has MLflow off. Returns and prints p50/p95 of each and the p50 overhead, and,
+    as a figure that other processes on a shared machine do not blur, the CPU time of this process
+    per lookup in each mode (the "on" side includes the feeder thread's work, drained after each
+    block) and the export process's CPU per trace.
     """
-    from components.trace_mlflow import flush_all
+    import psutil
+
+    from components.trace_mlflow import flush_all, get_sink
     from pipelines.lookup import LookupService
 
     cfg_off = copy.deepcopy(cfg)
@@ -63,27 +68,43 @@ def compare_tracing_overhead(
         for query in queries:  # untimed: first-call costs (and MLflow's store set-up) stay out
             service.lookup(query)
     flush_all()
+    sink = get_sink(cfg_on.mlflow.tracking_uri, cfg_on.mlflow.experiment)
+    child = psutil.Process(sink._process.pid) if sink._process is not None else None
+
+    def child_cpu() -> float:
+        try:
+            return sum(child.cpu_times()[:2]) if child is not None else 0.0
+        except psutil.Error:
+            return 0.0
 
     timings: dict[str, list[float]] = {"off": [], "on": []}
+    cpu = {"off": 0.0, "on": 0.0}
     block_ratios: list[float] = []
     position = 0
+    flush_s = 0.0
+    child_start = child_cpu()
     while min(len(v) for v in timings.values()) < n:
         medians = {}
         for mode in ("off", "on"):
             times = []
+            cpu_start = time.process_time()
             for _ in range(min(block, n - len(timings[mode]))):
                 query = queries[position % len(queries)]
                 position += 1
                 start = time.perf_counter()
                 services[mode].lookup(query)
                 times.append((time.perf_counter() - start) * 1000.0)
+            if mode == "on":  # the block's traces leave before the next "off" block starts
+                flush_start = time.perf_counter()
+                flush_all()
+                flush_s += time.perf_counter() - flush_start
+            cpu[mode] += time.process_time() - cpu_start
             timings[mode] += times
             medians[mode] = statistics.median(times) if times else None
         if medians["off"] and medians["on"]:
             block_ratios.append(medians["on"] / medians["off"])
-    flush_start = time.perf_counter()
+    export_cpu = child_cpu() - child_start
     flushed = flush_all()
-    flush_s = time.perf_counter() - flush_start
 
     report: dict[str, Any] = {"n": n, "block": block, "tracking_uri": cfg_on.mlflow.tracking_uri}
     for mode, values in timings.items():
@@ -94,6 +115,9 @@ def compare_tracing_overhead(
     report["within_limit"] = report["overhead_p50"] <= LIMIT
     report["flush_s"] = flush_s
     report["flushed"] = flushed
+    report["cpu_ms_per_lookup"] = {mode: cpu[mode] * 1000.0 / len(timings[mode]) for mode in cpu}
+    report["overhead_cpu"] = cpu["on"] / cpu["off"] - 1.0 if cpu["off"] else None
+    report["export_cpu_ms_per_trace"] = export_cpu * 1000.0 / len(timings["on"])
     out(f"lookup latency, MLflow tracing off vs on ({report['tracking_uri']}; {n} lookups each, alternating blocks of {block})")
     for mode in ("off", "on"):
         r = report[mode]
@@ -101,7 +125,11 @@ def compare_tracing_overhead(
     verdict = "within" if report["within_limit"] else "OVER"
     paired = report["overhead_paired_blocks"] if report["overhead_paired_blocks"] is not None else float("nan")
     out(f"  p50 overhead {report['overhead_p50'] * 100:+.1f}% ({verdict} the {LIMIT:.0%} limit); median of paired "
-        f"block ratios {paired * 100:+.1f}%; remaining traces flushed in {flush_s:.2f} s")
+        f"block ratios {paired * 100:+.1f}%")
+    cpu_ms = report["cpu_ms_per_lookup"]
+    out(f"  CPU of this process per lookup: off {cpu_ms['off']:.1f} ms, on {cpu_ms['on']:.1f} ms "
+        f"({(report['overhead_cpu'] or 0) * 100:+.1f}%); export process (nice, separate) "
+        f"{report['export_cpu_ms_per_trace']:.1f} ms per trace; waited {flush_s:.2f} s for exports between blocks")
     return report
 
 

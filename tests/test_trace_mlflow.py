@@ -179,7 +179,7 @@ def test_tracing_overhead_comparison_runs_both_modes(sample_cfg, tmp_path, mlflo
                                       out=lines.append)
     assert report["off"]["p50_ms"] > 0 and report["on"]["p50_ms"] > 0
     assert "overhead_p50" in report and report["flushed"]
-    assert len(lines) == 4 and "p50 overhead" in lines[-1]
+    assert len(lines) == 5 and "p50 overhead" in lines[-2] and "export process" in lines[-1]
 
 
 def test_concurrent_lookups_each_get_their_own_trace(traced, mlflow_store):
