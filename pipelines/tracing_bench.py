@@ -43,7 +43,8 @@ def compare_tracing_overhead(
     out: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """
-    Time `n` lookups with MLflow off and `n` with it on, interleaved in blocks of `block`.
+    Time `n` lookups with MLflow off and `n` with it on, in alternating blocks of `block`
+    (off-on, on-off, ...).
 
     MLflow on uses `cfg.mlflow.tracking_uri`, or the default sqlite store under the state folder
     when the config has MLflow off. Returns and prints p50/p95 of each and the p50 overhead, and,
@@ -83,9 +84,13 @@ def compare_tracing_overhead(
     position = 0
     flush_s = 0.0
     child_start = child_cpu()
+    pair = 0
     while min(len(v) for v in timings.values()) < n:
         medians = {}
-        for mode in ("off", "on"):
+        # ABBA order: neither mode always runs first after a pause.
+        order = ("off", "on") if pair % 2 == 0 else ("on", "off")
+        pair += 1
+        for mode in order:
             times = []
             cpu_start = time.process_time()
             for _ in range(min(block, n - len(timings[mode]))):
@@ -118,7 +123,7 @@ def compare_tracing_overhead(
     report["cpu_ms_per_lookup"] = {mode: cpu[mode] * 1000.0 / len(timings[mode]) for mode in cpu}
     report["overhead_cpu"] = cpu["on"] / cpu["off"] - 1.0 if cpu["off"] else None
     report["export_cpu_ms_per_trace"] = export_cpu * 1000.0 / len(timings["on"])
-    out(f"lookup latency, MLflow tracing off vs on ({report['tracking_uri']}; {n} lookups each, alternating blocks of {block})")
+    out(f"lookup latency, MLflow tracing off vs on ({report['tracking_uri']}; {n} lookups each, alternating blocks of {block}, ABBA)")
     for mode in ("off", "on"):
         r = report[mode]
         out(f"  tracing {mode:<3}  p50 {r['p50_ms']:7.1f} ms   p95 {r['p95_ms']:7.1f} ms   mean {r['mean_ms']:7.1f} ms")
