@@ -235,9 +235,12 @@ class TraceWriter:
         failure = LookupResult.failure(
             query if isinstance(query, str) else "", info, invocation_id=invocation_id, trace_status=trace_status
         )
-        self._submit_trace(
-            invocation_id, STATUS_ERROR, arguments, started_at, details, trace_status, None, info, None, recording
-        )
+        try:
+            self._submit_trace(
+                invocation_id, STATUS_ERROR, arguments, started_at, details, trace_status, None, info, None, recording
+            )
+        except Exception:  # MLflow is optional: the error result still goes back
+            logger.debug("MLflow trace of %s not submitted", invocation_id, exc_info=True)
         logger.info("Lookup %s failed and was recorded (%s): %s", invocation_id, trace_status, record["error"])
         return failure
 
