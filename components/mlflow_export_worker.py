@@ -5,11 +5,14 @@ The MLflow export process of `components.trace_mlflow.MlflowTraceSink`:
 
 It reads JSON lines on stdin and answers JSON lines on stdout:
 
-- `{"op": "setup", "tracking_uri", "experiment", "artifact_location"}` -> `{"op": "state", "state":
+- `{"op": "setup", "tracking_uri", "experiment", "artifact_location", "activity_path"}` ->
+  `{"op": "state", "state":
   "ready" | "disabled", "reason", "experiment_id"}`: sets MLflow's tracking URI (global in this
   process only) and gets or creates the experiment (with its artifact location).
 - `{"op": "trace", "trace": {...}}`: one lookup as one MLflow trace: a root span and one child
-  span per pipeline component, with explicit start/end times, tags and attributes.
+  span per pipeline component, with explicit start/end times, tags and attributes. Written once
+  the parent's activity counter (`activity_path`, 8 bytes) has read 0 for a moment, or at once
+  when a flush or the end of input is waiting behind it, or when the backlog is long.
 - `{"op": "flush", "token": n}` -> `{"op": "flushed", "token": n, "exported": k, "failed": f}`
   once MLflow has written everything received so far.
 - End of input: flush and exit.
@@ -21,14 +24,20 @@ GIL or its CPU when the lookups need it. It imports MLflow only, not Haystack or
 
 import json
 import logging
+import mmap
 import os
 import queue
+import struct
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger("knowledge.mlflow_export")
+
+IDLE_SETTLE_S = 0.02
+MAX_DEFERRED = 500
 
 
 def _reply(message: dict[str, Any]) -> None:
@@ -46,6 +55,35 @@ class Exporter:
         self.exported = 0
         self.failed = 0
         self._warned = False
+        self._activity: mmap.mmap | None = None
+
+    def watch(self, activity_path: str | None) -> None:
+        """Map the parent's activity counter (lookups in progress)."""
+        if not activity_path:
+            return
+        try:
+            with open(activity_path, "rb") as handle:
+                self._activity = mmap.mmap(handle.fileno(), 8, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            logger.debug("no activity counter (%s): exporting without waiting for pauses", exc)
+
+    def busy(self) -> bool:
+        return self._activity is not None and struct.unpack_from("q", self._activity, 0)[0] > 0
+
+    def wait_for_pause(self, urgent) -> None:  # noqa: ANN001
+        """Return after IDLE_SETTLE_S with no lookup in the parent, or as soon as `urgent()`."""
+        if self._activity is None:
+            return
+        quiet_since = None
+        while not urgent():
+            if self.busy():
+                quiet_since = None
+            else:
+                now = time.monotonic()
+                quiet_since = quiet_since or now
+                if now - quiet_since >= IDLE_SETTLE_S:
+                    return
+            time.sleep(0.005)
 
     def setup(self, tracking_uri: str, experiment: str, artifact_location: str | None) -> dict[str, Any]:
         try:
@@ -123,24 +161,36 @@ def main() -> int:
     exporter = Exporter()
     # Read stdin on a thread into memory, so the parent never blocks on a full pipe while this
     # process is busy (importing MLflow, writing a trace); the parent may exit right after sending.
-    inbox: queue.Queue[str | None] = queue.Queue()
+    inbox: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    waiting = {"flush": 0, "end": False}
+    waiting_lock = threading.Lock()
 
     def read() -> None:
         for raw in sys.stdin:
-            inbox.put(raw)
+            if raw.strip():
+                message = json.loads(raw)
+                if message.get("op") == "flush":
+                    with waiting_lock:
+                        waiting["flush"] += 1
+                inbox.put(message)
+        waiting["end"] = True
         inbox.put(None)
 
+    def urgent() -> bool:
+        return bool(waiting["flush"]) or waiting["end"] or inbox.qsize() >= MAX_DEFERRED
+
     threading.Thread(target=read, name="stdin", daemon=True).start()
-    while (line := inbox.get()) is not None:
-        if not line.strip():
-            continue
-        message = json.loads(line)
+    while (message := inbox.get()) is not None:
         op = message.get("op")
         if op == "setup":
+            exporter.watch(message.get("activity_path"))
             _reply(exporter.setup(message["tracking_uri"], message["experiment"], message.get("artifact_location")))
         elif op == "trace":
+            exporter.wait_for_pause(urgent)
             try:
                 exporter.export(message["trace"])
+                if not urgent():
+                    exporter.flush()  # write it now, inside the pause, not during the next lookup
             except Exception as exc:  # one bad trace never stops the exporter
                 exporter.failed += 1
                 if not exporter._warned:
@@ -148,6 +198,8 @@ def main() -> int:
                     logger.warning("MLflow trace export failed (%s); later failures are not reported", exc)
         elif op == "flush":
             exporter.flush()
+            with waiting_lock:
+                waiting["flush"] -= 1
             _reply({"op": "flushed", "token": message.get("token"), "exported": exporter.exported,
                     "failed": exporter.failed})
     exporter.flush()

@@ -21,6 +21,11 @@ the active span. Here the lookup thread records timestamps and references only
 (`components.stage_recorder`); the rest happens in a feeder thread and a separate process at a
 lower CPU priority.
 
+Export yields to lookups: the feeder thread and the export process wait until no pipeline run
+is in progress in this process (a shared 8-byte activity counter), unless `MAX_DEFERRED` traces
+are waiting or a flush was asked for. Back-to-back lookups are therefore not slowed by the
+export; their traces are written in the next pause, or when the backlog grows too long.
+
 An `http(s)://` tracking server that cannot be reached (one 2 s TCP connect, at start) or a store
 that cannot be set up disables MLflow tracing for the rest of the process with one warning;
 lookups are never slowed or failed by MLflow.
@@ -29,11 +34,14 @@ lookups are never slowed or failed by MLflow.
 import atexit
 import json
 import logging
+import mmap
 import os
 import queue
 import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, is_dataclass
@@ -47,12 +55,17 @@ from components.contracts import (
     EvidenceBlock,
     LookupResult,
 )
+from components import stage_recorder
 from components.stage_recorder import StageRecording
 
 logger = logging.getLogger(__name__)
 
 ROOT_SPAN = "lookup_knowledge"
 _PROBE_TIMEOUT_S = 2.0
+# Export waits for a moment with no lookup in progress (lookups back to back leave none), unless
+# this many traces are waiting: then it goes ahead, so a process under constant load still traces.
+IDLE_SETTLE_S = 0.02
+MAX_DEFERRED = 500
 _MAX_LIST_ITEMS = 25
 _MAX_TEXT_CHARS = 2000
 
@@ -258,6 +271,9 @@ class MlflowTraceSink:
         self._flush_lock = threading.Lock()
         self._dropped_warned = False
         self._closed = False
+        self._flush_requests = 0
+        self._activity: mmap.mmap | None = None
+        self._activity_path: str | None = None
 
     # -- lookup-thread side --------------------------------------------------------------------
 
@@ -296,6 +312,7 @@ class MlflowTraceSink:
             self._flush_token += 1
             token = self._flush_token
             event = self._flushed[token] = threading.Event()
+            self._flush_requests += 1
         try:
             self._queue.put(("flush", token), timeout=timeout)
         except queue.Full:
@@ -325,6 +342,18 @@ class MlflowTraceSink:
         if problem:
             self._disable(problem)
             return False
+        try:
+            fd, self._activity_path = tempfile.mkstemp(
+                prefix="knowledge-mlflow-activity-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+            )
+            os.ftruncate(fd, 8)
+            self._activity = mmap.mmap(fd, 8)
+            os.close(fd)
+            stage_recorder.add_activity_listener(self._on_activity)
+            self._on_activity(stage_recorder.active_runs())
+        except OSError as exc:  # no shared counter: export simply does not wait for pauses
+            logger.debug("No activity counter for MLflow export: %s", exc)
+            self._activity, self._activity_path = None, None
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([_import_root(), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
         # One MLflow writer thread (a SQLite store takes one writer at a time; more only add lock
@@ -348,8 +377,27 @@ class MlflowTraceSink:
         threading.Thread(target=self._read, name="knowledge-mlflow-read", daemon=True).start()
         return self._send(
             {"op": "setup", "tracking_uri": self.tracking_uri, "experiment": self.experiment,
-             "artifact_location": self.artifact_location}
+             "artifact_location": self.artifact_location, "activity_path": self._activity_path}
         )
+
+    def _flush_done(self) -> None:
+        with self._flush_lock:
+            self._flush_requests -= 1
+
+    def _on_activity(self, count: int) -> None:
+        activity = self._activity
+        if activity is not None:
+            struct.pack_into("q", activity, 0, count)
+
+    def _urgent(self) -> bool:
+        return bool(self._flush_requests) or self._closed or self._queue.qsize() >= MAX_DEFERRED
+
+    def _wait_for_pause(self) -> None:
+        """Let lookups in progress (and the one that usually follows at once) finish first."""
+        while stage_recorder.active_runs() and not self._urgent():
+            stage_recorder.wait_idle(0.5)
+            if not stage_recorder.active_runs():
+                time.sleep(IDLE_SETTLE_S)
 
     def _send(self, message: dict[str, Any]) -> bool:
         process = self._process
@@ -372,9 +420,11 @@ class MlflowTraceSink:
             try:
                 if self.state == "disabled":
                     if kind == "flush":
+                        self._flush_done()
                         self._flushed.pop(item, threading.Event()).set()
                     continue
                 if kind == "trace":
+                    self._wait_for_pause()
                     try:
                         trace = build_trace(item)
                     except Exception as exc:  # a job that cannot be summarized is skipped, once said
@@ -383,6 +433,7 @@ class MlflowTraceSink:
                         continue
                     self._send({"op": "trace", "trace": trace})
                 elif kind == "flush":
+                    self._flush_done()
                     if not self._send({"op": "flush", "token": item}):
                         self._flushed.pop(item, threading.Event()).set()
                 elif kind == "close":
@@ -396,6 +447,7 @@ class MlflowTraceSink:
         while True:
             kind, item = self._queue.get()
             if kind == "flush":
+                self._flush_done()
                 self._flushed.pop(item, threading.Event()).set()
             self._queue.task_done()
 
@@ -408,6 +460,7 @@ class MlflowTraceSink:
             except json.JSONDecodeError:
                 continue
             if message.get("op") == "state":
+                self._forget_activity_file()  # the export process has it open (or failed)
                 if message.get("state") == "ready":
                     self.experiment_id = message.get("experiment_id")
                     self.state = "ready"
@@ -423,8 +476,17 @@ class MlflowTraceSink:
                 if event is not None:
                     event.set()
         code = process.wait()
+        self._forget_activity_file()
         if self.state != "disabled" and not (_closing or self._closed):
             self._disable(f"the export process exited with status {code}")
+
+    def _forget_activity_file(self) -> None:
+        if self._activity_path is not None:
+            try:
+                os.unlink(self._activity_path)
+            except OSError:
+                pass
+            self._activity_path = None
 
     def close(self, wait: bool = False, timeout: float = 10.0) -> None:
         """
