@@ -5,6 +5,8 @@ Lookup latency with MLflow tracing off vs on, in the same run (to be wired into
 Two `LookupService`s over the same index and trace database, one with `mlflow.tracking_uri`
 null and one with MLflow on, timed in alternating blocks so both see the same machine load. Both
 record their `tool_invocation` row (that is not optional); the difference is the MLflow trace.
+After each "on" block the bench waits for its traces to be written (untimed): that pause is
+where the export, which yields to lookups, does its work.
 
     python -m pipelines.tracing_bench [--lookups N] [--block B] [key=value ...]
 """
