@@ -197,3 +197,31 @@ def test_concurrent_lookups_each_get_their_own_trace(traced, mlflow_store):
         assert spans["query_transformer"].inputs == {"query": query}
         assert spans["trace_writer"].outputs["invocation_id"] == result.invocation_id
         assert len(trace.data.spans) == 1 + len(COMPONENTS)
+
+
+def test_export_waits_for_a_pause_in_pipeline_runs(traced, mlflow_store):
+    from components import stage_recorder
+
+    service = traced()
+    service.lookup("certificate expiry")
+    assert flush_all(timeout=180)
+    client = mlflow.MlflowClient(mlflow_store)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+
+    def exported(invocation_id: str) -> bool:
+        return bool(client.search_traces(locations=[experiment.experiment_id],
+                                         filter_string=f"tags.invocation_id = '{invocation_id}'"))
+
+    stage_recorder._activity(+1)  # as if another lookup were in progress
+    try:
+        assert stage_recorder.active_runs() == 1
+        result = service.lookup("pg replica lag")
+        assert stage_recorder.active_runs() == 1  # the lookup's own run came and went
+        time.sleep(1.5)
+        assert not exported(result.invocation_id), "no export while a pipeline run is in progress"
+    finally:
+        stage_recorder._activity(-1)
+    deadline = time.monotonic() + 120
+    while not exported(result.invocation_id) and time.monotonic() < deadline:
+        time.sleep(0.2)  # no flush asked: the pause alone lets it through
+    assert exported(result.invocation_id)
