@@ -16,6 +16,7 @@ FALLBACK_NO_EVIDENCE = "filtered_vector_no_evidence"
 FALLBACK_LOW_QUALITY = "filtered_vector_low_quality"
 STATUS_EVIDENCE = "evidence"
 STATUS_NO_EVIDENCE = "no_evidence"
+STATUS_ERROR = "error"
 
 
 class InvalidQueryError(ValueError):
@@ -410,8 +411,58 @@ class LookupResult:
     sidecar: SidecarReport | None = None
     invocation_id: str | None = None
     trace_status: str | None = None
+    error: dict[str, Any] | None = None
+
+    @classmethod
+    def failure(
+        cls,
+        query: str,
+        error: dict[str, Any],
+        invocation_id: str | None = None,
+        trace_status: str | None = None,
+    ) -> "LookupResult":
+        """
+        The structured result of a lookup that failed inside the pipeline: `found=false`,
+        `evidenceStatus="error"`, the error (`type`, `message`, `component`) and the invocation id
+        of the row that records it. Empty evidence, traces and pack, so every consumer of
+        `LookupResult` can read it like a no-evidence result.
+        """
+        text = str(query) if isinstance(query, str) else ""
+        where = f" in {error['component']}" if error.get("component") else ""
+        return cls(
+            found=False,
+            evidence_status=STATUS_ERROR,
+            retrieval_layer="none",
+            evidence_blocks=[],
+            context_pack=ContextPack(
+                text="", budget_tokens=0, used_tokens=0, included_sources=[], omitted_sources=[], truncated=False
+            ),
+            retrieval_trace=RetrievalTrace(),
+            rerank_trace=[],
+            relevance_level="none",
+            completeness_hint="none: the lookup failed; do not answer from the knowledge base",
+            query_transform=QueryTransform(raw=text, normalized="", variants=[""], original_chars=len(text)),
+            l0_hints=L0Hints(),
+            dedup=DedupStats(candidate_count=0, final_count=0, merged=0, capped=0),
+            message=f"Knowledge lookup failed{where}: {error.get('message') or error.get('type')}",
+            invocation_id=invocation_id,
+            trace_status=trace_status,
+            error=error,
+        )
 
     def to_dict(self) -> dict[str, Any]:
+        if self.evidence_status == STATUS_ERROR:
+            failed: dict[str, Any] = {
+                "found": False,
+                "evidenceStatus": STATUS_ERROR,
+                "message": self.message,
+                "error": self.error,
+                "evidenceBlocks": [],
+                "invocationId": self.invocation_id,
+            }
+            if self.trace_status is not None:
+                failed["traceStatus"] = self.trace_status
+            return failed
         data: dict[str, Any] = {
             "found": self.found,
             "evidenceStatus": self.evidence_status,

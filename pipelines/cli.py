@@ -6,7 +6,10 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge lookup --batch FILE [key=value ...]
     knowledge eval --queries FILE [key=value ...]
     knowledge bench index|lookup [options] [key=value ...]
-    knowledge traces list|show|export|replay ...
+    knowledge traces list [--last N] [--status ok|error] [key=value ...]
+    knowledge traces show ID [--json] [key=value ...]
+    knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
+    knowledge traces replay [key=value ...]
 
 Hydra overrides go after the arguments. Exit status: 0 on success (found=false included),
 2 on bad input or configuration, 1 on any other failure; errors are one line on stderr.
@@ -117,6 +120,31 @@ def _parser() -> argparse.ArgumentParser:
     bench_lookup.add_argument("--min-chunks", type=int, default=10000, help="collection size, in chunks")
     bench_lookup.add_argument("--queries", type=int, default=60, help="timed lookups per path")
     bench_lookup.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+    traces = sub.add_parser(
+        "traces",
+        help="review recorded lookups (tool_invocation rows): list, show, export, replay the spool",
+        description="Every lookup leaves one tool_invocation row in trace.db_url (SQLite by default, "
+        "trace=postgres for PostgreSQL). Records the database could not take wait in trace.spool_path.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    traces_sub = traces.add_subparsers(dest="traces", metavar="ACTION", required=True)
+    traces_list = traces_sub.add_parser("list", help="the latest invocations, newest first")
+    traces_list.add_argument("--last", type=int, default=20, metavar="N", help="how many (default 20; 0: all)")
+    traces_list.add_argument("--status", metavar="STATUS", help="only ok or error invocations")
+    traces_list.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    traces_show = traces_sub.add_parser("show", help="one invocation: attempts, rerank trace, evidence summaries")
+    traces_show.add_argument("id", metavar="ID", help="invocation id (or a unique prefix of 6+ characters)")
+    traces_show.add_argument("--json", action="store_true", help="the row as JSON")
+    traces_show.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    traces_export = traces_sub.add_parser("export", help="every invocation as JSONL, oldest first")
+    traces_export.add_argument("--format", default="jsonl", metavar="FORMAT", help="jsonl (the only format)")
+    traces_export.add_argument("--output", metavar="FILE", help="write to FILE instead of stdout")
+    traces_export.add_argument("--status", metavar="STATUS", help="only ok or error invocations")
+    traces_export.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    traces_replay = traces_sub.add_parser("replay", help="replay spooled records into the trace database now")
+    traces_replay.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     return parser
 
 
@@ -128,6 +156,10 @@ def _configure_logging(verbosity: int) -> None:
         for noisy in ("pymilvus", "grpc", "milvus_lite", "httpx", "urllib3", "sentence_transformers", "haystack"):
             quiet = noisy in ("pymilvus", "grpc", "milvus_lite")
             logging.getLogger(noisy).setLevel(logging.CRITICAL if quiet else max(level, logging.WARNING))
+        # On a failed run Haystack snapshots the pipeline state for debugging and warns about every
+        # field it cannot serialize; the failure itself is reported (and recorded) in one line.
+        for snapshot_logger in ("haystack.utils.base_serialization", "haystack.core.pipeline.breakpoint"):
+            logging.getLogger(snapshot_logger).setLevel(logging.ERROR)
 
 
 def _load(overrides: Sequence[str], extra: Sequence[str] = ()):
@@ -186,7 +218,7 @@ def _read_batch(path: str) -> list[str]:
 
 
 def cmd_lookup(args: argparse.Namespace) -> int:
-    from components.contracts import InvalidQueryError
+    from components.contracts import STATUS_ERROR, InvalidQueryError
     from components.text import printable
     from pipelines.lookup import LookupService
 
@@ -200,21 +232,33 @@ def cmd_lookup(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"cannot read {args.batch}: {exc.strerror or exc}") from exc
         service = LookupService(cfg)
-        failures = 0
+        invalid = errors = 0
         for query in queries:
             try:
-                line = service.lookup(query).to_dict()
+                result = service.lookup(query)
+                line = result.to_dict()
+                if result.evidence_status == STATUS_ERROR:
+                    errors += 1
+                    _report_failure(result)
             except InvalidQueryError as exc:
-                failures += 1
+                invalid += 1
                 line = {"query": printable(query), "error": str(exc)}
             print(json.dumps(line, ensure_ascii=False), flush=True)
-        return EXIT_BAD_INPUT if failures else EXIT_OK
+        return EXIT_FAILURE if errors else EXIT_BAD_INPUT if invalid else EXIT_OK
     if args.query is None:
         raise UsageError("give a QUERY, or --batch FILE")
     cfg = _load(overrides)
     result = LookupService(cfg).lookup(args.query)
     print(json.dumps(result.to_dict(), ensure_ascii=False, indent=None if args.compact else 2))
+    if result.evidence_status == STATUS_ERROR:
+        _report_failure(result)
+        return EXIT_FAILURE
     return EXIT_OK
+
+
+def _report_failure(result) -> None:
+    """The one stderr line of a lookup that failed inside the pipeline (its JSON is on stdout)."""
+    print(f"knowledge: error: {result.message} (invocation {result.invocation_id})", file=sys.stderr)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -239,11 +283,52 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_traces(args: argparse.Namespace) -> int:
+    from pipelines import traces
+
+    status = getattr(args, "status", None)
+    if status is not None and status not in traces.STATUSES:
+        raise UsageError(f"--status {status!r} is not one of {', '.join(traces.STATUSES)}")
+    if args.traces == "export" and args.format not in traces.EXPORT_FORMATS:
+        raise UsageError(f"--format {args.format!r} is not supported: use {', '.join(traces.EXPORT_FORMATS)}")
+    if args.traces == "list" and args.last < 0:
+        raise UsageError(f"--last {args.last} must be 0 (all) or more")
+    cfg = _load(args.overrides)
+    store = traces.open_store(cfg)
+    if args.traces == "list":
+        print(traces.format_list(store.latest(last=args.last or None, status=status)))
+    elif args.traces == "show":
+        row = store.get(args.id)
+        if row is None:
+            raise UsageError(f"no invocation {args.id!r} in {traces.redact_url(cfg.trace.db_url)}")
+        if args.json:
+            print(json.dumps(traces.row_json(row), ensure_ascii=False, indent=2, default=str))
+        else:
+            print(traces.format_show(row))
+    elif args.traces == "export":
+        rows = store.iter_all(status=status)
+        if args.output:
+            try:
+                with open(args.output, "w", encoding="utf-8") as stream:
+                    count = traces.export_jsonl(rows, stream)
+            except OSError as exc:
+                raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+            print(f"exported {count} invocation(s) to {args.output}", file=sys.stderr)
+        else:
+            traces.export_jsonl(rows, sys.stdout)
+    else:
+        pending, inserted = store.replay()
+        print(f"replayed {pending} spooled record(s) into {traces.redact_url(cfg.trace.db_url)}: {inserted} new, "
+              f"{pending - inserted} already present")
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "index": cmd_index,
     "lookup": cmd_lookup,
     "eval": cmd_eval,
     "bench": cmd_bench,
+    "traces": cmd_traces,
 }
 
 
@@ -255,8 +340,23 @@ def _exit_code(exc: BaseException) -> int:
     return EXIT_BAD_INPUT if isinstance(exc, (UsageError, ConfigError, InvalidQueryError, KnowledgeBaseError)) else EXIT_FAILURE
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """
+    Parse, letting key=value overrides follow options too (`traces show ID --json trace=postgres`):
+    argparse fills a positional list once, so overrides after an option come back as extras.
+    """
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        stray = [a for a in extra if a.startswith("-") or not hasattr(args, "overrides")]
+        if stray:
+            parser.error(f"unrecognized arguments: {' '.join(stray)}")
+        args.overrides = [*args.overrides, *extra]
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     _configure_logging(args.verbose)
     try:
         return COMMANDS[args.command](args)

@@ -3,16 +3,21 @@ The `lookup_knowledge` query pipeline, in the spec's order:
 
     query -> QueryTransformer -> L0HintExtractor -> KnowledgeQueryEmbedder -> FallbackRetriever
           -> (SidecarComparator) -> RuleReranker -> EvidenceDeduper -> ContextPacker -> ResultAssembler
+          -> TraceWriter
 
 built from the Hydra config, and `LookupService`, which runs it for one query or many.
 """
 
 import logging
+import threading
+import time
+from typing import Any
 
 from haystack import Pipeline
 from omegaconf import DictConfig
 
 from components.context_packer import ContextPacker
+from components import stage_recorder
 from components.contracts import InvalidQueryError, LookupResult
 from components.evidence_deduper import EvidenceDeduper
 from components.fallback_retriever import FallbackRetriever
@@ -23,12 +28,26 @@ from components.query_transformer import QueryTransformer
 from components.result_assembler import ResultAssembler
 from components.rule_reranker import RuleReranker
 from components.sidecar_comparator import SidecarComparator
+from components.trace_writer import TraceWriter
 from pipelines.errors import unwrap_pipeline_error
 
 logger = logging.getLogger(__name__)
 
 # Module allowlist for Pipeline.loads of the serialized YAML.
 ALLOWED_MODULES = ["components", "pipelines", "milvus_haystack", "haystack_integrations"]
+
+
+def build_trace_writer(cfg: DictConfig) -> TraceWriter:
+    """The TraceWriter of the config (also used alone by `knowledge traces`)."""
+    return TraceWriter(
+        db_url=cfg.trace.db_url,
+        spool_path=cfg.trace.spool_path,
+        summary_chars=cfg.trace.summary_chars,
+        tracking_uri=cfg.mlflow.tracking_uri,
+        experiment=cfg.mlflow.experiment,
+        artifact_location=cfg.mlflow.artifact_location,
+        retry_interval=float(cfg.trace.retry_interval_s),
+    )
 
 
 def build_lookup_pipeline(cfg: DictConfig) -> Pipeline:
@@ -106,6 +125,7 @@ def build_lookup_pipeline(cfg: DictConfig) -> Pipeline:
             evidence_threshold=retrieval.evidence_threshold,
         ),
     )
+    pipeline.add_component("trace_writer", build_trace_writer(cfg))
     connections = [
         ("query_transformer.query", "l0_hints.query"),
         ("query_transformer.variants", "query_embedder.texts"),
@@ -129,6 +149,7 @@ def build_lookup_pipeline(cfg: DictConfig) -> Pipeline:
         ("deduper.dedup", "assembler.dedup"),
         ("context_packer.context_pack", "assembler.context_pack"),
         ("sidecar.sidecar", "assembler.sidecar"),
+        ("assembler.result", "trace_writer.result"),
     ]
     for sender, receiver in connections:
         pipeline.connect(sender, receiver)
@@ -137,14 +158,20 @@ def build_lookup_pipeline(cfg: DictConfig) -> Pipeline:
 
 class LookupService:
     """
-    Runs the lookup pipeline: built and warmed up once, then one `lookup` per query.
+    Runs the lookup pipeline: built and warmed up once, then one `lookup` per query. Safe to
+    share between threads.
+
+    Every call leaves one `tool_invocation` row (and, with MLflow configured, one MLflow trace)
+    and returns its `invocationId`. A failure inside the pipeline (a component raising, a vector
+    store that does not answer) is recorded with `status=error` and returned as a structured
+    error result (`evidenceStatus="error"`); an invalid query is recorded, then raised.
 
     Usage example:
 
     ```python
     service = LookupService(load_config())
     result = service.lookup("disk almost full on a worker node")
-    print(result.to_dict()["found"])
+    print(result.to_dict()["found"], result.invocation_id)
     ```
     """
 
@@ -152,23 +179,64 @@ class LookupService:
         self.cfg = cfg
         self.pipeline = pipeline or build_lookup_pipeline(cfg)
         self._warm = False
+        self._warm_lock = threading.Lock()
+
+    @property
+    def trace_writer(self) -> TraceWriter | None:
+        writer = self.pipeline.get_component("trace_writer") if "trace_writer" in self.pipeline.graph.nodes else None
+        return writer if isinstance(writer, TraceWriter) else None
 
     def warm_up(self) -> None:
-        if not self._warm:
-            # Fail before the model loads when nothing has been indexed yet.
-            L0IndexHandle(self.cfg.l0.index_path).get()
-            self.pipeline.warm_up()
-            self._warm = True
+        if self._warm:
+            return
+        with self._warm_lock:
+            if not self._warm:
+                # Fail before the model loads when nothing has been indexed yet.
+                L0IndexHandle(self.cfg.l0.index_path).get()
+                self.pipeline.warm_up()
+                self._warm = True
 
     def lookup(self, query: str) -> LookupResult:
         """
-        :raises InvalidQueryError: Empty query, or over the limit with `query.on_overlong=error`.
+        :returns: The result, with `invocation_id` and `trace_status`; `evidence_status="error"`
+            when the pipeline failed (the error is in `result.error`).
+        :raises InvalidQueryError: Empty query, or over the limit with `query.on_overlong=error`
+            (recorded first).
         """
+        entered = time.time()
+        arguments: dict[str, Any] = {"query": query}
+        stage_recorder.clear_last_recording()
         if not isinstance(query, str) or not query.strip():
-            raise InvalidQueryError("query is empty: give the question or alert text to look up")
-        self.warm_up()
+            error = InvalidQueryError("query is empty: give the question or alert text to look up")
+            self._record_error(query, error, entered, "query_transformer")
+            raise error
         try:
-            outputs = self.pipeline.run({"query_transformer": {"query": query}})
+            self.warm_up()
+        except Exception as exc:  # not indexed yet, model missing: a setup problem, raised after recording
+            self._record_error(query, exc, entered, None)
+            raise
+        # latency_ms and the MLflow trace cover the lookup itself, not the one-off warm-up.
+        started = time.time()
+        inputs = {"query_transformer": {"query": query}}
+        writer = self.trace_writer
+        if writer is not None:
+            inputs["trace_writer"] = {"arguments": arguments, "started_at": started}
+        try:
+            outputs = self.pipeline.run(inputs)
         except Exception as exc:
-            raise unwrap_pipeline_error(exc) from exc
-        return outputs["assembler"]["result"]
+            error = unwrap_pipeline_error(exc)
+            failure = self._record_error(query, error, started, getattr(exc, "component_name", None))
+            if isinstance(error, InvalidQueryError) or failure is None:
+                raise error from exc
+            return failure
+        if writer is None:
+            return outputs["assembler"]["result"]
+        return outputs["trace_writer"]["result"]
+
+    def _record_error(
+        self, query: Any, error: BaseException, started: float, component_name: str | None
+    ) -> LookupResult | None:
+        writer = self.trace_writer
+        if writer is None:
+            return None
+        return writer.record_error(query, error, started, component_name=component_name)

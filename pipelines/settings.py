@@ -104,12 +104,14 @@ class TraceConfig:
     db_url: str = "sqlite:///${paths.state_dir}/traces.db"
     spool_path: str = "${paths.state_dir}/trace-spool.jsonl"
     summary_chars: int = 200
+    retry_interval_s: float = 5.0
 
 
 @dataclass
 class MlflowConfig:
     tracking_uri: str | None = "sqlite:///${paths.state_dir}/mlflow.db"
     experiment: str = "lookup-knowledge"
+    artifact_location: str | None = "${paths.state_dir}/mlflow-artifacts"
 
 
 @dataclass
@@ -162,6 +164,10 @@ def _validate_values(cfg: DictConfig) -> None:
     for key in ("top_k", "max_evidence", "per_document_cap"):
         if retrieval[key] < 1:
             raise ConfigError(f"retrieval.{key}={retrieval[key]} must be at least 1")
+    if cfg.trace.summary_chars < 0:
+        raise ConfigError(f"trace.summary_chars={cfg.trace.summary_chars} must be at least 0")
+    if cfg.trace.retry_interval_s < 0:
+        raise ConfigError(f"trace.retry_interval_s={cfg.trace.retry_interval_s} must be at least 0")
     if cfg.context.budget_tokens < 16:
         raise ConfigError(f"context.budget_tokens={cfg.context.budget_tokens} must be at least 16")
     chunking = cfg.chunking

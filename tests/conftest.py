@@ -111,3 +111,71 @@ def topics_cfg(tmp_path_factory):
     cfg = load_config(state_overrides(root / "state", f"kb.path={kb}"))
     run_indexing(cfg, rebuild=True)
     return cfg
+
+
+# --- trace store / TraceWriter fixtures -----------------------------------------------------------
+
+PG_URL = os.environ.get("KNOWLEDGE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """The real PostgreSQL of the test machine; skipped with the reason when it is absent (CI requires it)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(PG_URL.replace("postgresql+psycopg://", "postgresql://"), connect_timeout=3):
+            pass
+    except Exception as exc:  # any failure to connect means "no PostgreSQL here"
+        reason = f"PostgreSQL not reachable at {PG_URL}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}"
+        if os.environ.get("KNOWLEDGE_REQUIRE_POSTGRES"):
+            pytest.fail(f"{reason} (KNOWLEDGE_REQUIRE_POSTGRES is set)")
+        pytest.skip(reason)
+    return PG_URL
+
+
+@pytest.fixture
+def pg_schema_url(pg_url):
+    """A PostgreSQL URL whose search_path is a fresh schema, dropped after the test."""
+    yield from _pg_schema(pg_url)
+
+
+@pytest.fixture(scope="module")
+def pg_module_schema_url(pg_url):
+    yield from _pg_schema(pg_url)
+
+
+def _pg_schema(pg_url: str):
+    import uuid
+
+    import psycopg
+
+    schema = f"lk_test_{uuid.uuid4().hex[:12]}"
+    plain = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain, autocommit=True) as connection:
+        connection.execute(f'CREATE SCHEMA "{schema}"')
+    try:
+        yield f"{pg_url}?options=-csearch_path%3D{schema}"
+    finally:
+        from components.trace_store import dispose_engines
+
+        dispose_engines()
+        with psycopg.connect(plain, autocommit=True) as connection:
+            connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def sample_overrides(sample_cfg, *extra: str) -> list[str]:
+    """Overrides that point a new config at the session's indexed sample collection."""
+    return [f"milvus.uri={sample_cfg.milvus.uri}", f"l0.index_path={sample_cfg.l0.index_path}",
+            "trace.retry_interval_s=0", *extra]
+
+
+@pytest.fixture(scope="session")
+def mlflow_store(tmp_path_factory) -> str:
+    """One MLflow sqlite store for the session: its migrations run once, here (they take seconds)."""
+    from mlflow import MlflowClient
+
+    folder = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{folder}/mlflow.db"
+    MlflowClient(uri).search_experiments()
+    return uri

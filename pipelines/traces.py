@@ -1,0 +1,175 @@
+"""
+Reading `tool_invocation` back: the helpers behind `knowledge traces list|show|export|replay`.
+
+Rows come from `components.trace_store.TraceStore`; these functions only format them.
+"""
+
+import json
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+from omegaconf import DictConfig
+
+from components.trace_store import TraceStore, redact, to_jsonable
+
+EXPORT_FORMATS = ("jsonl",)
+STATUSES = ("ok", "error")
+
+
+def redact_url(db_url: str) -> str:
+    """The database URL for messages, password hidden."""
+    return redact(db_url)
+
+
+def open_store(cfg: DictConfig) -> TraceStore:
+    """The trace store of a config, without building the lookup pipeline."""
+    return TraceStore(cfg.trace.db_url, cfg.trace.spool_path, retry_interval=float(cfg.trace.retry_interval_s))
+
+
+def _when(value: Any) -> str:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return str(value or "")
+
+
+def _query(row: dict[str, Any]) -> str:
+    arguments = row.get("arguments") or {}
+    query = arguments.get("query") if isinstance(arguments, dict) else arguments
+    return query if isinstance(query, str) else json.dumps(query, ensure_ascii=False)
+
+
+def _cut(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def format_list(rows: list[dict[str, Any]]) -> str:
+    """One line per invocation, newest first."""
+    if not rows:
+        return "no invocations recorded"
+    header = f"{'created (UTC)':<19}  {'invocation id':<36}  {'status':<6}  {'found':<5}  {'layer':<5}  {'ms':>8}  query"
+    lines = [header]
+    for row in rows:
+        created = _when(row.get("created_at"))[:19]
+        found = "-" if row.get("found") is None else ("yes" if row.get("found") else "no")
+        latency = "-" if row.get("latency_ms") is None else f"{row['latency_ms']:.1f}"
+        query = _query(row)
+        if row.get("status") == "error" and row.get("error"):
+            query = f"{query}  ! {row['error']}"
+        lines.append(
+            f"{created:<19}  {row['id']:<36}  {row.get('status') or '':<6}  {found:<5}  "
+            f"{(row.get('retrieval_layer') or '-'):<5}  {latency:>8}  {_cut(query, 70)}"
+        )
+    return "\n".join(lines)
+
+
+def format_show(row: dict[str, Any]) -> str:
+    """One invocation, readable: the call, the attempts, the rerank trace, the evidence summaries."""
+    details = row.get("retrieval_details") or {}
+    out = [
+        f"Invocation {row['id']}  ({row.get('tool_name')})",
+        f"  created    {_when(row.get('created_at'))}    latency {_num(row.get('latency_ms'), 1)} ms",
+        f"  status     {row.get('status')}    record {row.get('trace_status') or '-'}",
+        f"  arguments  {json.dumps(row.get('arguments'), ensure_ascii=False)}",
+        f"  found      {row.get('found')}    evidence status {details.get('evidence_status', '-')}    "
+        f"relevance {details.get('relevance_level', '-')}    layer {row.get('retrieval_layer') or '-'}",
+    ]
+    if row.get("error"):
+        out.append(f"  error      {row['error']}")
+    if details.get("completed_stages") is not None:
+        out.append(f"  completed  {', '.join(details['completed_stages']) or '(no stage)'}")
+
+    transform = details.get("query_transform")
+    if transform:
+        out += ["", "Query transform"]
+        out.append(f"  normalized  {transform.get('normalized')!r}")
+        if transform.get("expansions"):
+            out.append(f"  expansions  {', '.join(transform['expansions'])}")
+        if transform.get("truncated"):
+            out.append(f"  truncated   from {transform.get('original_chars')} characters")
+
+    hints = details.get("l0_hints")
+    if hints:
+        out += ["", "L0 hints (hint data, never evidence)"]
+        for key, label in (("matched_titles", "titles"), ("matched_keywords", "keywords"), ("domains", "domains"),
+                           ("entities", "entities")):
+            out.append(f"  {label:<9} {', '.join(hints.get(key) or []) or '-'}")
+
+    trace = details.get("retrieval_trace")
+    if trace:
+        selected = trace.get("selected_attempt")
+        fallback = details.get("fallback_reason") or trace.get("fallback_reason")
+        out += ["", f"Retrieval attempts (mode {trace.get('vector_store_mode')}, selected {selected}, "
+                    f"fallback {fallback or 'none'})"]
+        if not trace.get("attempts"):
+            out.append("  (no attempt: L1 disabled)" if trace.get("l1_enabled") is False else "  (no attempt)")
+        for attempt in trace.get("attempts") or []:
+            mark = "*" if attempt.get("index") == selected else " "
+            scope = f"category={attempt['category_filter']}" if attempt.get("category_filter") else "unfiltered"
+            out.append(
+                f" {mark}#{attempt.get('index')}  {scope:<22} path {attempt.get('path')}  "
+                f"candidates {attempt.get('candidate_count')}  usable {attempt.get('usable_count')}  "
+                f"top {_num(attempt.get('top_similarity'))}  {attempt.get('outcome')}"
+            )
+            out.append(f"      query {attempt.get('query')!r}")
+            if attempt.get("error"):
+                out.append(f"      note  {attempt['error']}")
+
+    rerank = details.get("rerank_trace")
+    if rerank:
+        out += ["", "Rerank trace", f"  {'rank':>4}  {'final':>6}  {'base':>6}  {'source':<40} boosts"]
+        for entry in rerank:
+            boosts = ", ".join(f"{k} {v:+.3f}" for k, v in (entry.get("boosts") or {}).items() if v)
+            out.append(
+                f"  {entry.get('rank'):>4}  {_num(entry.get('final_score')):>6}  {_num(entry.get('base_score')):>6}  "
+                f"{_cut(entry.get('source') or '', 40):<40} {boosts or '-'}"
+            )
+
+    blocks = details.get("evidence_blocks")
+    if blocks is not None:
+        counts = f"{details.get('final_evidence_count', len(blocks))} of {details.get('candidate_count', '?')} candidates"
+        out += ["", f"Evidence ({counts})"]
+        if not blocks:
+            out.append("  (none)")
+        for number, block in enumerate(blocks, start=1):
+            where = block.get("breadcrumb") or block.get("title") or ""
+            out.append(
+                f"  {number}. {block.get('source')}  {where}  [{block.get('retrieval_layer')}]  "
+                f"score {_num(block.get('score'))}  rerank {_num(block.get('rerank_score'))}"
+            )
+            if block.get("hit_reasons"):
+                out.append(f"     hits: {'; '.join(block['hit_reasons'])}")
+            if block.get("content_preview"):
+                out.append(f"     \"{_cut(block['content_preview'], 160)}\" ({block.get('content_chars')} chars)")
+
+    pack = details.get("context_pack_summary")
+    if pack:
+        out += ["", "Context pack"]
+        out.append(
+            f"  {pack.get('used_tokens')}/{pack.get('budget_tokens')} tokens, truncated {pack.get('truncated')}"
+        )
+        out.append(f"  included {', '.join(pack.get('included_sources') or []) or '-'}")
+        if pack.get("omitted_sources"):
+            out.append(f"  omitted  {', '.join(pack['omitted_sources'])}")
+
+    sidecar = details.get("sidecar")
+    if sidecar and sidecar.get("status") not in (None, "disabled"):
+        out += ["", f"Sidecar: {sidecar.get('status')} ({sidecar.get('path')})"]
+    return "\n".join(out)
+
+
+def row_json(row: dict[str, Any]) -> dict[str, Any]:
+    return to_jsonable(row)
+
+
+def export_jsonl(rows: list[dict[str, Any]], stream: TextIO) -> int:
+    """One JSON object per row (created_at in ISO 8601), oldest first; returns the count."""
+    for row in rows:
+        stream.write(json.dumps(row_json(row), ensure_ascii=False, default=str) + "\n")
+    return len(rows)
