@@ -55,6 +55,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
 
+from components.text import printable
+
 logger = logging.getLogger(__name__)
 
 TABLE_NAME = "tool_invocation"
@@ -194,6 +196,20 @@ def head_revision() -> str:
     return ScriptDirectory.from_config(alembic_config(None)).get_current_head()  # type: ignore[return-value]
 
 
+def utf8_safe(value: Any) -> Any:
+    """
+    A value whose strings can be written as UTF-8: a query can carry lone surrogates (a JSON
+    `\\ud800`), which SQLite, PostgreSQL, the spool and the terminal all refuse.
+    """
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {utf8_safe(k): utf8_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [utf8_safe(v) for v in value]
+    return value
+
+
 def to_jsonable(record: dict[str, Any]) -> dict[str, Any]:
     """A record as JSON (created_at in ISO 8601), for the spool and `traces export`."""
     data = dict(record)
@@ -302,6 +318,7 @@ class TraceStore:
         Record one invocation. Returns `recorded`, `spooled` (the database was unavailable) or
         `lost` (the spool file could not be written either). Never raises.
         """
+        record = utf8_safe(record)
         if time.monotonic() < self._down_until:
             return self._spool(record)
         try:

@@ -102,7 +102,7 @@ class PipelineSystem:
         from pipelines.lookup import build_lookup_pipeline
 
         self.cfg = cfg
-        self.pipeline = build_lookup_pipeline(cfg)
+        self.pipeline = build_lookup_pipeline(cfg, record=False)
         self.pipeline.warm_up()
 
     def rank(self, query: str) -> Ranked:

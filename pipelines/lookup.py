@@ -50,7 +50,11 @@ def build_trace_writer(cfg: DictConfig) -> TraceWriter:
     )
 
 
-def build_lookup_pipeline(cfg: DictConfig) -> Pipeline:
+def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
+    """
+    The lookup pipeline of a config. `record=False` leaves out the TraceWriter, for measurement
+    runs (evaluation) that are not agent calls and must not fill the tool_invocation table.
+    """
     retrieval = cfg.retrieval
     milvus = cfg.milvus
     l0_path = cfg.l0.index_path
@@ -125,7 +129,8 @@ def build_lookup_pipeline(cfg: DictConfig) -> Pipeline:
             evidence_threshold=retrieval.evidence_threshold,
         ),
     )
-    pipeline.add_component("trace_writer", build_trace_writer(cfg))
+    if record:
+        pipeline.add_component("trace_writer", build_trace_writer(cfg))
     connections = [
         ("query_transformer.query", "l0_hints.query"),
         ("query_transformer.variants", "query_embedder.texts"),
@@ -149,8 +154,9 @@ def build_lookup_pipeline(cfg: DictConfig) -> Pipeline:
         ("deduper.dedup", "assembler.dedup"),
         ("context_packer.context_pack", "assembler.context_pack"),
         ("sidecar.sidecar", "assembler.sidecar"),
-        ("assembler.result", "trace_writer.result"),
     ]
+    if record:
+        connections.append(("assembler.result", "trace_writer.result"))
     for sender, receiver in connections:
         pipeline.connect(sender, receiver)
     return pipeline

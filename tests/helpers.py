@@ -70,5 +70,5 @@ def lookup_with(cfg, query: str, *overrides: str, include: tuple[str, ...] = ())
     from pipelines.lookup import build_lookup_pipeline
 
     pipeline = build_lookup_pipeline(derived_config(cfg, *overrides))
-    outputs = pipeline.run({"query_transformer": {"query": query}}, include_outputs_from=set(include))
+    outputs = pipeline.run({"query_transformer": {"query": query}}, include_outputs_from={"assembler", *include})
     return outputs["assembler"]["result"], outputs

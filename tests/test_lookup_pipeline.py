@@ -21,6 +21,7 @@ from components.l0_hint_extractor import L0HintExtractor
 from components.query_embedder import KnowledgeQueryEmbedder
 from components.query_transformer import QueryTransformer
 from components.result_assembler import ResultAssembler
+from components.trace_writer import TraceWriter
 from components.rule_reranker import RuleReranker
 from components.sidecar_comparator import SidecarComparator
 from pipelines.agent import TOOL_NAME, lookup_knowledge_tool
@@ -41,6 +42,7 @@ COMPONENT_TYPES = {
     "deduper": EvidenceDeduper,
     "context_packer": ContextPacker,
     "assembler": ResultAssembler,
+    "trace_writer": TraceWriter,
 }
 
 
@@ -84,9 +86,9 @@ def test_pipeline_components_execute_in_order(sample_service):
     assert position["query_transformer"] < position["retriever"]  # transform before retrieval
     assert position["retriever"] < position["reranker"] < position["deduper"]  # retrieve before post-processing
     assert position["deduper"] < position["context_packer"]  # evidence blocks before packing
-    # Result assembly comes after every stage; only trace recording may follow it.
+    # Result assembly comes after every stage, and trace recording after result assembly.
     assert all(position[name] < position["assembler"] for name in stages[:-1] + ["sidecar"])
-    assert not set(ran[position["assembler"] + 1 :]) & set(COMPONENT_TYPES)
+    assert ran[position["assembler"] + 1 :] == ["trace_writer"]
 
 
 # committed YAML ------------------------------------------------------------------------------
@@ -111,7 +113,7 @@ def test_committed_yaml_needs_the_allowlist(committed):
         Pipeline.loads(committed)
 
 
-def test_committed_yaml_loads_and_answers_a_query(committed, sample_cfg, sample_service):
+def test_committed_yaml_loads_and_answers_a_query(committed, sample_cfg, sample_service, tmp_path):
     pipeline = Pipeline.loads(committed, allowed_modules=["components"])
     assert {name: type(pipeline.get_component(name)) for name in COMPONENT_TYPES} == COMPONENT_TYPES
     assert normalized(pipeline.dumps()) == normalized(committed)
@@ -123,8 +125,11 @@ def test_committed_yaml_loads_and_answers_a_query(committed, sample_cfg, sample_
             params["uri"] = sample_cfg.milvus.uri
         if "l0_index_path" in params:
             params["l0_index_path"] = sample_cfg.l0.index_path
+    recorder = data["components"]["trace_writer"]["init_parameters"]
+    recorder.update(db_url=f"sqlite:///{tmp_path}/traces.db", spool_path=str(tmp_path / "spool.jsonl"), tracking_uri=None)
     pointed = Pipeline.from_dict(data, allowed_modules=["components"])
-    result = pointed.run({"query_transformer": {"query": QUERY}})["assembler"]["result"]
+    result = pointed.run({"query_transformer": {"query": QUERY}})["trace_writer"]["result"]
+    assert result.invocation_id and result.trace_status == "recorded"
     assert result.found and result.evidence_blocks[0].source == "disk/disk-full.md"
     # The YAML is the default configuration: the same evidence as the session's service.
     expected = sample_service.lookup(QUERY)

@@ -203,3 +203,14 @@ def test_get_by_prefix_and_latest_filters(tmp_path):
     assert [r["id"] for r in store.latest(last=10)] == [failed["id"], ok["id"]]
     assert [r["id"] for r in store.latest(last=10, status="error")] == [failed["id"]]
     assert [r["id"] for r in store.latest(last=1)] == [failed["id"]]
+
+
+def test_lone_surrogates_in_a_query_are_stored_as_replacement_characters(db_url, tmp_path):
+    # A JSON-escaped "\ud800" reaches Python as a lone surrogate, which no database accepts as UTF-8.
+    store = TraceStore(db_url, str(tmp_path / "spool.jsonl"))
+    row = record(1, arguments={"query": "disk \ud800 full"})
+    row["retrieval_details"]["query_transform"] = {"raw": "disk \ud800 full"}
+    assert store.write(row) == TRACE_RECORDED
+    stored = store.get(row["id"])
+    assert stored["arguments"] == {"query": "disk \ufffd full"}
+    assert stored["retrieval_details"]["query_transform"]["raw"] == "disk \ufffd full"
