@@ -22,6 +22,18 @@ MAX_CONTENT_CHARS = 65535
 MAX_CATEGORY_CHARS = 512
 MAX_ID_CHARS = 64
 
+# Milvus Lite serves gRPC from a thread of this very process, with the server's default ping
+# policy. pymilvus' client pings every 10 s even without calls, so after about 30 s without a
+# call the server answers GOAWAY "too_many_pings"; the next client pymilvus opens on that shared
+# connection health-checks it, fails to recover it, and the command dies ("Fail connecting to
+# server"). That hit every index run that embedded for more than about half a minute after the
+# first connection, and any process that idled that long. An in-process server needs no
+# keepalive: no pings without calls, and none during them either.
+LITE_GRPC_OPTIONS = {
+    "grpc.keepalive_time_ms": 2**31 - 1,
+    "grpc.keepalive_permit_without_calls": 0,
+}
+
 
 class MilvusUnavailableError(RuntimeError):
     """The vector store cannot be opened or does not answer."""
@@ -50,12 +62,14 @@ def connect(uri: str) -> MilvusClient:
 
     Milvus Lite lets one process hold a db file; clients in the same process share it.
     """
+    options: dict[str, Any] = {}
     if is_local_uri(uri):
         from pathlib import Path
 
         Path(uri).parent.mkdir(parents=True, exist_ok=True)
+        options["grpc_options"] = dict(LITE_GRPC_OPTIONS)
     try:
-        return MilvusClient(uri=uri)
+        return MilvusClient(uri=uri, **options)
     except Exception as exc:
         if _is_lock_error(exc):
             raise MilvusUnavailableError(
