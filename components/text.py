@@ -8,6 +8,7 @@ CJK text into overlapping character bigrams, so matching works for any language 
 import re
 import unicodedata
 from collections.abc import Iterable
+from functools import lru_cache
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SPACES = re.compile(r"\s+")
@@ -27,13 +28,17 @@ STOPWORDS = frozenset(
     other off once here each few both nor now than get got keep keeps kept still also""".split()
 )
 _SUFFIXES = ("ing", "ies", "es", "ed", "ly", "s")
+# What `_WORD` matches in ASCII text.
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
 
 
 def clean(text: str) -> str:
     """NFKC-normalise, drop control characters and collapse whitespace (case is kept)."""
     text = unicodedata.normalize("NFKC", text)
     text = _CONTROL.sub(" ", text)
-    return _SPACES.sub(" ", text).strip()
+    # `str.split()` splits on exactly the characters `\s` matches (Unicode whitespace), and
+    # is several times faster than `_SPACES.sub(" ", text).strip()` on long texts.
+    return " ".join(text.split())
 
 
 def fold(text: str) -> str:
@@ -52,6 +57,7 @@ def is_cjk(char: str) -> bool:
     )
 
 
+@lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A deliberately light suffix stripper: enough to match 'restarts' with 'restarting'."""
     for suffix in _SUFFIXES:
@@ -75,6 +81,10 @@ def terms(text: str, drop_noise: bool = False) -> list[str]:
 
     With `drop_noise`, addresses, hashes and numbers (typical alert label values) are removed first.
     """
+    if not drop_noise:
+        cleaned = clean(text)
+        if cleaned.isascii():
+            return _ascii_terms(cleaned)
     folded = fold(text)
     if drop_noise:
         folded = _NOISE.sub(" ", folded)
@@ -97,6 +107,24 @@ def terms(text: str, drop_noise: bool = False) -> list[str]:
             result.extend(_cjk_bigrams(cjk_run))
         if latin_run:
             result.extend(_latin_terms(latin_run))
+    return result
+
+
+def _ascii_terms(cleaned: str) -> list[str]:
+    """
+    `terms` of an already cleaned ASCII text, word by word: the same result as folding the whole
+    text first (in ASCII, CamelCase boundaries lie inside words, case-folding is `lower()`, and
+    no character is CJK), at a fraction of the cost. It runs on every reranked candidate.
+    """
+    result: list[str] = []
+    for word in _ASCII_WORD.findall(cleaned):
+        if word.islower() or word.isdigit():
+            parts = (word,)
+        else:
+            parts = _CAMEL.sub(" ", word).lower().split()
+        for part in parts:
+            if part not in STOPWORDS and (len(part) >= 2 or part.isdigit()):
+                result.append(stem(part))
     return result
 
 
