@@ -52,12 +52,18 @@ class L0IndexWriter:
         entries = [_entry(document) for document in sorted(documents, key=lambda d: d.meta["source"])]
         vectors = None
         if entries:
-            titles = [Document(content=entry.title) for entry in entries]
-            embedded = self._embedder.run(documents=titles)["documents"]
-            vectors = np.asarray([d.embedding for d in embedded], dtype=np.float32)
+            vectors = self._title_vectors([entry.title for entry in entries])
         L0Index(entries, vectors, self.model, _document_frequencies(documents)).save(self.index_path)
         logger.info("L0 index with %d entries saved to %s", len(entries), self.index_path)
         return {"entries": len(entries), "path": self.index_path}
+
+    def _title_vectors(self, titles: list[str]) -> np.ndarray:
+        """One row per title; each distinct title is embedded once (titles such as "Overview" repeat)."""
+        distinct = list(dict.fromkeys(titles))
+        embedded = self._embedder.run(documents=[Document(content=title) for title in distinct])["documents"]
+        row_of = {title: row for row, title in enumerate(distinct)}
+        matrix = np.asarray([d.embedding for d in embedded], dtype=np.float32)
+        return matrix[[row_of[title] for title in titles]]
 
 
 def _document_frequencies(documents: list[Document]) -> dict[str, int]:
