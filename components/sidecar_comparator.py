@@ -4,7 +4,7 @@ from typing import Any
 from haystack import component
 
 from components.contracts import Candidate, RetrievalTrace, SidecarReport
-from components.vector_search import PATHS, VectorSearch, make_search
+from components.vector_search import PATHS, QueryEmbeddings, VectorSearch, make_search
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class SidecarComparator:
         self._search: VectorSearch | None = None
 
     @component.output_types(sidecar=SidecarReport)
-    def run(self, embeddings: list[list[float]], candidates: list[Candidate], retrieval_trace: RetrievalTrace) -> dict[str, Any]:
+    def run(self, embeddings: QueryEmbeddings, candidates: list[Candidate], retrieval_trace: RetrievalTrace) -> dict[str, Any]:
         """
         :param embeddings: Query embeddings (as given to the retriever).
         :param candidates: The main path's candidates.
