@@ -6,9 +6,11 @@ CJK text into overlapping character bigrams, so matching works for any language 
 """
 
 import re
+import string
 import unicodedata
 from collections.abc import Iterable
 from functools import lru_cache
+from itertools import chain
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _SPACES = re.compile(r"\s+")
@@ -28,8 +30,8 @@ STOPWORDS = frozenset(
     other off once here each few both nor now than get got keep keeps kept still also""".split()
 )
 _SUFFIXES = ("ing", "ies", "es", "ed", "ly", "s")
-# What `_WORD` matches in ASCII text.
-_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
+# Bytes that `_WORD` does not match in ASCII text (everything but letters and digits) -> space.
+_ASCII_NON_WORD = bytes(b if chr(b) in string.ascii_letters + string.digits else 0x20 for b in range(256))
 
 
 def clean(text: str) -> str:
@@ -82,9 +84,9 @@ def terms(text: str, drop_noise: bool = False) -> list[str]:
     With `drop_noise`, addresses, hashes and numbers (typical alert label values) are removed first.
     """
     if not drop_noise:
-        cleaned = clean(text)
-        if cleaned.isascii():
-            return _ascii_terms(cleaned)
+        words = _ascii_words(text)
+        if words is not None:
+            return list(chain.from_iterable(map(_ascii_word_terms, words)))
     folded = fold(text)
     if drop_noise:
         folded = _NOISE.sub(" ", folded)
@@ -110,22 +112,28 @@ def terms(text: str, drop_noise: bool = False) -> list[str]:
     return result
 
 
-def _ascii_terms(cleaned: str) -> list[str]:
+def _ascii_words(text: str) -> list[str] | None:
     """
-    `terms` of an already cleaned ASCII text, word by word: the same result as folding the whole
+    The words `_WORD` finds in `clean(text)` when that is ASCII, else None, without the cost of
+    `clean` and the regex: control characters and whitespace are non-word characters anyway.
+
+    With these words, `terms` goes word by word and gets the same result as folding the whole
     text first (in ASCII, CamelCase boundaries lie inside words, case-folding is `lower()`, and
     no character is CJK), at a fraction of the cost. It runs on every reranked candidate.
     """
-    result: list[str] = []
-    for word in _ASCII_WORD.findall(cleaned):
-        if word.islower() or word.isdigit():
-            parts = (word,)
-        else:
-            parts = _CAMEL.sub(" ", word).lower().split()
-        for part in parts:
-            if part not in STOPWORDS and (len(part) >= 2 or part.isdigit()):
-                result.append(stem(part))
-    return result
+    normalized = unicodedata.normalize("NFKC", text)
+    if not normalized.isascii():
+        normalized = _CONTROL.sub(" ", normalized)  # C1 controls are not ASCII but become spaces
+        if not normalized.isascii():
+            return None
+    return normalized.encode("ascii").translate(_ASCII_NON_WORD).decode("ascii").split()
+
+
+@lru_cache(maxsize=65536)
+def _ascii_word_terms(word: str) -> tuple[str, ...]:
+    """The terms of one ASCII word (several when it is CamelCase), cached: words repeat a lot."""
+    parts = (word,) if word.islower() or word.isdigit() else _CAMEL.sub(" ", word).lower().split()
+    return tuple(stem(part) for part in parts if part not in STOPWORDS and (len(part) >= 2 or part.isdigit()))
 
 
 def _latin_terms(word: str) -> list[str]:
