@@ -6,6 +6,7 @@ shape (DESIGN.md) and `to_record()` the snake_case shape persisted in
 `tool_invocation.retrieval_details`. Nothing else builds these dicts by hand.
 """
 
+import copy
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,6 +17,34 @@ FALLBACK_NO_EVIDENCE = "filtered_vector_no_evidence"
 FALLBACK_LOW_QUALITY = "filtered_vector_low_quality"
 STATUS_EVIDENCE = "evidence"
 STATUS_NO_EVIDENCE = "no_evidence"
+
+
+_ATOMIC = (str, int, float, bool, type(None))
+
+
+class CheapDeepcopy:
+    """
+    A deep copy that is several times faster than `copy.deepcopy`'s generic one for contracts
+    whose fields are scalars and lists or dicts of scalars (the rest goes through
+    `copy.deepcopy`). Haystack deep-copies every input of every component, element by element,
+    so the candidate lists of each lookup are copied three times or more.
+    """
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        clone = object.__new__(type(self))
+        memo[id(self)] = clone
+        fields = clone.__dict__
+        for name, value in self.__dict__.items():
+            kind = type(value)
+            if kind in _ATOMIC:
+                fields[name] = value
+            elif kind is list and all(type(item) in _ATOMIC for item in value):
+                fields[name] = list(value)
+            elif kind is dict and all(type(item) in _ATOMIC for item in value.values()):
+                fields[name] = dict(value)
+            else:
+                fields[name] = copy.deepcopy(value, memo)
+        return clone
 
 
 class InvalidQueryError(ValueError):
@@ -118,7 +147,7 @@ class L0Hints:
 
 
 @dataclass
-class Candidate:
+class Candidate(CheapDeepcopy):
     """
     One chunk returned by a vector search, normalised to the same shape for every path.
 
@@ -246,7 +275,7 @@ class DedupStats:
 
 
 @dataclass
-class EvidenceBlock:
+class EvidenceBlock(CheapDeepcopy):
     """One chunk of knowledge returned to the agent as evidence."""
 
     evidence_key: str
