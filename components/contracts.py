@@ -103,7 +103,7 @@ class IndexReport:
 
 
 @dataclass
-class QueryTransform:
+class QueryTransform(CheapDeepcopy):
     """How the raw query was normalised and expanded before retrieval."""
 
     raw: str
@@ -123,7 +123,7 @@ class QueryTransform:
 
 
 @dataclass
-class L0Hints:
+class L0Hints(CheapDeepcopy):
     """What the L0 index recognised in the query. Hint data only: never evidence."""
 
     matched_titles: list[str] = field(default_factory=list)
@@ -176,7 +176,7 @@ class Candidate(CheapDeepcopy):
 
 
 @dataclass
-class RetrievalAttempt:
+class RetrievalAttempt(CheapDeepcopy):
     """One L1 vector search and what came of it."""
 
     index: int
@@ -209,7 +209,7 @@ class RetrievalAttempt:
 
 
 @dataclass
-class RetrievalTrace:
+class RetrievalTrace(CheapDeepcopy):
     """Every attempt of one lookup, the one selected, and why a retry happened."""
 
     attempts: list[RetrievalAttempt] = field(default_factory=list)
@@ -240,7 +240,7 @@ class RetrievalTrace:
 
 
 @dataclass
-class RerankEntry:
+class RerankEntry(CheapDeepcopy):
     """How one candidate earned its final rank."""
 
     rank: int
@@ -265,7 +265,7 @@ class RerankEntry:
 
 
 @dataclass
-class DedupStats:
+class DedupStats(CheapDeepcopy):
     """Counts of the post-retrieval step."""
 
     candidate_count: int
@@ -328,7 +328,7 @@ class EvidenceBlock(CheapDeepcopy):
 
 
 @dataclass
-class PackedBlock:
+class PackedBlock(CheapDeepcopy):
     """An evidence block as placed in the context pack."""
 
     evidence_key: str
@@ -352,7 +352,7 @@ class PackedBlock:
 
 
 @dataclass
-class ContextPack:
+class ContextPack(CheapDeepcopy):
     """The compact context handed to the agent, within a token budget."""
 
     text: str
@@ -387,7 +387,7 @@ class ContextPack:
 
 
 @dataclass
-class SidecarReport:
+class SidecarReport(CheapDeepcopy):
     """The side-by-side comparison of the main vector path with the other one."""
 
     status: str
