@@ -7,33 +7,37 @@ in the repository or in /work/shared): the runbook corpus (default
 `../shared/corpus/prometheus-runbooks` beside the repository) is repeated until it gives enough
 chunks. Copy `k` of a file goes to the folder `<category>-<k>` (so copy `k` of the etcd runbooks
 has the category `etcd-k`), and a short line naming a cluster and region of that copy is
-inserted under every heading, so no two copies chunk or embed identically. Milvus Lite, the L0
+inserted under every heading that has text, so no two copies are identical. Milvus Lite, the L0
 index and every other state file live in the same temporary folder; MLflow is off.
 
 `bench index` (`bench_index`): indexing throughput.
     Runs the real indexing pipeline (`run_indexing(rebuild=True)`: read, plan, chunk, embed,
-    write to Milvus, build the L0 index) over the repeated corpus and times it; then, in the same
-    run, times a bare `SentenceTransformer.encode` (same model, device and batch size,
-    `normalize_embeddings=True`) of exactly the texts the pipeline embedded: the KB chunked by
-    the pipeline's own `MarkdownChunker`, each chunk turned into text by the pipeline's own
-    `KnowledgeDocumentEmbedder.embedding_text`. Model loading is timed separately and excluded
-    from both (each path is warmed up first: the pipeline by a small indexing run into the same
-    collection, the bare model by one encode call). Prints chunks/s of both, their ratio
-    (pipeline / bare; target >= 0.85), the chunk count, the largest difference between a stored
-    vector and its bare re-encoding (a check that the texts really are the same), and the
-    peak RSS of the process.
+    write to Milvus, build the L0 index) over the repeated corpus and times it; in the same run,
+    once before and once after it, times a bare `SentenceTransformer.encode` (same model,
+    device and batch size, `normalize_embeddings=True`) of exactly the texts the pipeline
+    embedded: the KB chunked by the pipeline's own `MarkdownChunker`, each chunk turned into
+    text by the pipeline's own `KnowledgeDocumentEmbedder.embedding_text`. The bare figure is
+    the mean of the two runs, so a change of background load during the run weighs on both
+    sides. Model loading is timed separately and excluded from both (each side is warmed up
+    first: the pipeline by a small indexing run into the same collection, the bare model by one
+    encode call). Prints chunks/s of both, their ratio (pipeline / bare; target >= 0.85) by wall
+    and by process CPU time, the chunk count, the largest difference between a stored vector
+    and its bare re-encoding (a check that the texts really are the same), the peak RSS of the
+    process and the machine's load average.
 
 `bench lookup` (`bench_lookup`): lookup latency.
     Indexes the repeated corpus (>= 10 000 chunks by default) and times `LookupService.lookup`
     (the full Haystack query pipeline) per query after a few warm-up calls. The floor, timed on
-    the same queries in alternating rounds (so background load hits both alike), is what any
-    lookup must pay: one query embedding through the pipeline's own `KnowledgeQueryEmbedder.run`
+    the same queries (each query on both sides back to back, the first side alternating, so
+    background load weighs on both alike), is what any lookup must pay: one query embedding
+    through the pipeline's own `KnowledgeQueryEmbedder.run`
     plus one raw `MilvusClient.search` with the same top_k, output fields and search parameters
     and, when the pipeline's first attempt was filtered, the same category filter expression.
     Queries are bucketed by what actually happened in the pipeline (`result.retrieval_trace`):
     `filtered` (attempt 0 filtered on one category and selected, no fallback) and `fallback`
     (a filtered attempt that was retried unfiltered: `fallback_reason` set). Prints p50 / p95 of
-    pipeline and floor and the p50 ratio per path (targets: <= 1.3 filtered, <= 2.2 fallback).
+    pipeline and floor and the p50 ratio per path (targets: <= 1.3 filtered, <= 2.2 fallback),
+    with process CPU time p50s beside them (less sensitive to other work on the machine).
 
 Both return a dict of the printed figures. `time_lookups(service, queries)` times any object
 with a `lookup(query)` method, so two services (tracing on and off, say) can be compared in
