@@ -13,12 +13,12 @@ index and every other state file live in the same temporary folder; MLflow is of
 `bench index` (`bench_index`): indexing throughput.
     Runs the real indexing pipeline (`run_indexing(rebuild=True)`: read, plan, chunk, embed,
     write to Milvus, build the L0 index) over the repeated corpus and times it; in the same run,
-    once before and once after it, times a bare `SentenceTransformer.encode` (same model,
-    device and batch size, `normalize_embeddings=True`) of exactly the texts the pipeline
-    embedded: the KB chunked by the pipeline's own `MarkdownChunker`, each chunk turned into
-    text by the pipeline's own `KnowledgeDocumentEmbedder.embedding_text`. The bare figure is
-    the mean of the two runs, so a change of background load during the run weighs on both
-    sides. Model loading is timed separately and excluded from both (each side is warmed up
+    alternating with it, times a bare `SentenceTransformer.encode` (same model, device and batch
+    size, `normalize_embeddings=True`) of exactly the texts the pipeline embedded: the KB
+    chunked by the pipeline's own `MarkdownChunker`, each chunk turned into text by the
+    pipeline's own `KnowledgeDocumentEmbedder.embedding_text`. Bare, pipeline, bare, pipeline,
+    bare: each side's figure is the mean of its runs, so a drift of background load during the
+    run weighs on both sides alike. Model loading is timed separately and excluded from both (each side is warmed up
     first: the pipeline by a small indexing run into the same collection, the bare model by one
     encode call). Prints chunks/s of both, their ratio (pipeline / bare; target >= 0.85) by wall
     and by process CPU time, the chunk count, the largest difference between a stored vector
@@ -354,12 +354,17 @@ def timed_cpu(function: Callable[[], Any]) -> tuple[Any, Timing]:
 
 
 def bench_index(
-    cfg: DictConfig, corpus: str | Path | None = None, min_chunks: int = 5000, echo: Callable[[str], None] = print
+    cfg: DictConfig,
+    corpus: str | Path | None = None,
+    min_chunks: int = 5000,
+    rounds: int = 2,
+    echo: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """
     Indexing throughput of the pipeline against bare `SentenceTransformer.encode`; see the module
-    docstring. The bare encode runs once before and once after the pipeline and the two are
-    averaged, so a change of background load during the run weighs on both sides alike.
+    docstring. The two sides alternate, bare first and last (`rounds` pipeline runs, one more
+    bare run: B P B P B by default), and each side's figure is its mean, so a drift of
+    background load during the run weighs on both sides alike.
     """
     from pipelines.indexing import run_indexing
 
@@ -380,16 +385,22 @@ def bench_index(
         figures["bare_model_load_s"] = round(bare_load_s, 2)
         encode_bare(model, texts[: 2 * cfg.embedder.batch_size], cfg)  # warm-up
 
-        echo("timing: bare encode, pipeline, bare encode")
-        _, bare_before = timed_cpu(lambda: encode_bare(model, texts, cfg))
-        report, pipeline = timed_cpu(lambda: run_indexing(cfg, rebuild=True))
-        if report.chunks_written != len(chunks):
-            raise RuntimeError(f"the pipeline wrote {report.chunks_written} chunks, the bench chunked {len(chunks)}")
-        vectors, bare_after = timed_cpu(lambda: encode_bare(model, texts, cfg))
+        echo(f"timing: bare encode and pipeline alternately, {rounds} pipeline run(s), {rounds + 1} bare")
+        bare_runs: list[Timing] = []
+        pipeline_runs: list[Timing] = []
+        for _ in range(rounds):
+            vectors, timing = timed_cpu(lambda: encode_bare(model, texts, cfg))
+            bare_runs.append(timing)
+            report, timing = timed_cpu(lambda: run_indexing(cfg, rebuild=True))
+            pipeline_runs.append(timing)
+            if report.chunks_written != len(chunks):
+                raise RuntimeError(f"the pipeline wrote {report.chunks_written} chunks, the bench chunked {len(chunks)}")
+        vectors, timing = timed_cpu(lambda: encode_bare(model, texts, cfg))
+        bare_runs.append(timing)
         figures["vector_max_abs_diff"] = stored_vector_difference(cfg, chunks, vectors)
         _cleanup_milvus(cfg)
 
-    figures.update(index_figures(len(chunks), pipeline, [bare_before, bare_after]))
+    figures.update(index_figures(len(chunks), pipeline_runs, bare_runs))
     figures.update(
         copies=copies,
         documents=len(report.added),
@@ -402,38 +413,43 @@ def bench_index(
     return figures
 
 
-def index_figures(chunks: int, pipeline: Timing, bare_runs: Sequence[Timing]) -> dict[str, Any]:
-    """Throughputs and ratios: the bare side is the mean over its runs."""
+def index_figures(chunks: int, pipeline_runs: Sequence[Timing], bare_runs: Sequence[Timing]) -> dict[str, Any]:
+    """Throughputs and ratios, each side over the mean of its runs."""
+    pipeline_wall = statistics.fmean(t.wall_s for t in pipeline_runs)
+    pipeline_cpu = statistics.fmean(t.cpu_s for t in pipeline_runs)
     bare_wall = statistics.fmean(t.wall_s for t in bare_runs)
     bare_cpu = statistics.fmean(t.cpu_s for t in bare_runs)
-    ratio = bare_wall / pipeline.wall_s  # = (chunks / pipeline) / (chunks / bare)
+    ratio = bare_wall / pipeline_wall  # = (chunks / pipeline time) / (chunks / bare time)
     return {
         "chunks": chunks,
-        "pipeline_s": round(pipeline.wall_s, 2),
-        "pipeline_cpu_s": round(pipeline.cpu_s, 2),
-        "pipeline_chunks_per_s": round(chunks / pipeline.wall_s, 1),
+        "pipeline_s": [round(t.wall_s, 2) for t in pipeline_runs],
+        "pipeline_cpu_s": [round(t.cpu_s, 2) for t in pipeline_runs],
+        "pipeline_chunks_per_s": round(chunks / pipeline_wall, 1),
         "bare_encode_s": [round(t.wall_s, 2) for t in bare_runs],
         "bare_cpu_s": [round(t.cpu_s, 2) for t in bare_runs],
         "bare_chunks_per_s": round(chunks / bare_wall, 1),
         "ratio": round(ratio, 3),
-        "cpu_ratio": round(bare_cpu / pipeline.cpu_s, 3),
+        "cpu_ratio": round(bare_cpu / pipeline_cpu, 3),
         "target_ratio": INDEX_RATIO_TARGET,
         "meets_target": ratio >= INDEX_RATIO_TARGET,
     }
 
 
+def _seconds(values: Sequence[float]) -> str:
+    return ", ".join(f"{v:.1f}" for v in values) + " s"
+
+
 def format_index_figures(f: dict[str, Any]) -> str:
     verdict = "meets" if f["meets_target"] else "BELOW"
-    bare_runs = " and ".join(f"{s:.2f} s" for s in f["bare_encode_s"])
     return "\n".join(
         [
             f"chunks            {f['chunks']} ({f['documents']} documents, {f['copies']} copies of the corpus)",
-            f"pipeline          {f['pipeline_chunks_per_s']:.1f} chunks/s  ({f['pipeline_s']:.2f} s wall, "
-            f"{f['pipeline_cpu_s']:.2f} s CPU: read, chunk, embed, write Milvus, L0 index)",
-            f"bare encode       {f['bare_chunks_per_s']:.1f} chunks/s  (mean of {bare_runs} wall, before and after "
-            f"the pipeline; batch_size {f['batch_size']}, {f['device']})",
-            f"ratio             {f['ratio']:.3f} pipeline/bare ({verdict} target >= {f['target_ratio']}); "
-            f"by CPU time {f['cpu_ratio']:.3f}",
+            f"pipeline          {f['pipeline_chunks_per_s']:.1f} chunks/s  (read, chunk, embed, write Milvus, L0 index; "
+            f"wall {_seconds(f['pipeline_s'])}, CPU {_seconds(f['pipeline_cpu_s'])})",
+            f"bare encode       {f['bare_chunks_per_s']:.1f} chunks/s  (batch_size {f['batch_size']}, {f['device']}; "
+            f"wall {_seconds(f['bare_encode_s'])}, CPU {_seconds(f['bare_cpu_s'])})",
+            f"ratio             {f['ratio']:.3f} pipeline/bare, means of the alternating runs ({verdict} target >= "
+            f"{f['target_ratio']}); by CPU time {f['cpu_ratio']:.3f}",
             f"model load        pipeline {f['pipeline_model_load_s']:.2f} s, bare {f['bare_model_load_s']:.2f} s "
             f"(excluded; pipeline warm-up run {f['pipeline_warmup_s']:.2f} s)",
             f"vector check      max |stored - bare| = {f['vector_max_abs_diff']:.2e}",
