@@ -103,8 +103,16 @@ class SidecarComparator:
         self._search: VectorSearch | None = None
 
     @component.output_types(sidecar=SidecarReport)
-    def run(self, embeddings: QueryEmbeddings, candidates: list[Candidate], retrieval_trace: RetrievalTrace) -> dict[str, Any]:
+    def run(
+        self,
+        embeddings: QueryEmbeddings | None = None,
+        candidates: list[Candidate] | None = None,
+        retrieval_trace: RetrievalTrace | None = None,
+    ) -> dict[str, Any]:
         """
+        The inputs are optional so that a pipeline with the sidecar disabled need not connect
+        them: Haystack deep-copies every connected input, a cost for nothing when it is off.
+
         :param embeddings: Query embeddings (as given to the retriever).
         :param candidates: The main path's candidates.
         :param retrieval_trace: The main path's trace (its selected attempt is replayed).
@@ -114,9 +122,10 @@ class SidecarComparator:
             return {"sidecar": SidecarReport(status="disabled")}
         selected = (
             retrieval_trace.attempts[retrieval_trace.selected_attempt]
-            if retrieval_trace.selected_attempt is not None
+            if retrieval_trace is not None and retrieval_trace.selected_attempt is not None and embeddings is not None
             else None
         )
+        candidates = candidates or []
         if selected is None:
             return {"sidecar": SidecarReport(status="skipped", path=self.path, error="no main retrieval attempt")}
         embedding = embeddings[0] if selected.index > 0 else embeddings[-1]
