@@ -732,6 +732,6 @@ def format_lookup_figures(f: dict[str, Any]) -> str:
         )
     lines += [
         f"peak RSS          {f['peak_rss_mb']:.0f} MiB",
-        f"load average      {f['load_avg_start']} at start, {f['load_avg_end']} at end (1 min)",
+        f"load average      {f['load_avg_start']} at start, {f['load_avg_end']} at end (1 min, whole machine)",
     ]
     return "\n".join(lines)
