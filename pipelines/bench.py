@@ -58,7 +58,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from pipelines.cli import UsageError
+from components.markdown_reader import KnowledgeBaseError
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "prometheus-runbooks"
 INDEX_RATIO_TARGET = 0.85
@@ -71,8 +71,13 @@ _HEADING = re.compile(r"^ {0,3}#{1,6}(\s|$)")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
 
-class CorpusNotFoundError(UsageError):
-    """The corpus to repeat is missing or holds no markdown (CLI exit status 2)."""
+class CorpusNotFoundError(KnowledgeBaseError):
+    """
+    The corpus to repeat is missing or holds no markdown: bad input, CLI exit status 2. (A
+    KnowledgeBaseError, not the CLI's UsageError: under `python -m pipelines.cli` that class
+    exists twice, as `__main__.UsageError` and `pipelines.cli.UsageError`, and the CLI would not
+    recognise the second one.)
+    """
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,7 +100,10 @@ def resolve_corpus(corpus: str | Path | None) -> Path:
 
 
 def read_corpus(corpus: Path) -> list[CorpusFile]:
-    """The markdown files of the corpus, by category folder (top-level files go to `general`)."""
+    """
+    The markdown files of the corpus, by category folder (top-level files go to `general`);
+    hidden, unreadable and non-UTF-8 files are left out, as the indexing reader would skip them.
+    """
     files = []
     for path in sorted(corpus.rglob("*")):
         if not path.is_file() or path.suffix.lower() not in (".md", ".markdown"):
@@ -103,8 +111,12 @@ def read_corpus(corpus: Path) -> list[CorpusFile]:
         parts = path.relative_to(corpus).parts
         if any(part.startswith(".") for part in parts):
             continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
         category, relative = (parts[0], Path(*parts[1:]).as_posix()) if len(parts) > 1 else ("general", parts[0])
-        files.append(CorpusFile(category, relative, path.read_text(encoding="utf-8")))
+        files.append(CorpusFile(category, relative, text))
     if not files:
         raise CorpusNotFoundError(f"benchmark corpus {corpus} holds no markdown (.md) file")
     return files
