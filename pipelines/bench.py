@@ -39,6 +39,10 @@ index and every other state file live in the same temporary folder; MLflow is of
     pipeline and floor and the p50 ratio per path (targets: <= 1.3 filtered, <= 2.2 fallback),
     with process CPU time p50s beside them (less sensitive to other work on the machine).
 
+Both also report how much CPU other processes took during the timed part (`OtherCpu`, from
+/proc/stat): on a shared machine, figures taken while another process keeps a core busy are
+much noisier (torch's threads wait for each other), and the share says so.
+
 Both return a dict of the printed figures. `time_lookups(service, queries)` times any object
 with a `lookup(query)` method, so two services (tracing on and off, say) can be compared in
 one run.
@@ -259,6 +263,49 @@ def load_average() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+class OtherCpu:
+    """
+    How much CPU other processes took while a block ran: the machine's busy time (/proc/stat)
+    minus this process's CPU time, as a share of all CPUs over the wall time. On a shared
+    machine this tells whether figures were taken on a quiet or a contended machine (torch's
+    threads slow down sharply when a core is taken). None where /proc/stat does not exist.
+
+        with OtherCpu() as other:
+            ...
+        other.share  # e.g. 0.07: other processes used 7% of the CPUs meanwhile
+    """
+
+    def __enter__(self) -> "OtherCpu":
+        self.share: float | None = None
+        self._start = (_machine_busy_s(), time.process_time(), time.perf_counter())
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        busy, own, wall = _machine_busy_s(), time.process_time(), time.perf_counter()
+        if busy is None or self._start[0] is None or wall <= self._start[2]:
+            return
+        others = (busy - self._start[0]) - (own - self._start[1])
+        self.share = round(max(0.0, others) / ((wall - self._start[2]) * (os.cpu_count() or 1)), 3)
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds all CPUs spent busy since boot (user, nice, system, irq, softirq, steal)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def format_other_cpu(share: float | None) -> str:
+    if share is None:
+        return "other processes: not measured (no /proc/stat)"
+    note = "quiet" if share < 0.1 else "busy: figures are less reliable" if share >= 0.25 else "some load"
+    return f"other processes used {share:.0%} of the {os.cpu_count()} CPUs during the timed part ({note})"
+
+
 def timed(function: Callable[[], Any]) -> tuple[Any, float]:
     """`function()` and its wall-clock seconds."""
     started = time.perf_counter()
@@ -412,15 +459,17 @@ def bench_index(
         echo(f"timing: bare encode and pipeline alternately, {rounds} pipeline run(s), {rounds + 1} bare")
         bare_runs: list[Timing] = []
         pipeline_runs: list[Timing] = []
-        for _ in range(rounds):
+        with OtherCpu() as other:
+            for _ in range(rounds):
+                vectors, timing = timed_cpu(lambda: encode_bare(model, texts, cfg))
+                bare_runs.append(timing)
+                report, timing = timed_cpu(lambda: run_indexing(cfg, rebuild=True))
+                pipeline_runs.append(timing)
+                if report.chunks_written != len(chunks):
+                    raise RuntimeError(f"the pipeline wrote {report.chunks_written} chunks, the bench chunked {len(chunks)}")
             vectors, timing = timed_cpu(lambda: encode_bare(model, texts, cfg))
             bare_runs.append(timing)
-            report, timing = timed_cpu(lambda: run_indexing(cfg, rebuild=True))
-            pipeline_runs.append(timing)
-            if report.chunks_written != len(chunks):
-                raise RuntimeError(f"the pipeline wrote {report.chunks_written} chunks, the bench chunked {len(chunks)}")
-        vectors, timing = timed_cpu(lambda: encode_bare(model, texts, cfg))
-        bare_runs.append(timing)
+        figures["other_cpu_share"] = other.share
         figures["vector_max_abs_diff"] = stored_vector_difference(cfg, chunks, vectors)
         _cleanup_milvus(cfg)
 
@@ -479,6 +528,7 @@ def format_index_figures(f: dict[str, Any]) -> str:
             f"vector check      max |stored - bare| = {f['vector_max_abs_diff']:.2e}",
             f"peak RSS          {f['peak_rss_mb']:.0f} MiB",
             f"load average      {f['load_avg_start']} at start, {f['load_avg_end']} at end (1 min, whole machine)",
+            f"machine           {format_other_cpu(f['other_cpu_share'])}",
         ]
     )
 
@@ -697,7 +747,9 @@ def bench_lookup(
             if not picked:
                 echo(f"warning: no crafted query took the {path} path; it is not measured")
                 continue
-            paths[path] = measure_path(service, floor, picked)
+            with OtherCpu() as other:
+                paths[path] = measure_path(service, floor, picked)
+            paths[path]["other_cpu_share"] = other.share
             paths[path]["target_p50_ratio"] = LOOKUP_RATIO_TARGETS[path]
             paths[path]["meets_target"] = paths[path]["p50_ratio"] <= LOOKUP_RATIO_TARGETS[path]
             paths[path]["p50_ratio"] = round(paths[path]["p50_ratio"], 3)
@@ -740,7 +792,7 @@ def format_lookup_figures(f: dict[str, Any]) -> str:
         )
         lines.append(
             f"{'':<17} CPU time p50: pipeline {p['pipeline']['cpu_p50_ms']:.1f} ms, floor "
-            f"{p['floor']['cpu_p50_ms']:.1f} ms, ratio {p['cpu_p50_ratio']:.2f}"
+            f"{p['floor']['cpu_p50_ms']:.1f} ms, ratio {p['cpu_p50_ratio']:.2f}; {format_other_cpu(p['other_cpu_share'])}"
         )
     lines += [
         f"peak RSS          {f['peak_rss_mb']:.0f} MiB",

@@ -70,6 +70,7 @@ def test_bench_index_smoke(make_config, tiny_corpus):
     assert len(figures["pipeline_s"]) == 1 and all(_positive(s) for s in figures["pipeline_s"])
     assert figures["vector_max_abs_diff"] < 1e-3  # the bare side encoded the pipeline's own texts
     assert isinstance(figures["meets_target"], bool)
+    assert figures["other_cpu_share"] is None or figures["other_cpu_share"] >= 0
     assert "chunks/s" in printed[-1] and "ratio" in printed[-1]
 
 
@@ -84,6 +85,7 @@ def test_bench_lookup_smoke(make_config, tiny_corpus):
             assert _positive(p[side]["p50_ms"]) and _positive(p[side]["p95_ms"]), (path, side)
         assert _positive(p["p50_ratio"])
         assert isinstance(p["meets_target"], bool)
+        assert p["other_cpu_share"] is None or p["other_cpu_share"] >= 0
     assert "p50 ratio" in printed[-1]
 
 
