@@ -42,10 +42,14 @@ class ContextPacker:
         self.budget_tokens = budget_tokens
         self.tokenizer_model = tokenizer_model
         self._tokenizer = None
+        self._separator_tokens = 0
+        self._additive = False
 
     def warm_up(self) -> None:
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.tokenizer_model)
+            self._separator_tokens = self._count("\n\n")
+            self._additive = splits_at_whitespace(self._tokenizer)
 
     @component.output_types(context_pack=ContextPack)
     def run(self, evidence_blocks: list[EvidenceBlock]) -> dict[str, Any]:
@@ -60,18 +64,26 @@ class ContextPacker:
         omitted_keys: list[str] = []
         used = 0
         truncated_any = False
-        separator_tokens = self._count("\n\n")
+        separator_tokens = self._separator_tokens
         for number, block in enumerate(evidence_blocks, start=1):
             header = _header(number, block)
             header_tokens = self._count(header)
             room = self.budget_tokens - used - header_tokens - (separator_tokens if parts else 0)
-            if room < min(_MIN_CONTENT_TOKENS, self._count(block.content)):
-                omitted.append(block.source)
-                omitted_keys.append(block.evidence_key)
-                continue
-            content, truncated = self._fit(block.content, room)
+            encoding = None
+            # Omitted when room < min(_MIN_CONTENT_TOKENS, content tokens): only possible, and
+            # only worth counting, when room < _MIN_CONTENT_TOKENS.
+            if room < _MIN_CONTENT_TOKENS:
+                encoding = self._encode(block.content)
+                if room < len(encoding.ids):
+                    omitted.append(block.source)
+                    omitted_keys.append(block.evidence_key)
+                    continue
+            content, truncated, content_tokens = self._fit(block.content, room, encoding)
             text = f"{header}\n{content}"
-            tokens = self._count(text)
+            if self._additive and content_tokens is not None:
+                tokens = header_tokens + content_tokens  # = self._count(text), see splits_at_whitespace
+            else:
+                tokens = self._count(text)
             used += tokens + (separator_tokens if parts else 0)
             parts.append(text)
             truncated_any = truncated_any or truncated
@@ -91,7 +103,8 @@ class ContextPacker:
         pack = ContextPack(
             text=text,
             budget_tokens=self.budget_tokens,
-            used_tokens=self._count(text) if text else 0,
+            # With a whitespace-splitting tokenizer the running count is exact; else count again.
+            used_tokens=(used if self._additive else self._count(text)) if text else 0,
             included_sources=included,
             omitted_sources=[s for s in unique(omitted) if s not in included],
             truncated=truncated_any,
@@ -100,21 +113,49 @@ class ContextPacker:
         )
         return {"context_pack": pack}
 
-    def _count(self, text: str) -> int:
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+    def _encode(self, text: str):
+        return self._tokenizer.encode(text, add_special_tokens=False)
 
-    def _fit(self, content: str, room: int) -> tuple[str, bool]:
-        """The content cut to `room` tokens (mark included) at a token boundary."""
-        encoding = self._tokenizer.encode(content, add_special_tokens=False)
+    def _count(self, text: str) -> int:
+        return len(self._encode(text).ids)
+
+    def _fit(self, content: str, room: int, encoding=None) -> tuple[str, bool, int | None]:
+        """
+        The content cut to `room` tokens (mark included) at a token boundary, whether it was cut,
+        and its token count when known without another encoding (None otherwise).
+        """
+        encoding = encoding if encoding is not None else self._encode(content)
         if len(encoding.ids) <= room:
-            return content, False
+            return content, False, len(encoding.ids)
         keep = max(0, room - self._count(_TRUNCATION_MARK) - 1)
         while keep > 0:
             cut = content[: encoding.offsets[keep - 1][1]].rstrip() + _TRUNCATION_MARK
-            if self._count(cut) <= room - 1:
-                return cut, True
+            cut_tokens = self._count(cut)
+            if cut_tokens <= room - 1:
+                return cut, True, cut_tokens
             keep -= 1
-        return _TRUNCATION_MARK.strip(), True
+        return _TRUNCATION_MARK.strip(), True, None
+
+
+def splits_at_whitespace(tokenizer) -> bool:
+    """
+    Whether token counts add up across whitespace: count(a + "\n" + b) == count(a) + count(b)
+    and count("\n\n".join(parts)) == sum of the parts. True for BERT-style tokenizers (the
+    packaged all-MiniLM-L6-v2): a character-wise normalizer, a pre-tokenizer that splits at every
+    whitespace (so no token spans one), and added tokens without whitespace that do not absorb
+    it. The packer then counts each content once instead of three times; for any other
+    tokenizer it counts the joined texts again, as before.
+    """
+    from tokenizers import normalizers, pre_tokenizers
+
+    if not isinstance(tokenizer.pre_tokenizer, pre_tokenizers.BertPreTokenizer):
+        return False
+    if tokenizer.normalizer is not None and not isinstance(tokenizer.normalizer, normalizers.BertNormalizer):
+        return False
+    for token in tokenizer.get_added_tokens_decoder().values():
+        if token.lstrip or token.rstrip or any(char.isspace() for char in token.content):
+            return False
+    return True
 
 
 def _header(number: int, block: EvidenceBlock) -> str:

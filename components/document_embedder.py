@@ -77,6 +77,10 @@ class KnowledgeDocumentEmbedder:
         return self._embedder.run(documents=documents)
 
     def embedding_text(self, document: Document) -> str:
-        """Exactly the text this embedder encodes for a chunk (used by the indexing benchmark)."""
-        fields = [str(document.meta[key]) for key in self.meta_fields_to_embed if document.meta.get(key)]
+        """
+        Exactly the text this embedder encodes for a chunk (used by the indexing benchmark): as
+        `SentenceTransformersDocumentEmbedder` builds it, every meta field present and not None,
+        an empty one included, then the content, joined by the separator.
+        """
+        fields = [str(document.meta[key]) for key in self.meta_fields_to_embed if document.meta.get(key) is not None]
         return "\n".join([*fields, document.content or ""])

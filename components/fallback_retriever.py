@@ -12,7 +12,7 @@ from components.contracts import (
     RetrievalAttempt,
     RetrievalTrace,
 )
-from components.vector_search import VectorSearch, make_search
+from components.vector_search import QueryEmbeddings, VectorSearch, make_search
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class FallbackRetriever:
         return self._searches[path]
 
     @component.output_types(candidates=list[Candidate], retrieval_trace=RetrievalTrace)
-    def run(self, query_transform: QueryTransform, hints: L0Hints, embeddings: list[list[float]]) -> dict[str, Any]:
+    def run(self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryEmbeddings) -> dict[str, Any]:
         """
         :param query_transform: The transformed query (the expanded variant is the first attempt's).
         :param hints: L0 hints; `hints.single_domain` decides the filter.

@@ -90,6 +90,8 @@ class L0Index:
 
     def _prepare(self) -> None:
         self._entry_terms: list[_EntryTerms] = []
+        # term -> rows whose title terms contain it: a title can only match a query sharing a term.
+        self._title_rows: dict[str, list[int]] = {}
         self._keywords: dict[str, tuple[str, set[str], list[int]]] = {}
         self._aliases: dict[str, tuple[str, list[int]]] = {}
         self._categories: dict[str, str] = {}
@@ -101,6 +103,8 @@ class L0Index:
             self._entry_terms.append(
                 _EntryTerms(title_terms=title_terms, title_forms=forms, document_terms=frozenset(entry.terms) | title_terms)
             )
+            for term in title_terms:
+                self._title_rows.setdefault(term, []).append(row)
             for keyword in entry.keywords:
                 folded = fold(keyword)
                 if folded:
@@ -194,10 +198,10 @@ class L0Index:
                 matched_rows.update(rows)
 
         titles = []
-        for row, entry_terms in enumerate(self._entry_terms):
-            title_terms = entry_terms.title_terms
-            if not title_terms:
-                continue
+        # Only entries sharing at least one term can pass (every rule below needs a shared term);
+        # visiting them in row order gives the same result as scanning every entry.
+        for row in sorted({row for term in query_terms for row in self._title_rows.get(term, ())}):
+            title_terms = self._entry_terms[row].title_terms
             shared = title_terms & query_terms
             if len(shared) < min(2, len(title_terms)):
                 continue

@@ -22,6 +22,18 @@ MAX_CONTENT_CHARS = 65535
 MAX_CATEGORY_CHARS = 512
 MAX_ID_CHARS = 64
 
+# Milvus Lite serves gRPC from a thread of this very process, with the server's default ping
+# policy. pymilvus' client pings every 10 s even without calls, so after about 30 s without a
+# call the server answers GOAWAY "too_many_pings"; the next client pymilvus opens on that shared
+# connection health-checks it, fails to recover it, and the command dies ("Fail connecting to
+# server"). That hit every index run that embedded for more than about half a minute after the
+# first connection, and any process that idled that long. An in-process server needs no
+# keepalive: no pings without calls, and none during them either.
+LITE_GRPC_OPTIONS = {
+    "grpc.keepalive_time_ms": 2**31 - 1,
+    "grpc.keepalive_permit_without_calls": 0,
+}
+
 
 class MilvusUnavailableError(RuntimeError):
     """The vector store cannot be opened or does not answer."""
@@ -67,12 +79,6 @@ def _is_locked_elsewhere(uri: str) -> bool:
 def is_local_uri(uri: str) -> bool:
     """A file path means Milvus Lite (embedded); http(s) or tcp means a server."""
     return "://" not in uri
-
-
-# pymilvus pings idle channels every 10 s; Milvus Lite's server answers the third ping without a
-# call with GOAWAY "too_many_pings", after which every client of that db in the process fails.
-# Idle pings buy nothing on a local socket, so they are off for Lite.
-LITE_GRPC_OPTIONS = {"grpc.keepalive_permit_without_calls": False}
 
 
 def connection_args(uri: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from haystack import component
 from components.contracts import Candidate, L0Hints, QueryTransform
 from components.l0_index import L0Index, L0IndexHandle
 from components.text import fold, terms
+from components.vector_search import QueryEmbeddings
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class RuleReranker:
         query_transform: QueryTransform,
         hints: L0Hints,
         candidates: list[Candidate],
-        embeddings: list[list[float]],
+        embeddings: QueryEmbeddings,
     ) -> dict[str, Any]:
         """
         :param query_transform: The transformed query.

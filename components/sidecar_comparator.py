@@ -4,7 +4,7 @@ from typing import Any
 from haystack import component
 
 from components.contracts import Candidate, RetrievalTrace, SidecarReport
-from components.vector_search import PATHS, VectorSearch, make_search
+from components.vector_search import PATHS, QueryEmbeddings, VectorSearch, make_search
 
 logger = logging.getLogger(__name__)
 
@@ -105,8 +105,16 @@ class SidecarComparator:
         self._searches: dict[str, VectorSearch] = {}
 
     @component.output_types(sidecar=SidecarReport)
-    def run(self, embeddings: list[list[float]], candidates: list[Candidate], retrieval_trace: RetrievalTrace) -> dict[str, Any]:
+    def run(
+        self,
+        embeddings: QueryEmbeddings | None = None,
+        candidates: list[Candidate] | None = None,
+        retrieval_trace: RetrievalTrace | None = None,
+    ) -> dict[str, Any]:
         """
+        The inputs are optional so that a pipeline with the sidecar disabled need not connect
+        them: Haystack deep-copies every connected input, a cost for nothing when it is off.
+
         :param embeddings: Query embeddings (as given to the retriever).
         :param candidates: The main path's candidates.
         :param retrieval_trace: The main path's trace (its selected attempt is replayed).
@@ -116,9 +124,10 @@ class SidecarComparator:
             return {"sidecar": SidecarReport(status="disabled")}
         selected = (
             retrieval_trace.attempts[retrieval_trace.selected_attempt]
-            if retrieval_trace.selected_attempt is not None
+            if retrieval_trace is not None and retrieval_trace.selected_attempt is not None and embeddings is not None
             else None
         )
+        candidates = candidates or []
         if selected is None:
             return {"sidecar": SidecarReport(status="skipped", path=self.path, error="no main retrieval attempt")}
         path = self._side_path(selected.path)

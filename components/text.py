@@ -6,8 +6,11 @@ CJK text into overlapping character bigrams, so matching works for any language 
 """
 
 import re
+import string
 import unicodedata
 from collections.abc import Iterable
+from functools import lru_cache
+from itertools import chain
 
 # C0/C1 control characters, and lone surrogates (never valid text: they reach us through JSON
 # escapes such as "\\ud800", and break the tokenizer and any UTF-8 output).
@@ -30,13 +33,17 @@ STOPWORDS = frozenset(
     other off once here each few both nor now than get got keep keeps kept still also""".split()
 )
 _SUFFIXES = ("ing", "ies", "es", "ed", "ly", "s")
+# Bytes that `_WORD` does not match in ASCII text (everything but letters and digits) -> space.
+_ASCII_NON_WORD = bytes(b if chr(b) in string.ascii_letters + string.digits else 0x20 for b in range(256))
 
 
 def clean(text: str) -> str:
     """NFKC-normalise, drop control characters (and lone surrogates) and collapse whitespace (case is kept)."""
     text = unicodedata.normalize("NFKC", text)
     text = _CONTROL.sub(" ", text)
-    return _SPACES.sub(" ", text).strip()
+    # `str.split()` splits on exactly the characters `\s` matches (Unicode whitespace), and
+    # is several times faster than `_SPACES.sub(" ", text).strip()` on long texts.
+    return " ".join(text.split())
 
 
 def printable(text: str) -> str:
@@ -60,6 +67,7 @@ def is_cjk(char: str) -> bool:
     )
 
 
+@lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A deliberately light suffix stripper: enough to match 'restarts' with 'restarting'."""
     for suffix in _SUFFIXES:
@@ -83,6 +91,10 @@ def terms(text: str, drop_noise: bool = False) -> list[str]:
 
     With `drop_noise`, addresses, hashes and numbers (typical alert label values) are removed first.
     """
+    if not drop_noise:
+        words = _ascii_words(text)
+        if words is not None:
+            return list(chain.from_iterable(map(_ascii_word_terms, words)))
     folded = fold(text)
     if drop_noise:
         folded = _NOISE.sub(" ", folded)
@@ -106,6 +118,30 @@ def terms(text: str, drop_noise: bool = False) -> list[str]:
         if latin_run:
             result.extend(_latin_terms(latin_run))
     return result
+
+
+def _ascii_words(text: str) -> list[str] | None:
+    """
+    The words `_WORD` finds in `clean(text)` when that is ASCII, else None, without the cost of
+    `clean` and the regex: control characters and whitespace are non-word characters anyway.
+
+    With these words, `terms` goes word by word and gets the same result as folding the whole
+    text first (in ASCII, CamelCase boundaries lie inside words, case-folding is `lower()`, and
+    no character is CJK), at a fraction of the cost. It runs on every reranked candidate.
+    """
+    normalized = unicodedata.normalize("NFKC", text)
+    if not normalized.isascii():
+        normalized = _CONTROL.sub(" ", normalized)  # C1 controls are not ASCII but become spaces
+        if not normalized.isascii():
+            return None
+    return normalized.encode("ascii").translate(_ASCII_NON_WORD).decode("ascii").split()
+
+
+@lru_cache(maxsize=65536)
+def _ascii_word_terms(word: str) -> tuple[str, ...]:
+    """The terms of one ASCII word (several when it is CamelCase), cached: words repeat a lot."""
+    parts = (word,) if word.islower() or word.isdigit() else _CAMEL.sub(" ", word).lower().split()
+    return tuple(stem(part) for part in parts if part not in STOPWORDS and (len(part) >= 2 or part.isdigit()))
 
 
 def _latin_terms(word: str) -> list[str]:

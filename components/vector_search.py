@@ -11,6 +11,8 @@ Both return `Candidate`s with the same normalized similarity (see `components.sc
 import logging
 from typing import Any, Protocol
 
+import numpy as np
+
 from components.contracts import Candidate
 from components.milvus_store import (
     CATEGORY_FIELD,
@@ -34,6 +36,15 @@ from components.scoring import (
 logger = logging.getLogger(__name__)
 
 PATHS = ("sdk", "haystack")
+
+# Query embeddings as components receive them: the query embedder's float32 array (one row per
+# query variant), or plain nested lists when a component is called directly.
+QueryEmbeddings = np.ndarray | list[list[float]]
+
+
+def as_float_list(vector: Any) -> list[float]:
+    """A vector as the plain list of floats that pymilvus and milvus-haystack take."""
+    return vector.tolist() if isinstance(vector, np.ndarray) else [float(x) for x in vector]
 
 
 class VectorSearch(Protocol):
@@ -93,7 +104,7 @@ class SdkVectorSearch:
         client = self._ready_client()
         hits = client.search(
             self.collection,
-            data=[embedding],
+            data=[as_float_list(embedding)],
             limit=top_k,
             filter=self.describe_filter(category) or "",
             output_fields=[CONTENT_FIELD, METADATA_FIELD, CATEGORY_FIELD],
@@ -161,7 +172,7 @@ class HaystackVectorSearch:
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
         retriever = self._ready_retriever()
         filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
-        documents = retriever.run(query_embedding=list(embedding), filters=filters, top_k=top_k)["documents"]
+        documents = retriever.run(query_embedding=as_float_list(embedding), filters=filters, top_k=top_k)["documents"]
         candidates = []
         for document in documents:
             meta = document.meta or {}

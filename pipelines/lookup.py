@@ -137,9 +137,6 @@ def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
         ("query_transformer.query_transform", "retriever.query_transform"),
         ("l0_hints.hints", "retriever.hints"),
         ("query_embedder.embeddings", "retriever.embeddings"),
-        ("query_embedder.embeddings", "sidecar.embeddings"),
-        ("retriever.candidates", "sidecar.candidates"),
-        ("retriever.retrieval_trace", "sidecar.retrieval_trace"),
         ("query_transformer.query_transform", "reranker.query_transform"),
         ("l0_hints.hints", "reranker.hints"),
         ("retriever.candidates", "reranker.candidates"),
@@ -155,6 +152,14 @@ def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
         ("context_packer.context_pack", "assembler.context_pack"),
         ("sidecar.sidecar", "assembler.sidecar"),
     ]
+    if cfg.sidecar.enabled:
+        # A disabled sidecar still reports "disabled" to the assembler, without these inputs:
+        # Haystack deep-copies every connected input, which is all it would cost.
+        connections += [
+            ("query_embedder.embeddings", "sidecar.embeddings"),
+            ("retriever.candidates", "sidecar.candidates"),
+            ("retriever.retrieval_trace", "sidecar.retrieval_trace"),
+        ]
     if record:
         connections.append(("assembler.result", "trace_writer.result"))
     for sender, receiver in connections:
