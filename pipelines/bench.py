@@ -719,8 +719,13 @@ def bench_lookup(
     min_chunks: int = 10000,
     queries: int = 60,
     echo: Callable[[str], None] = print,
+    tracing_lookups: int = 60,
 ) -> dict[str, Any]:
-    """Lookup latency of the pipeline against one embedding + one search; see the module docstring."""
+    """
+    Lookup latency of the pipeline against one embedding + one search (see the module docstring),
+    then, on the same collection, lookup latency with MLflow tracing off vs on
+    (`pipelines.tracing_bench.compare_tracing_overhead`, `tracing_lookups` per mode; 0 skips it).
+    """
     from pipelines.indexing import run_indexing
     from pipelines.lookup import LookupService
 
@@ -753,6 +758,14 @@ def bench_lookup(
             paths[path]["target_p50_ratio"] = LOOKUP_RATIO_TARGETS[path]
             paths[path]["meets_target"] = paths[path]["p50_ratio"] <= LOOKUP_RATIO_TARGETS[path]
             paths[path]["p50_ratio"] = round(paths[path]["p50_ratio"], 3)
+        tracing = None
+        if tracing_lookups > 0:
+            from pipelines.tracing_bench import compare_tracing_overhead
+
+            echo("")
+            tracing = compare_tracing_overhead(
+                cfg, [c.query for c in cases] or list(candidates.values())[0], n=tracing_lookups, out=echo
+            )
         _cleanup_milvus(cfg)
 
     reasons: dict[str, int] = {}
@@ -768,6 +781,7 @@ def bench_lookup(
         crafted_queries={path: sum(1 for c in cases if c.path == path) for path in ("filtered", "fallback", "unfiltered")},
         fallback_reasons=reasons,
         paths=paths,
+        tracing=tracing,
         peak_rss_mb=peak_rss_mb(),
         load_avg_end=load_average(),
     )

@@ -119,6 +119,9 @@ def _parser() -> argparse.ArgumentParser:
     bench_lookup.add_argument("--corpus", metavar="DIR", help="corpus to repeat (default: ../shared/corpus/prometheus-runbooks)")
     bench_lookup.add_argument("--min-chunks", type=int, default=10000, help="collection size, in chunks")
     bench_lookup.add_argument("--queries", type=int, default=60, help="timed lookups per path")
+    bench_lookup.add_argument(
+        "--tracing-lookups", type=int, default=60, help="timed lookups per mode for MLflow tracing off vs on (0: skip)"
+    )
     bench_lookup.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     traces = sub.add_parser(
@@ -279,7 +282,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "index":
         bench.bench_index(cfg, corpus=args.corpus, min_chunks=args.min_chunks)
     else:
-        bench.bench_lookup(cfg, corpus=args.corpus, min_chunks=args.min_chunks, queries=args.queries)
+        bench.bench_lookup(
+            cfg, corpus=args.corpus, min_chunks=args.min_chunks, queries=args.queries, tracing_lookups=args.tracing_lookups
+        )
     return EXIT_OK
 
 

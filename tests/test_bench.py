@@ -76,7 +76,9 @@ def test_bench_index_smoke(make_config, tiny_corpus):
 
 def test_bench_lookup_smoke(make_config, tiny_corpus):
     printed: list[str] = []
-    figures = bench.bench_lookup(make_config(), corpus=tiny_corpus, min_chunks=50, queries=3, echo=printed.append)
+    figures = bench.bench_lookup(
+        make_config(), corpus=tiny_corpus, min_chunks=50, queries=3, echo=printed.append, tracing_lookups=2
+    )
     assert figures["chunks"] >= 50
     assert set(figures["paths"]) <= {"filtered", "fallback"} and figures["paths"]
     for path, p in figures["paths"].items():
@@ -87,6 +89,10 @@ def test_bench_lookup_smoke(make_config, tiny_corpus):
         assert isinstance(p["meets_target"], bool)
         assert p["other_cpu_share"] is None or p["other_cpu_share"] >= 0
     assert "p50 ratio" in printed[-1]
+    tracing = figures["tracing"]  # MLflow tracing off vs on, in the same run
+    assert _positive(tracing["off"]["p50_ms"]) and _positive(tracing["on"]["p50_ms"])
+    assert tracing["tracking_uri"].startswith("sqlite:///") and isinstance(tracing["within_limit"], bool)
+    assert any("tracing off vs on" in line for line in printed)
 
 
 def test_time_lookups_takes_any_service():
