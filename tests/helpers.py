@@ -72,3 +72,18 @@ def lookup_with(cfg, query: str, *overrides: str, include: tuple[str, ...] = ())
     pipeline = build_lookup_pipeline(derived_config(cfg, *overrides))
     outputs = pipeline.run({"query_transformer": {"query": query}}, include_outputs_from={"assembler", *include})
     return outputs["assembler"]["result"], outputs
+
+
+def assert_round_trips(instance) -> None:
+    """A component's to_dict/from_dict round trip gives the same init parameters, all plain YAML types."""
+    import yaml
+    from haystack.core.serialization import component_from_dict, component_to_dict
+
+    data = component_to_dict(instance, "component")
+    assert data["type"] == f"{type(instance).__module__}.{type(instance).__name__}"
+    restored = component_from_dict(type(instance), data, "component")
+    assert type(restored) is type(instance)
+    assert component_to_dict(restored, "component") == data
+    for key, value in data["init_parameters"].items():
+        assert getattr(restored, key) == value
+    assert yaml.safe_load(yaml.safe_dump(data)) == data  # plain types only

@@ -4,7 +4,6 @@ import pytest
 import yaml
 from haystack import Pipeline
 from haystack.core.errors import DeserializationError
-from haystack.core.serialization import component_from_dict, component_to_dict
 
 from components.document_embedder import KnowledgeDocumentEmbedder
 from components.index_planner import IndexPlanner
@@ -14,6 +13,7 @@ from components.markdown_reader import MarkdownKnowledgeReader
 from components.milvus_writer import MilvusChunkWriter
 from pipelines.indexing import build_indexing_pipeline, index_fingerprint
 from pipelines.settings import load_config
+from tests.helpers import assert_round_trips
 from tests.conftest import REPO
 
 YAML_PATH = REPO / "pipelines" / "indexing.yml"
@@ -95,14 +95,7 @@ def test_pipeline_built_from_overrides_round_trips(tmp_path):
     ids=lambda instance: type(instance).__name__,
 )
 def test_component_to_dict_from_dict_round_trip(instance):
-    data = component_to_dict(instance, "component")
-    assert data["type"] == f"{type(instance).__module__}.{type(instance).__name__}"
-    restored = component_from_dict(type(instance), data, "component")
-    assert type(restored) is type(instance)
-    assert component_to_dict(restored, "component") == data
-    for key, value in data["init_parameters"].items():
-        assert getattr(restored, key) == value
-    assert yaml.safe_load(yaml.safe_dump(data)) == data  # plain types only
+    assert_round_trips(instance)
 
 
 def test_loaded_yaml_pipeline_indexes(committed, small_kb, tmp_path, monkeypatch):
