@@ -49,6 +49,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import numpy as np
+
 from components.contracts import (
     Candidate,
     ContextPack,
@@ -141,6 +143,8 @@ def summarize(value: Any, chars: int = 200, depth: int = 0) -> Any:
         }
     if _is_vector(value):
         return f"<vector dim={len(value)}>"
+    if isinstance(value, np.ndarray):  # query embeddings travel as one array, a row per variant
+        return [f"<vector dim={value.shape[-1]}>"] * (value.shape[0] if value.ndim > 1 else 1)
     if isinstance(value, dict):
         return {str(k): summarize(v, chars, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

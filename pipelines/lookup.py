@@ -152,14 +152,13 @@ def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
         ("context_packer.context_pack", "assembler.context_pack"),
         ("sidecar.sidecar", "assembler.sidecar"),
     ]
-    if cfg.sidecar.enabled:
-        # A disabled sidecar still reports "disabled" to the assembler, without these inputs:
-        # Haystack deep-copies every connected input, which is all it would cost.
-        connections += [
-            ("query_embedder.embeddings", "sidecar.embeddings"),
-            ("retriever.candidates", "sidecar.candidates"),
-            ("retriever.retrieval_trace", "sidecar.retrieval_trace"),
-        ]
+    # The sidecar is wired even when disabled, so it always runs after retrieval (the spec's
+    # order); its inputs copy cheaply (contracts.CheapDeepcopy).
+    connections += [
+        ("query_embedder.embeddings", "sidecar.embeddings"),
+        ("retriever.candidates", "sidecar.candidates"),
+        ("retriever.retrieval_trace", "sidecar.retrieval_trace"),
+    ]
     if record:
         connections.append(("assembler.result", "trace_writer.result"))
     for sender, receiver in connections:

@@ -65,7 +65,7 @@ def test_bench_index_smoke(make_config, tiny_corpus):
     assert figures["chunks"] >= 50
     for key in ("pipeline_chunks_per_s", "bare_chunks_per_s", "ratio", "cpu_ratio", "peak_rss_mb",
                 "pipeline_model_load_s", "bare_model_load_s", "copies", "documents"):
-        assert _positive(figures[key]), key
+        assert _positive(figures[key]) or (key.endswith("model_load_s") and figures[key] == 0), key
     assert len(figures["bare_encode_s"]) == 2 and all(_positive(s) for s in figures["bare_encode_s"])
     assert len(figures["pipeline_s"]) == 1 and all(_positive(s) for s in figures["pipeline_s"])
     assert figures["vector_max_abs_diff"] < 1e-3  # the bare side encoded the pipeline's own texts

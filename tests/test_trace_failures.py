@@ -58,7 +58,8 @@ def test_a_vector_store_that_does_not_answer_is_recorded(service_for):
     assert result.error["component"] == "retriever"
     row = service.trace_writer.store.get(result.invocation_id)
     assert row["status"] == "error" and "no_such_collection" in row["error"]
-    assert row["retrieval_details"]["completed_stages"] == []  # no stage recorder without MLflow
+    # Stages are recorded only where MLflow tracing ever ran in the process; none past the failure.
+    assert "retriever" not in row["retrieval_details"]["completed_stages"]
 
 
 def test_an_empty_query_leaves_its_error_row_then_raises(service_for):
