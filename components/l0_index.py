@@ -38,6 +38,7 @@ class L0Entry:
     entities: list[EntityRef] = field(default_factory=list)
     headings: list[str] = field(default_factory=list)
     terms: list[str] = field(default_factory=list)
+    doc_hash: str = ""
 
     @classmethod
     def from_dict(cls, data: dict) -> "L0Entry":

@@ -18,15 +18,20 @@ logger = logging.getLogger(__name__)
 class L0IndexWriter:
     """
     Builds the L0 index from every readable document of the knowledge base (frontmatter and
-    headings: titles, keywords, categories, entities and aliases), embeds a short summary of each
-    document (title and opening section) for the reranker's document-similarity signal, and saves
-    it beside the collection.
+    headings: titles, keywords, categories, entities and aliases), with one summary vector per
+    document for the reranker's document-similarity signal, and saves it beside the collection.
+
+    A document's summary vector is the vector of its first chunk (its title and opening section,
+    embedded once already by the indexing pipeline), so summaries cost no extra model work. A
+    document not chunked in this run (unchanged) keeps its vector from the previous index when its
+    content hash matches; only a document with neither has its summary text embedded here.
 
     Usage example:
 
     ```python
     writer = L0IndexWriter(index_path=".knowledge/knowledge.l0.json")
-    writer.run(documents=reader_output["documents"])  # {"entries": 36, "path": "..."}
+    writer.run(documents=reader_output["documents"], chunks=embedder_output["documents"])
+    # {"entries": 36, "path": "...", "summaries_embedded": 0}
     ```
     """
 
@@ -44,23 +49,57 @@ class L0IndexWriter:
     def warm_up(self) -> None:
         self._embedder.warm_up()
 
-    @component.output_types(entries=int, path=str)
-    def run(self, documents: list[Document]) -> dict[str, Any]:
+    @component.output_types(entries=int, path=str, summaries_embedded=int)
+    def run(self, documents: list[Document], chunks: list[Document] | None = None) -> dict[str, Any]:
         """
         :param documents: All readable documents (not only the changed ones).
-        :returns: The number of entries and the saved path.
+        :param chunks: The chunks embedded in this run (with `embedding`), if any.
+        :returns: The number of entries, the saved path and how many summaries had to be embedded
+            here (neither a fresh first chunk nor a previous vector).
         """
         entries = [_entry(document) for document in sorted(documents, key=lambda d: d.meta["source"])]
-        vectors = None
+        vectors, embedded = None, 0
         if entries:
-            by_source = {d.meta["source"]: d for d in documents}
-            summaries = [Document(content=summary_text(by_source[e.source])) for e in entries]
-            embedded = self._embedder.run(documents=summaries)["documents"]
-            vectors = np.asarray([d.embedding for d in embedded], dtype=np.float32)
+            vectors, embedded = self._summary_vectors(entries, documents, chunks or [])
         index = L0Index(entries, vectors, self.model, _document_frequencies(entries), _domain_precision(documents))
         index.save(self.index_path)
-        logger.info("L0 index with %d entries saved to %s", len(entries), self.index_path)
-        return {"entries": len(entries), "path": self.index_path}
+        logger.info(
+            "L0 index with %d entries saved to %s (%d summaries embedded)", len(entries), self.index_path, embedded
+        )
+        return {"entries": len(entries), "path": self.index_path, "summaries_embedded": embedded}
+
+    def _summary_vectors(
+        self, entries: list[L0Entry], documents: list[Document], chunks: list[Document]
+    ) -> tuple[np.ndarray, int]:
+        vectors: dict[str, Any] = {
+            c.meta["source"]: c.embedding for c in chunks if c.meta.get("chunk_index") == 0 and c.embedding is not None
+        }
+        previous = self._previous_vectors()
+        for entry in entries:
+            kept = previous.get((entry.source, entry.doc_hash))
+            if entry.source not in vectors and kept is not None:
+                vectors[entry.source] = kept
+        missing = [e.source for e in entries if e.source not in vectors]
+        if missing:
+            by_source = {d.meta["source"]: d for d in documents}
+            summaries = [Document(content=summary_text(by_source[source])) for source in missing]
+            for source, document in zip(missing, self._embedder.run(documents=summaries)["documents"], strict=True):
+                vectors[source] = document.embedding
+        return np.asarray([vectors[e.source] for e in entries], dtype=np.float32), len(missing)
+
+    def _previous_vectors(self) -> dict[tuple[str, str], np.ndarray]:
+        """(source, doc_hash) -> summary vector of the index saved before, when it is usable."""
+        try:
+            previous = L0Index.load(self.index_path)
+        except Exception:  # none yet, or unreadable: every summary comes from this run
+            return {}
+        if previous.model != self.model or previous.summary_vectors is None:
+            return {}
+        return {
+            (entry.source, entry.doc_hash): vector
+            for entry, vector in zip(previous.entries, previous.summary_vectors, strict=True)
+            if entry.doc_hash
+        }
 
 
 SUMMARY_CHARS = 800
@@ -108,4 +147,5 @@ def _entry(document: Document) -> L0Entry:
         entities=[EntityRef(name=e["name"], aliases=list(e.get("aliases") or [])) for e in meta.get("entities") or []],
         headings=headings,
         terms=_document_terms(document),
+        doc_hash=meta.get("doc_hash") or "",
     )

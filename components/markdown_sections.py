@@ -6,6 +6,7 @@ token line maps, so code fences, tables and HTML stay exactly as written.
 """
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from markdown_it import MarkdownIt
 
@@ -41,15 +42,24 @@ def section_kind(headings: list[str]) -> str | None:
     return None
 
 
-def split_sections(body: str) -> list[Section]:
-    """Sections in document order; text before the first heading forms a section with no heading."""
-    lines = body.splitlines()
+@lru_cache(maxsize=4096)
+def _heading_starts(body: str) -> tuple[tuple[int, int, int, str], ...]:
+    """(start line, end line, level, text) of each top-level heading. Memoized: one indexing run
+    asks for the sections of each document several times (reader, chunker, L0 index), and the
+    markdown parse is most of the cost."""
     tokens = _PARSER.parse(body)
-    heading_starts: list[tuple[int, int, int, str]] = []  # (start line, end line, level, text)
+    starts = []
     for index, token in enumerate(tokens):
         if token.type == "heading_open" and token.map is not None and token.level == 0:
             inline = tokens[index + 1]
-            heading_starts.append((token.map[0], token.map[1], int(token.tag[1]), inline.content.strip()))
+            starts.append((token.map[0], token.map[1], int(token.tag[1]), inline.content.strip()))
+    return tuple(starts)
+
+
+def split_sections(body: str) -> list[Section]:
+    """Sections in document order; text before the first heading forms a section with no heading."""
+    lines = body.splitlines()
+    heading_starts = _heading_starts(body)
 
     sections: list[Section] = []
     first_start = heading_starts[0][0] if heading_starts else len(lines)

@@ -3,7 +3,7 @@ The indexing pipeline: markdown -> frontmatter -> heading-aware chunks -> embedd
 plus the L0 index, as one Haystack pipeline built from the Hydra config.
 
     reader -> planner -> chunker -> embedder -> writer
-    reader -> l0_writer
+    reader, embedder -> l0_writer   (a document's summary vector is its first chunk's vector)
 """
 
 import logging
@@ -78,6 +78,7 @@ def build_indexing_pipeline(cfg: DictConfig, progress_bar: bool = False) -> Pipe
     pipeline.connect("planner.documents", "chunker.documents")
     pipeline.connect("chunker.documents", "embedder.documents")
     pipeline.connect("embedder.documents", "writer.documents")
+    pipeline.connect("embedder.documents", "l0_writer.chunks")
     pipeline.connect("planner.plan", "writer.plan")
     return pipeline
 

@@ -6,6 +6,9 @@ changes, each re-embedding only what changed.
 """
 
 import shutil
+from pathlib import Path
+
+import numpy as np
 
 from components.l0_index import L0Index
 from components.markdown_chunker import MarkdownChunker
@@ -146,3 +149,47 @@ def test_chunking_change_reindexes_everything(small_kb, index_kb):
     # Under the new settings the next run is unchanged again.
     _, again = index_kb(kb, "chunking.max_tokens=100")
     assert sorted(again.unchanged) == SOURCES and again.chunks_written == 0
+
+
+def first_chunk_vectors(cfg) -> dict[str, np.ndarray]:
+    return {
+        row["metadata"]["source"]: np.asarray(row["vector"], dtype=np.float32)
+        for row in collection_rows(cfg, ("id", "metadata", "vector"))
+        if row["metadata"]["chunk_index"] == 0
+    }
+
+
+def summary_vectors(cfg) -> dict[str, np.ndarray]:
+    index = L0Index.load(cfg.l0.index_path)
+    return {entry.source: index.summary_vector(entry.source) for entry in index.entries}
+
+
+def test_summary_vectors_are_first_chunk_vectors_and_survive_incremental_runs(small_kb, index_kb):
+    kb = small_kb
+    cfg, _, _ = index_small(kb, index_kb)
+    first = summary_vectors(cfg)
+    assert sorted(first) == SOURCES
+    chunk_vectors = first_chunk_vectors(cfg)
+    for source in SOURCES:  # no second embedding of each document: its first chunk stands for it
+        assert np.allclose(first[source], chunk_vectors[source], atol=1e-6)
+
+    # A rewritten document gets its new first chunk's vector; the others keep theirs, unembedded.
+    rewritten = "disk/inode-exhaustion.md"
+    (kb / rewritten).write_text("# Inode Exhaustion\n\nNo inodes left: delete small files.\n", encoding="utf-8")
+    _, report = index_kb(kb)
+    assert report.updated == [rewritten]
+    second = summary_vectors(cfg)
+    assert np.allclose(second[rewritten], first_chunk_vectors(cfg)[rewritten], atol=1e-6)
+    assert not np.allclose(second[rewritten], first[rewritten], atol=1e-3)
+    for source in set(SOURCES) - {rewritten}:
+        assert np.array_equal(second[source], first[source])
+
+    # Without the previous L0 index, unchanged documents get their summaries embedded again.
+    Path(cfg.l0.index_path).unlink()
+    _, report = index_kb(kb)
+    assert sorted(report.unchanged) == SOURCES
+    third = summary_vectors(cfg)
+    assert sorted(third) == SOURCES
+    for source in SOURCES:
+        assert np.isclose(np.linalg.norm(third[source]), 1.0, atol=1e-3)
+        assert float(third[source] @ second[source]) > 0.8  # the same opening, embedded on its own
