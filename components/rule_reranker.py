@@ -14,7 +14,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_WEIGHTS = {
     "similarity": 1.0,
-    "document_similarity": 0.3,
+    "document_similarity": 0.5,
     "lexical_overlap": 0.4,
     "title_overlap": 0.2,
     "document_lexical": 0.2,
