@@ -73,12 +73,13 @@ class ContextPacker:
             # Omitted when room < min(_MIN_CONTENT_TOKENS, content tokens): only possible, and
             # only worth counting, when room < _MIN_CONTENT_TOKENS.
             if room < _MIN_CONTENT_TOKENS:
-                encoding = self._encode(block.content)
-                if room < len(encoding.ids):
+                if block.tokens is None:
+                    encoding = self._encode(block.content)
+                if room < (block.tokens if block.tokens is not None else len(encoding.ids)):
                     omitted.append(block.source)
                     omitted_keys.append(block.evidence_key)
                     continue
-            content, truncated, content_tokens = self._fit(block.content, room, encoding)
+            content, truncated, content_tokens = self._fit(block.content, room, encoding, block.tokens)
             text = f"{header}\n{content}"
             if self._additive and content_tokens is not None:
                 tokens = header_tokens + content_tokens  # = self._count(text), see splits_at_whitespace
@@ -119,11 +120,14 @@ class ContextPacker:
     def _count(self, text: str) -> int:
         return len(self._encode(text).ids)
 
-    def _fit(self, content: str, room: int, encoding=None) -> tuple[str, bool, int | None]:
+    def _fit(self, content: str, room: int, encoding=None, known_tokens: int | None = None) -> tuple[str, bool, int | None]:
         """
         The content cut to `room` tokens (mark included) at a token boundary, whether it was cut,
-        and its token count when known without another encoding (None otherwise).
+        and its token count when known without another encoding (None otherwise). A count known
+        from the index (`known_tokens`) spares the encoding of content that fits whole.
         """
+        if encoding is None and known_tokens is not None and known_tokens <= room:
+            return content, False, known_tokens
         encoding = encoding if encoding is not None else self._encode(content)
         if len(encoding.ids) <= room:
             return content, False, len(encoding.ids)

@@ -182,6 +182,9 @@ class Candidate(CheapDeepcopy):
     hit_reasons: list[str] = field(default_factory=list)
     final_score: float = 0.0
     boosts: dict[str, float] = field(default_factory=dict)
+    # Token count of `content` with the embedding model's tokenizer, counted at index time
+    # (None for chunks indexed before it was recorded).
+    tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -306,6 +309,7 @@ class EvidenceBlock(CheapDeepcopy):
     title: str | None = None
     breadcrumb: str | None = None
     category: str | None = None
+    tokens: int | None = None  # of `content`, from the index (see Candidate.tokens)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -114,4 +114,5 @@ def _block(candidate: Candidate) -> EvidenceBlock:
         title=candidate.title,
         breadcrumb=candidate.breadcrumb,
         category=candidate.category,
+        tokens=candidate.tokens,
     )

@@ -89,7 +89,7 @@ class MarkdownChunker:
         for section in split_sections(document.content or ""):
             headings = section.headings or ([title] if title else [])
             breadcrumb = " > ".join(headings)
-            for text in self.split_text(section.text):
+            for text, tokens in self.split_text_with_counts(section.text):
                 occurrence = occurrences.get((breadcrumb, text), 0)
                 occurrences[(breadcrumb, text)] = occurrence + 1
                 key = evidence_key(meta["source"], breadcrumb, occurrence, text)
@@ -102,6 +102,7 @@ class MarkdownChunker:
                     "evidence_key": key,
                     "content_hash": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16],
                     "embed_header": _embed_header(title, section),
+                    "tokens": tokens,
                     "terms": _chunk_terms(title, breadcrumb, meta.get("keywords") or [], text),
                 }
                 chunks.append(Document(id=key, content=text, meta=chunk_meta))
@@ -109,14 +110,26 @@ class MarkdownChunker:
 
     def split_text(self, text: str) -> list[str]:
         """Windows of at most `max_tokens`, cut at natural boundaries, overlapping by about `overlap_tokens`."""
+        return [window for window, _ in self.split_text_with_counts(text)]
+
+    def split_text_with_counts(self, text: str) -> list[tuple[str, int]]:
+        """
+        The windows of `split_text`, each with its token count (special tokens excluded), so the
+        context packer need not count again at query time.
+        """
         text = text.strip()
         if not text:
             return []
         self.warm_up()
-        encoding = self._tokenizer.encode(text, add_special_tokens=False)
-        offsets = encoding.offsets
+        offsets = self._tokenizer.encode(text, add_special_tokens=False).offsets
         if len(offsets) <= self.max_tokens:
-            return [text]
+            return [(text, len(offsets))]
+        return [(window, self._count(window)) for window in self._windows(text, offsets)]
+
+    def _count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def _windows(self, text: str, offsets: list[tuple[int, int]]) -> list[str]:
         windows: list[str] = []
         start = 0
         while start < len(offsets):

@@ -36,6 +36,7 @@ _METADATA_KEYS = (
     "entities",
     "has_frontmatter",
     "terms",
+    "tokens",
 )
 _BATCH = 500
 

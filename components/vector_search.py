@@ -74,6 +74,7 @@ def _candidate(
         keywords=list(metadata.get("keywords") or []),
         entities=[e["name"] if isinstance(e, dict) else str(e) for e in metadata.get("entities") or []],
         terms=list(metadata.get("terms") or []),
+        tokens=metadata.get("tokens"),
     )
 
 

@@ -24,7 +24,7 @@ from pipelines.errors import unwrap_pipeline_error
 logger = logging.getLogger(__name__)
 
 # Bump when chunk text or embedded text changes shape, so every document is re-embedded once.
-CHUNK_FORMAT_VERSION = 3
+CHUNK_FORMAT_VERSION = 4
 
 
 def index_fingerprint(cfg: DictConfig) -> str:

@@ -152,13 +152,14 @@ def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
         ("context_packer.context_pack", "assembler.context_pack"),
         ("sidecar.sidecar", "assembler.sidecar"),
     ]
-    # The sidecar is wired even when disabled, so it always runs after retrieval (the spec's
-    # order); its inputs copy cheaply (contracts.CheapDeepcopy).
-    connections += [
-        ("query_embedder.embeddings", "sidecar.embeddings"),
-        ("retriever.candidates", "sidecar.candidates"),
-        ("retriever.retrieval_trace", "sidecar.retrieval_trace"),
-    ]
+    # The retrieval trace alone keeps even a disabled sidecar after retrieval (the spec's order);
+    # the candidates, which Haystack deep-copies one by one, go to it only when it is on.
+    connections.append(("retriever.retrieval_trace", "sidecar.retrieval_trace"))
+    if cfg.sidecar.enabled:
+        connections += [
+            ("query_embedder.embeddings", "sidecar.embeddings"),
+            ("retriever.candidates", "sidecar.candidates"),
+        ]
     if record:
         connections.append(("assembler.result", "trace_writer.result"))
     for sender, receiver in connections:

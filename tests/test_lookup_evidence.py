@@ -242,6 +242,23 @@ def test_context_packer_truncates_content_never_metadata():
         assert pack.included_sources + pack.omitted_sources == [b.source for b in blocks]
 
 
+def test_context_packer_trusts_index_token_counts(disk, monkeypatch):
+    """Blocks carry their token count from the index, so content that fits is not encoded again."""
+    blocks = disk.evidence_blocks
+    assert blocks and all(b.tokens == count_tokens(MODEL, b.content) for b in blocks)
+    packer = ContextPacker(budget_tokens=4000)
+    packer.warm_up()
+    encoded: list[str] = []
+    original = packer._encode
+    monkeypatch.setattr(packer, "_encode", lambda text: encoded.append(text) or original(text))
+    pack = packer.run(evidence_blocks=blocks)["context_pack"]
+    assert not {b.content for b in blocks} & set(encoded)  # headers only
+    uncounted = [copy.copy(b) for b in blocks]
+    for block in uncounted:
+        block.tokens = None
+    assert ContextPacker(budget_tokens=4000).run(evidence_blocks=uncounted)["context_pack"] == pack
+
+
 def test_context_pack_records_a_block_omitted_from_an_included_source():
     """Regression: a second block of an included source, cut by the budget, left no trace in the pack."""
 

@@ -167,6 +167,14 @@ def test_sample_knowledge_base_chunks_fit_the_default_limit(chunker):
     assert max(tokens(c.content) for c in chunks) <= 200
 
 
+def test_chunks_record_their_token_count(small_chunker):
+    """The count the context packer relies on at query time: exact, for single and split sections."""
+    body = "# Doc\n## Short\nOne line.\n## Long\n" + long_paragraphs()
+    chunks = chunk(small_chunker, body)
+    assert len(chunks) > 3
+    assert [c.meta["tokens"] for c in chunks] == [tokens(c.content) for c in chunks]
+
+
 def test_long_section_windows_overlap(small_chunker):
     text = long_paragraphs()
     windows = small_chunker.split_text(text)
