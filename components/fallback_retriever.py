@@ -97,7 +97,8 @@ class FallbackRetriever:
         :param query_transform: The transformed query (the expanded variant is the first attempt's).
         :param hints: L0 hints; `hints.single_domain` decides the filter.
         :param embeddings: Embeddings of `query_transform.variants`, in order.
-        :returns: `candidates` (unsorted beyond each attempt's own order) and the `retrieval_trace`.
+        :returns: `candidates` (unsorted beyond each attempt's own order; after a retry, the retry's
+            and the first attempt's usable ones) and the `retrieval_trace`.
         """
         trace = RetrievalTrace(vector_store_mode=self.vector_store_mode, l1_enabled=self.l1_enabled)
         if not self.l1_enabled:
@@ -124,7 +125,9 @@ class FallbackRetriever:
         trace.selected_attempt = 1
         trace.fallback_reason = reason
         logger.info("Filtered attempt on category %r retried without filter: %s", category, reason)
-        return {"candidates": retry + first, "retrieval_trace": trace}
+        # The first attempt's unusable candidates could never become evidence: only its usable
+        # ones go on, to merge with the retry's (a chunk found by both keeps both hit reasons).
+        return {"candidates": retry + usable(first, self.evidence_threshold), "retrieval_trace": trace}
 
     def _attempt(
         self, index: int, category: str | None, query: str, embedding: list[float]

@@ -54,6 +54,8 @@ def test_filtered_retrieval_returns_no_evidence(misdirected):
     assert details["fallback_reason"] == "filtered_vector_no_evidence"
     assert details["retrieval_trace"]["selected_attempt"] == 1
     assert result.found and result.evidence_blocks[0].source == "databases/replica-lag.md"
+    # The first attempt's candidates, none usable, do not go on to reranking.
+    assert first.candidate_count > 0 and result.dedup.candidate_count == retry.candidate_count
 
 
 def test_filtered_retrieval_is_below_reference_quality(topics_cfg):
@@ -67,6 +69,9 @@ def test_filtered_retrieval_is_below_reference_quality(topics_cfg):
     assert result.to_dict()["retrievalTrace"]["fallbackReason"] == "filtered_vector_low_quality"
     assert result.retrieval_details(200)["fallback_reason"] == "filtered_vector_low_quality"
     assert result.found
+    # Both attempts' usable candidates go on, and only those of the first.
+    assert first.usable_count < first.candidate_count
+    assert result.dedup.candidate_count == retry.candidate_count + first.usable_count
 
 
 def test_both_retrieval_attempts_fail(topics_cfg):
