@@ -132,7 +132,8 @@ class ResultAssembler:
             l0_hints=hints,
             dedup=dedup,
             message=message,
-            sidecar=sidecar,
+            # No sidecar wired into the pipeline: it is disabled (the default).
+            sidecar=sidecar if sidecar is not None else SidecarReport(status="disabled"),
         )
         return {"result": result}
 

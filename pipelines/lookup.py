@@ -2,7 +2,7 @@
 The `lookup_knowledge` query pipeline, in the spec's order:
 
     query -> QueryTransformer -> L0HintExtractor -> KnowledgeQueryEmbedder -> FallbackRetriever
-          -> (SidecarComparator) -> RuleReranker -> EvidenceDeduper -> ContextPacker -> ResultAssembler
+          -> (SidecarComparator, when enabled) -> RuleReranker -> EvidenceDeduper -> ContextPacker -> ResultAssembler
           -> TraceWriter
 
 built from the Hydra config, and `LookupService`, which runs it for one query or many.
@@ -92,18 +92,21 @@ def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
             search_params=dict(milvus.search_params),
         ),
     )
-    pipeline.add_component(
-        "sidecar",
-        SidecarComparator(
-            enabled=cfg.sidecar.enabled,
-            path=cfg.sidecar.path,
-            uri=milvus.uri,
-            collection=milvus.collection,
-            top_k=retrieval.top_k,
-            index_type=milvus.index_type,
-            search_params=dict(milvus.search_params),
-        ),
-    )
+    if cfg.sidecar.enabled:
+        # Disabled (the default), the sidecar is not part of the runtime path at all; the
+        # assembler then reports it as disabled.
+        pipeline.add_component(
+            "sidecar",
+            SidecarComparator(
+                enabled=cfg.sidecar.enabled,
+                path=cfg.sidecar.path,
+                uri=milvus.uri,
+                collection=milvus.collection,
+                top_k=retrieval.top_k,
+                index_type=milvus.index_type,
+                search_params=dict(milvus.search_params),
+            ),
+        )
     pipeline.add_component(
         "reranker",
         RuleReranker(
@@ -150,15 +153,13 @@ def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
         ("deduper.evidence_blocks", "assembler.evidence_blocks"),
         ("deduper.dedup", "assembler.dedup"),
         ("context_packer.context_pack", "assembler.context_pack"),
-        ("sidecar.sidecar", "assembler.sidecar"),
     ]
-    # The retrieval trace alone keeps even a disabled sidecar after retrieval (the spec's order);
-    # the candidates, which Haystack deep-copies one by one, go to it only when it is on.
-    connections.append(("retriever.retrieval_trace", "sidecar.retrieval_trace"))
     if cfg.sidecar.enabled:
         connections += [
             ("query_embedder.embeddings", "sidecar.embeddings"),
             ("retriever.candidates", "sidecar.candidates"),
+            ("retriever.retrieval_trace", "sidecar.retrieval_trace"),
+            ("sidecar.sidecar", "assembler.sidecar"),
         ]
     if record:
         connections.append(("assembler.result", "trace_writer.result"))

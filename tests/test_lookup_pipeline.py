@@ -24,9 +24,9 @@ from components.trace_writer import TraceWriter
 from components.rule_reranker import RuleReranker
 from components.sidecar_comparator import SidecarComparator
 from pipelines.agent import TOOL_NAME, lookup_knowledge_tool
-from pipelines.lookup import build_lookup_pipeline
+from pipelines.lookup import LookupService, build_lookup_pipeline
 from pipelines.settings import load_config
-from tests.helpers import assert_round_trips
+from tests.helpers import assert_round_trips, derived_config
 from tests.conftest import REPO
 from tests.test_pipeline_serialization import normalized, without_header
 
@@ -37,7 +37,6 @@ COMPONENT_TYPES = {
     "l0_hints": L0HintExtractor,
     "query_embedder": KnowledgeQueryEmbedder,
     "retriever": FallbackRetriever,
-    "sidecar": SidecarComparator,
     "reranker": RuleReranker,
     "deduper": EvidenceDeduper,
     "context_packer": ContextPacker,
@@ -70,16 +69,21 @@ class ComponentOrderTracer(tracing.Tracer):
         return None
 
 
-def test_pipeline_components_execute_in_order(sample_service):
+def components_run(service) -> list[str]:
+    """The components one lookup of `service` runs, in the order their runs start."""
     recorder = ComponentOrderTracer()
     previous = tracing.tracer.actual_tracer
     tracing.enable_tracing(recorder)
     try:
-        result = sample_service.lookup(QUERY)
+        result = service.lookup(QUERY)
     finally:
         tracing.enable_tracing(previous)
     assert result.found
-    ran = recorder.components
+    return recorder.components
+
+
+def test_pipeline_components_execute_in_order(sample_service):
+    ran = components_run(sample_service)
     position = {name: ran.index(name) for name in ran}
     stages = ["query_transformer", "l0_hints", "query_embedder", "retriever", "reranker", "deduper", "context_packer", "assembler"]
     assert set(stages) <= set(ran) and all(ran.count(name) == 1 for name in ran)
@@ -87,8 +91,16 @@ def test_pipeline_components_execute_in_order(sample_service):
     assert position["retriever"] < position["reranker"] < position["deduper"]  # retrieve before post-processing
     assert position["deduper"] < position["context_packer"]  # evidence blocks before packing
     # Result assembly comes after every stage, and trace recording after result assembly.
-    assert all(position[name] < position["assembler"] for name in stages[:-1] + ["sidecar"])
+    assert all(position[name] < position["assembler"] for name in stages[:-1])
     assert ran[position["assembler"] + 1 :] == ["trace_writer"]
+    # The sidecar, disabled by default, is not on the runtime path.
+    assert "sidecar" not in ran
+
+
+def test_enabled_sidecar_runs_after_retrieval_and_before_assembly(sample_cfg):
+    ran = components_run(LookupService(derived_config(sample_cfg, "sidecar.enabled=true")))
+    assert ran.count("sidecar") == 1
+    assert ran.index("retriever") < ran.index("sidecar") < ran.index("assembler")
 
 
 # committed YAML ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pipelines.settings import load_config
 from tests.conftest import sample_overrides, state_overrides
 
 EXPERIMENT = "lookup-knowledge-tests"
-COMPONENTS = ["query_transformer", "l0_hints", "query_embedder", "retriever", "sidecar", "reranker", "deduper",
+COMPONENTS = ["query_transformer", "l0_hints", "query_embedder", "retriever", "reranker", "deduper",
               "context_packer", "assembler", "trace_writer"]
 
 
