@@ -265,9 +265,10 @@ def load_average() -> float:
 
 def settle(limit_s: float = 120.0, window_s: float = 1.0, busy_share: float = 0.05) -> float:
     """
-    Wait until this process is idle: Milvus Lite runs inside it and keeps sealing, compacting and
-    indexing segments for a while after a large insert, which would weigh on whatever is timed
-    next. Returns the seconds waited (at most about `limit_s`).
+    Wait until this process is idle: Milvus Lite runs inside it and may still seal, compact or
+    index segments after a large insert, which would weigh on whatever is timed next (the runs
+    measured so far were idle after the first one-second window). Returns the seconds waited
+    (at most about `limit_s`).
     """
     started = time.perf_counter()
     while time.perf_counter() - started < limit_s:

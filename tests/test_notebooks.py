@@ -3,8 +3,6 @@
 import json
 from pathlib import Path
 
-import pytest
-
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
