@@ -1,4 +1,5 @@
 import logging
+import re
 from typing import Any
 
 from haystack import component
@@ -12,6 +13,11 @@ logger = logging.getLogger(__name__)
 # Below this many tokens of room for content, a block is omitted rather than packed as a stub.
 _MIN_CONTENT_TOKENS = 24
 _TRUNCATION_MARK = " […]"
+# Header words (titles, sources, hit reasons) repeat across lookups; their counts are kept up
+# to this many words, then the memo starts again.
+_WORD_MEMO_SIZE = 50_000
+# Spaces and newlines: whitespace to Python and to a BERT pre-tokenizer alike.
+_WORD_BREAKS = re.compile(r"[ \n]+")
 
 
 @component
@@ -44,6 +50,7 @@ class ContextPacker:
         self._tokenizer = None
         self._separator_tokens = 0
         self._additive = False
+        self._word_tokens: dict[str, int] = {}
 
     def warm_up(self) -> None:
         if self._tokenizer is None:
@@ -67,7 +74,7 @@ class ContextPacker:
         separator_tokens = self._separator_tokens
         for number, block in enumerate(evidence_blocks, start=1):
             header = _header(number, block)
-            header_tokens = self._count(header)
+            header_tokens = self._count_header(header)
             room = self.budget_tokens - used - header_tokens - (separator_tokens if parts else 0)
             encoding = None
             # Omitted when room < min(_MIN_CONTENT_TOKENS, content tokens): only possible, and
@@ -119,6 +126,24 @@ class ContextPacker:
 
     def _count(self, text: str) -> int:
         return len(self._encode(text).ids)
+
+    def _count_header(self, header: str) -> int:
+        """
+        Tokens of a header. With a tokenizer whose counts add up across whitespace (see
+        `splits_at_whitespace`) it is the sum of its words' counts, each encoded once per packer.
+        """
+        if not self._additive:
+            return self._count(header)
+        memo = self._word_tokens
+        total = 0
+        for word in _WORD_BREAKS.split(header):
+            count = memo.get(word)
+            if count is None:
+                if len(memo) >= _WORD_MEMO_SIZE:
+                    memo.clear()
+                count = memo[word] = self._count(word) if word else 0
+            total += count
+        return total
 
     def _fit(self, content: str, room: int, encoding=None, known_tokens: int | None = None) -> tuple[str, bool, int | None]:
         """

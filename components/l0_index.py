@@ -58,6 +58,7 @@ class _EntryTerms:
     title_terms: set[str]
     title_forms: list[str]
     document_terms: frozenset[str]
+    title_weight: float = 0.0
 
 
 class L0Index:
@@ -93,6 +94,8 @@ class L0Index:
         self._entry_terms: list[_EntryTerms] = []
         # term -> rows whose title terms contain it: a title can only match a query sharing a term.
         self._title_rows: dict[str, list[int]] = {}
+        # Title term weights are fixed once the index is loaded; matching sums them per query.
+        self._title_weights: dict[str, float] = {}
         self._keywords: dict[str, tuple[str, set[str], list[int]]] = {}
         self._aliases: dict[str, tuple[str, list[int]]] = {}
         self._categories: dict[str, str] = {}
@@ -101,11 +104,18 @@ class L0Index:
             title_terms = set()
             for form in forms:
                 title_terms.update(terms(form))
-            self._entry_terms.append(
-                _EntryTerms(title_terms=title_terms, title_forms=forms, document_terms=frozenset(entry.terms) | title_terms)
-            )
             for term in title_terms:
                 self._title_rows.setdefault(term, []).append(row)
+                if term not in self._title_weights:
+                    self._title_weights[term] = self._title_weight(term)
+            self._entry_terms.append(
+                _EntryTerms(
+                    title_terms=title_terms,
+                    title_forms=forms,
+                    document_terms=frozenset(entry.terms) | title_terms,
+                    title_weight=sum(self._title_weights[t] for t in title_terms),
+                )
+            )
             for keyword in entry.keywords:
                 folded = fold(keyword)
                 if folded:
@@ -145,9 +155,9 @@ class L0Index:
         row = self._row_of_source.get(source)
         if row is None:
             return 0.0
-        title_terms = self._entry_terms[row].title_terms
-        total = sum(self._title_weight(t) for t in title_terms)
-        return sum(self._title_weight(t) for t in title_terms & query_terms) / total if total else 0.0
+        entry_terms = self._entry_terms[row]
+        total = entry_terms.title_weight
+        return sum(self._title_weights[t] for t in entry_terms.title_terms & query_terms) / total if total else 0.0
 
     def document_terms(self, source: str) -> frozenset[str]:
         row = self._row_of_source.get(source)
@@ -206,8 +216,8 @@ class L0Index:
             shared = title_terms & query_terms
             if len(shared) < min(2, len(title_terms)):
                 continue
-            weight = sum(self._title_weight(t) for t in title_terms)
-            if sum(self._title_weight(t) for t in shared) >= title_min_overlap * weight:
+            weight = self._entry_terms[row].title_weight
+            if sum(self._title_weights[t] for t in shared) >= title_min_overlap * weight:
                 titles.append(self.entries[row].title)
                 matched_rows.add(row)
 

@@ -116,13 +116,22 @@ class RuleReranker:
         matched_entities = set(hints.entities)
         domains = set(hints.domains)
 
+        # Document-level signals are the same for every chunk of a source: computed once each.
+        document_signals: dict[str, tuple[float, float]] = {}
         for candidate in candidates:
+            source = candidate.source
+            if source not in document_signals:
+                document_signals[source] = (
+                    index.title_overlap(source, query_term_set),
+                    _coverage(query_terms, index.document_terms(source)),
+                )
+            title_overlap, document_lexical = document_signals[source]
             signals = {
                 "similarity": candidate.similarity,
-                "document_similarity": document_scores.get(candidate.source, 0.0),
+                "document_similarity": document_scores.get(source, 0.0),
                 "lexical_overlap": self._lexical_overlap(query_terms, candidate),
-                "title_overlap": index.title_overlap(candidate.source, query_term_set),
-                "document_lexical": _coverage(query_terms, index.document_terms(candidate.source)),
+                "title_overlap": title_overlap,
+                "document_lexical": document_lexical,
                 "title_match": 1.0 if candidate.title in matched_titles else 0.0,
                 "keyword_match": _keyword_share(candidate, matched_keywords),
                 "entity_match": 1.0 if matched_entities & set(candidate.entities) else 0.0,

@@ -24,6 +24,7 @@ store.list(last=10)
 
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -199,14 +200,29 @@ def head_revision() -> str:
 def utf8_safe(value: Any) -> Any:
     """
     A value whose strings can be written as UTF-8: a query can carry lone surrogates (a JSON
-    `\\ud800`), which SQLite, PostgreSQL, the spool and the terminal all refuse.
+    `\\ud800`), which SQLite, PostgreSQL, the spool and the terminal all refuse. A value without
+    any comes back as is: one C-level serialization finds out, instead of a walk in Python.
     """
+    if _encodes_as_utf8(value):
+        return value
+    return _replace_surrogates(value)
+
+
+def _encodes_as_utf8(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False, default=repr).encode("utf-8")
+    except (UnicodeEncodeError, TypeError, ValueError):  # ValueError: a circular structure
+        return False
+    return True
+
+
+def _replace_surrogates(value: Any) -> Any:
     if isinstance(value, str):
         return printable(value)
     if isinstance(value, dict):
-        return {utf8_safe(k): utf8_safe(v) for k, v in value.items()}
+        return {_replace_surrogates(k): _replace_surrogates(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [utf8_safe(v) for v in value]
+        return [_replace_surrogates(v) for v in value]
     return value
 
 
@@ -227,6 +243,13 @@ def from_jsonable(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(created, str):
         record["created_at"] = datetime.fromisoformat(created)
     return record
+
+
+@functools.cache
+def _insert_ignoring_duplicates(dialect: str) -> Any:
+    """INSERT ... ON CONFLICT (id) DO NOTHING of the dialect, built once (statements are immutable)."""
+    module = sqlite if dialect == "sqlite" else postgresql
+    return module.insert(tool_invocation).on_conflict_do_nothing(index_elements=["id"])
 
 
 class TraceStore:
@@ -295,8 +318,7 @@ class TraceStore:
         rows = [{key: record.get(key) for key in COLUMNS} for record in records]
         dialect = connection.dialect.name
         if dialect in ("sqlite", "postgresql"):
-            module = sqlite if dialect == "sqlite" else postgresql
-            statement = module.insert(tool_invocation).on_conflict_do_nothing(index_elements=["id"])
+            statement = _insert_ignoring_duplicates(dialect)
             inserted = 0
             for row in rows:  # one statement per row keeps the spool order and counts the new ones
                 inserted += connection.execute(statement, row).rowcount or 0

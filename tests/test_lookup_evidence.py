@@ -259,6 +259,31 @@ def test_context_packer_trusts_index_token_counts(disk, monkeypatch):
     assert ContextPacker(budget_tokens=4000).run(evidence_blocks=uncounted)["context_pack"] == pack
 
 
+def test_context_packer_counts_headers_by_word_exactly_and_once(monkeypatch):
+    """Header words are counted once per packer; the sums equal the tokenizer's own counts."""
+    titles = ["Kube Persistent Volume Filling Up", "磁盘空间不足  处理", "Résumé\tnaïve façade", "x" * 140]
+    blocks = [
+        EvidenceBlock(
+            evidence_key=f"k{i}", source=f"ops/{title[:12]}.md", content="word " * 30, retrieval_layer="L1",
+            score=0.8, score_label="s", raw_score=0.4, raw_score_label="l2_squared_distance", rerank_score=0.8,
+            hit_reasons=[f"vector:sdk attempt 0 (category='ops-{i}')", "l0_keyword: (a)--b"], title=title,
+            breadcrumb=f"{title} > Fix\n  step {i}", tokens=count_tokens(MODEL, "word " * 30),
+        )
+        for i, title in enumerate(titles)
+    ]
+    packer = ContextPacker(budget_tokens=4000)
+    pack = packer.run(evidence_blocks=blocks)["context_pack"]
+    assert len(pack.blocks) == len(blocks)
+    for text, packed in zip(pack.text.split("\n\n"), pack.blocks, strict=True):
+        assert packed.tokens == count_tokens(MODEL, text)
+    assert pack.used_tokens == count_tokens(MODEL, pack.text)
+    encoded: list[str] = []
+    original = packer._encode
+    monkeypatch.setattr(packer, "_encode", lambda text: encoded.append(text) or original(text))
+    assert packer.run(evidence_blocks=blocks)["context_pack"] == pack
+    assert encoded == []
+
+
 def test_context_pack_records_a_block_omitted_from_an_included_source():
     """Regression: a second block of an included source, cut by the budget, left no trace in the pack."""
 
