@@ -26,8 +26,8 @@ _ATOMIC = (str, int, float, bool, type(None))
 class CheapDeepcopy:
     """
     A deep copy that is several times faster than `copy.deepcopy`'s generic one for contracts
-    whose fields are scalars, lists or dicts of scalars, and tuples, which are shared: a contract
-    keeps only immutable values in a tuple (the rest goes through `copy.deepcopy`). Haystack
+    whose fields are scalars, lists or dicts of scalars, and tuples or frozensets, which are
+    shared: a contract keeps only immutable values in those (the rest goes through `copy.deepcopy`). Haystack
     deep-copies every input of every component, element by element, so the candidate lists of
     each lookup are copied three times or more.
     """
@@ -38,7 +38,7 @@ class CheapDeepcopy:
         fields = clone.__dict__
         for name, value in self.__dict__.items():
             kind = type(value)
-            if kind in _ATOMIC or kind is tuple:  # contracts keep only immutable values in tuples
+            if kind in _ATOMIC or kind is tuple or kind is frozenset:  # contracts keep only immutable values in these
                 fields[name] = value
             elif kind is list and all(type(item) in _ATOMIC for item in value):
                 fields[name] = list(value)
@@ -179,9 +179,9 @@ class Candidate(CheapDeepcopy):
     section_kind: str | None = None
     keywords: list[str] = field(default_factory=list)
     entities: list[str] = field(default_factory=list)
-    # Index-time chunk terms for lexical signals: a tuple, shared rather than copied between
+    # Index-time chunk terms for lexical signals: a frozenset, shared rather than copied between
     # components (see CheapDeepcopy); often a hundred strings or more.
-    terms: tuple[str, ...] = ()
+    terms: frozenset[str] = frozenset()
     hit_reasons: list[str] = field(default_factory=list)
     final_score: float = 0.0
     boosts: dict[str, float] = field(default_factory=dict)

@@ -196,7 +196,7 @@ class L0Index:
 
         keywords = []
         for folded_keyword, (keyword, keyword_terms, rows) in self._keywords.items():
-            phrase_hit = contains_phrase(folded, folded_keyword)
+            phrase_hit = folded_keyword in folded and contains_phrase(folded, folded_keyword)
             terms_hit = len(keyword_terms) >= 2 and keyword_terms <= query_terms
             if phrase_hit or terms_hit:
                 keywords.append(keyword)
@@ -204,27 +204,35 @@ class L0Index:
 
         entities = []
         for surface, (name, rows) in self._aliases.items():
-            if contains_phrase(folded, surface):
+            if surface in folded and contains_phrase(folded, surface):
                 entities.append(name)
                 matched_rows.update(rows)
 
         titles = []
-        # Only entries sharing at least one term can pass (every rule below needs a shared term);
-        # visiting them in row order gives the same result as scanning every entry.
-        for row in sorted({row for term in query_terms for row in self._title_rows.get(term, ())}):
-            title_terms = self._entry_terms[row].title_terms
-            shared = title_terms & query_terms
-            if len(shared) < min(2, len(title_terms)):
+        # Only entries sharing at least one term can pass (every rule below needs a shared term):
+        # the shared terms' count and weight per entry are summed from the term -> rows lists,
+        # and visiting the entries in row order gives the same result as scanning every one.
+        shared_count: dict[int, int] = {}
+        shared_weight: dict[int, float] = {}
+        for term in sorted(query_terms):
+            for row in self._title_rows.get(term, ()):
+                shared_count[row] = shared_count.get(row, 0) + 1
+                shared_weight[row] = shared_weight.get(row, 0.0) + self._title_weights[term]
+        for row in sorted(shared_count):
+            entry_terms = self._entry_terms[row]
+            if shared_count[row] < min(2, len(entry_terms.title_terms)):
                 continue
-            weight = self._entry_terms[row].title_weight
-            if sum(self._title_weights[t] for t in shared) >= title_min_overlap * weight:
+            if shared_weight[row] >= title_min_overlap * entry_terms.title_weight:
                 titles.append(self.entries[row].title)
                 matched_rows.add(row)
 
         domains = [
             category
             for key, category in self._categories.items()
-            if contains_phrase(folded, key) and self.domain_precision.get(category, 1.0) >= domain_min_precision
+            # The substring test first: most names are absent, and it spares the boundary checks.
+            if key in folded
+            and contains_phrase(folded, key)
+            and self.domain_precision.get(category, 1.0) >= domain_min_precision
         ]
         if domain_from_matches:
             domains.extend(self.entries[row].category for row in sorted(matched_rows))

@@ -106,8 +106,8 @@ class RuleReranker:
         if not candidates:
             return {"candidates": []}
         index = self._l0.get()
-        query_terms = self._weighted_query_terms(index, query_transform.normalized)
         query_term_set = set(terms(query_transform.normalized, drop_noise=True))
+        query_terms = self._weighted_query_terms(index, query_term_set)
         intents = query_intents(query_transform.normalized)
         document_scores = self._document_similarities(index, candidates, embeddings[0])
         support = Counter(c.source for c in {c.evidence_key: c for c in candidates}.values() if c.similarity >= self.evidence_threshold)
@@ -148,9 +148,10 @@ class RuleReranker:
         ranked = sorted(candidates, key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
         return {"candidates": ranked}
 
-    def _weighted_query_terms(self, index: L0Index, query: str) -> dict[str, float]:
+    @staticmethod
+    def _weighted_query_terms(index: L0Index, query_terms: set[str]) -> dict[str, float]:
         weighted = {}
-        for term in set(terms(query, drop_noise=True)):
+        for term in query_terms:
             idf = index.idf(term)
             if idf > 0:
                 weighted[term] = idf
@@ -158,7 +159,7 @@ class RuleReranker:
 
     @staticmethod
     def _lexical_overlap(query_terms: dict[str, float], candidate: Candidate) -> float:
-        return _coverage(query_terms, set(candidate.terms) if candidate.terms else set(chunk_terms(candidate)))
+        return _coverage(query_terms, candidate.terms or frozenset(chunk_terms(candidate)))
 
     @staticmethod
     def _document_similarities(

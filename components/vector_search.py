@@ -73,7 +73,7 @@ def _candidate(
         section_kind=metadata.get("section_kind"),
         keywords=list(metadata.get("keywords") or []),
         entities=[e["name"] if isinstance(e, dict) else str(e) for e in metadata.get("entities") or []],
-        terms=tuple(metadata.get("terms") or ()),
+        terms=frozenset(metadata.get("terms") or ()),
         tokens=metadata.get("tokens"),
     )
 
