@@ -138,6 +138,8 @@ class L0Hints(CheapDeepcopy):
     domains: list[str] = field(default_factory=list)
     entities: list[str] = field(default_factory=list)
     matched_sources: list[str] = field(default_factory=list)
+    # Documents whose name (e.g. an alert name, "KubeQuotaAlmostFull") the query quotes verbatim.
+    named_sources: list[str] = field(default_factory=list)
 
     @property
     def has_matches(self) -> bool:

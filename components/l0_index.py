@@ -10,8 +10,9 @@ import json
 import math
 import logging
 import os
+import re
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -21,6 +22,18 @@ from components.text import contains_phrase, fold, terms, unique
 logger = logging.getLogger(__name__)
 
 L0_FORMAT_VERSION = 1
+
+# A document's name: its file stem or one-word first heading, when written as an identifier of at
+# least two CamelCase or snake_case parts, the way alert names are ("KubeQuotaAlmostFull").
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{4,}")
+_PARTS = re.compile(r"[a-z0-9][A-Z]|[A-Z][A-Z][a-z]|[A-Za-z0-9]_[A-Za-z0-9]")
+_QUERY_TOKEN = re.compile(r"[A-Za-z0-9_]+")
+
+
+def document_names(entry: "L0Entry") -> list[str]:
+    """The identifier forms of a document's name (see `_IDENTIFIER`), casefolded."""
+    forms = [PurePosixPath(entry.source).stem, *entry.headings[:1]]
+    return unique(f.strip().casefold() for f in forms if _IDENTIFIER.fullmatch(f.strip()) and _PARTS.search(f.strip()))
 
 
 class L0IndexMissingError(FileNotFoundError):
@@ -99,7 +112,10 @@ class L0Index:
         self._keywords: dict[str, tuple[str, set[str], list[int]]] = {}
         self._aliases: dict[str, tuple[str, list[int]]] = {}
         self._categories: dict[str, str] = {}
+        self._names: dict[str, list[int]] = {}
         for row, entry in enumerate(self.entries):
+            for name in document_names(entry):
+                self._names.setdefault(name, []).append(row)
             forms = unique([entry.title] + entry.headings[:1])
             title_terms = set()
             for form in forms:
@@ -178,6 +194,19 @@ class L0Index:
                 names.append(name)
         return unique(names)
 
+    def _named_rows(self, query: str) -> list[int]:
+        return sorted({row for token in _QUERY_TOKEN.findall(query) for row in self._names.get(token.casefold(), ())})
+
+    def name_expansions(self, query: str) -> list[str]:
+        """
+        Titles of the documents whose name the query quotes ("KubeQuotaAlmostFull" -> "Kube Quota
+        Almost Full"): an identifier embeds poorly, its title in words far better.
+        """
+        # Compared without `fold`, which would split the quoted name into the title's words.
+        lowered = query.casefold()
+        titles = [self.entries[row].title for row in self._named_rows(query)]
+        return unique(t for t in titles if " " in t.strip() and t.casefold() not in lowered)
+
     def match(
         self,
         query: str,
@@ -186,13 +215,15 @@ class L0Index:
         domain_min_precision: float = 0.5,
     ) -> L0Hints:
         """
-        Hints for a query: titles whose words (IDF-weighted) mostly occur in it, keywords and
-        entity names or aliases it contains, and the domains (categories) it names, when the name
-        is specific to its category, or that its matches belong to.
+        Hints for a query: documents whose name it quotes verbatim (an alert name in a
+        notification), titles whose words (IDF-weighted) mostly occur in it, keywords and entity
+        names or aliases it contains, and the domains (categories) it names, when the name is
+        specific to its category, or that its matches belong to.
         """
         folded = fold(query)
         query_terms = set(terms(query, drop_noise=True))
-        matched_rows: set[int] = set()
+        named_rows = self._named_rows(query)
+        matched_rows: set[int] = set(named_rows)
 
         keywords = []
         for folded_keyword, (keyword, keyword_terms, rows) in self._keywords.items():
@@ -225,6 +256,7 @@ class L0Index:
             if shared_weight[row] >= title_min_overlap * entry_terms.title_weight:
                 titles.append(self.entries[row].title)
                 matched_rows.add(row)
+        titles = [self.entries[row].title for row in named_rows] + titles
 
         domains = [
             category
@@ -244,6 +276,7 @@ class L0Index:
             domains=domains,
             entities=unique(entities),
             matched_sources=[self.entries[row].source for row in sorted(matched_rows)],
+            named_sources=[self.entries[row].source for row in named_rows],
         )
 
     # persistence -----------------------------------------------------------------------------

@@ -18,8 +18,10 @@ class QueryTransformer:
     Whitespace and control characters are cleaned (NFKC); a query over `max_chars` is truncated
     at a word boundary and the truncation recorded (or rejected with `on_overlong="error"`).
     When `expand_entities` is on, aliases of L0 entities found in the query add a variant that
-    names the canonical entity ("pg lag" -> "pg lag (PostgreSQL)"); it is embedded for the first
-    attempt, while an unfiltered retry uses the plain normalised query.
+    names the canonical entity ("pg lag" -> "pg lag (PostgreSQL)"), and so does a document name
+    quoted verbatim, with the document's title ("KubeQuotaAlmostFull firing" -> "KubeQuotaAlmostFull
+    firing (Kube Quota Almost Full)"); the variant is embedded for the first attempt, while an
+    unfiltered retry uses the plain normalised query.
 
     Usage example:
 
@@ -41,7 +43,8 @@ class QueryTransformer:
         :param l0_index_path: The L0 index (for entity aliases).
         :param max_chars: Longest query accepted as is.
         :param on_overlong: "truncate" (recorded in query_transform) or "error".
-        :param expand_entities: Add a variant naming the canonical entities of aliases in the query.
+        :param expand_entities: Add a variant naming the canonical entities of aliases in the query
+            and the titles of documents it names.
         """
         if on_overlong not in ("truncate", "error"):
             raise ValueError(f"on_overlong must be 'truncate' or 'error', not {on_overlong!r}")
@@ -72,7 +75,8 @@ class QueryTransformer:
                 )
             normalized = _truncate_at_word(normalized, self.max_chars)
             truncated = True
-        expansions = self._l0.get().entity_expansions(normalized) if self.expand_entities else []
+        index = self._l0.get()
+        expansions = index.entity_expansions(normalized) + index.name_expansions(normalized) if self.expand_entities else []
         variants = [normalized]
         if expansions:
             variants.append(f"{normalized} ({', '.join(expansions)})")

@@ -1,5 +1,6 @@
 import logging
 from collections import Counter
+from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ DEFAULT_WEIGHTS = {
     "lexical_overlap": 0.4,
     "title_overlap": 0.2,
     "document_lexical": 0.2,
+    "name_match": 0.5,
     "title_match": 0.1,
     "keyword_match": 0.1,
     "entity_match": 0.05,
@@ -56,6 +58,8 @@ class RuleReranker:
       breadcrumb and title (alert label values such as addresses and hashes ignored);
     - `title_overlap`: IDF-weighted share of the document title's terms found in the query;
     - `document_lexical`: IDF-weighted share of the query's terms found anywhere in the document;
+    - `name_match`: the query quotes the document's name verbatim, e.g. the alert name in an
+      Alertmanager notification ("[FIRING:1] KubeQuotaAlmostFull ..."): a precise hint, weighted high;
     - `title_match`, `keyword_match`, `entity_match`, `domain_match`: L0 hints that match the
       candidate's document (each becomes a hit reason on the block, never evidence itself);
     - `section_match`: the query asks for a fix / a diagnosis / a meaning and the chunk's
@@ -111,6 +115,7 @@ class RuleReranker:
         intents = query_intents(query_transform.normalized)
         document_scores = self._document_similarities(index, candidates, embeddings[0])
         support = Counter(c.source for c in {c.evidence_key: c for c in candidates}.values() if c.similarity >= self.evidence_threshold)
+        named_sources = set(hints.named_sources)
         matched_titles = set(hints.matched_titles)
         matched_keywords = {fold(k) for k in hints.matched_keywords}
         matched_entities = set(hints.entities)
@@ -132,6 +137,7 @@ class RuleReranker:
                 "lexical_overlap": self._lexical_overlap(query_terms, candidate),
                 "title_overlap": title_overlap,
                 "document_lexical": document_lexical,
+                "name_match": 1.0 if source in named_sources else 0.0,
                 "title_match": 1.0 if candidate.title in matched_titles else 0.0,
                 "keyword_match": _keyword_share(candidate, matched_keywords),
                 "entity_match": 1.0 if matched_entities & set(candidate.entities) else 0.0,
@@ -144,7 +150,9 @@ class RuleReranker:
             candidate.boosts = {
                 name: round(value, 4) for name, value in contributions.items() if name != "similarity" and value > 0
             }
-            candidate.hit_reasons.extend(self._hint_reasons(candidate, matched_titles, matched_keywords, matched_entities, domains))
+            candidate.hit_reasons.extend(
+                self._hint_reasons(candidate, source in named_sources, matched_titles, matched_keywords, matched_entities, domains)
+            )
         ranked = sorted(candidates, key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
         return {"candidates": ranked}
 
@@ -175,9 +183,11 @@ class RuleReranker:
 
     @staticmethod
     def _hint_reasons(
-        candidate: Candidate, titles: set[str], keywords: set[str], entities: set[str], domains: set[str]
+        candidate: Candidate, named: bool, titles: set[str], keywords: set[str], entities: set[str], domains: set[str]
     ) -> list[str]:
         reasons = []
+        if named:
+            reasons.append(f"l0_name: {PurePosixPath(candidate.source).stem}")
         if candidate.title in titles:
             reasons.append(f"l0_title: {candidate.title}")
         reasons.extend(f"l0_keyword: {k}" for k in candidate.keywords if fold(k) in keywords)

@@ -186,6 +186,7 @@ KNOWN_RERANK_SIGNALS = (
     "lexical_overlap",
     "title_overlap",
     "document_lexical",
+    "name_match",
     "title_match",
     "keyword_match",
     "entity_match",

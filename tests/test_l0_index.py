@@ -170,6 +170,46 @@ def test_unrelated_query_matches_nothing(l0):
     assert hints.matched_sources == []
 
 
+def _named_index() -> L0Index:
+    return L0Index(
+        [
+            L0Entry("k8s/KubeQuotaAlmostFull.md", "Kube Quota Almost Full", "k8s", headings=["KubeQuotaAlmostFull", "Meaning"]),
+            L0Entry("k8s/KubeQuotaFullyUsed.md", "Kube Quota Fully Used", "k8s", headings=["KubeQuotaFullyUsed"]),
+            L0Entry("etcd/etcdGRPCRequestsSlow.md", "etcd GRPC Requests Slow", "etcd", headings=["etcdGRPCRequestsSlow"]),
+            L0Entry("ops/watchdog.md", "Watchdog", "ops", headings=["Watchdog"]),
+            L0Entry("ops/disk-full.md", "Disk full", "ops", headings=["Disk full"]),
+        ]
+    )
+
+
+def test_a_quoted_document_name_is_a_named_match():
+    """An alert notification quotes the alert name: the runbook named so is matched by name."""
+    index = _named_index()
+    hints = index.match("[FIRING:1] KubeQuotaAlmostFull (namespace=team-b resource=pods)")
+    assert hints.named_sources == ["k8s/KubeQuotaAlmostFull.md"]
+    assert hints.matched_titles[0] == "Kube Quota Almost Full"
+    assert "k8s/KubeQuotaAlmostFull.md" in hints.matched_sources and hints.domains == ["k8s"]
+    assert index.match("alertname=etcdgrpcrequestsslow instance=10.0.0.5:2379").named_sources == ["etcd/etcdGRPCRequestsSlow.md"]
+
+
+def test_only_identifier_names_match_by_name():
+    """A one-word or plain-words name is no identifier: it never matches by name."""
+    index = _named_index()
+    assert index.match("the watchdog alert is firing").named_sources == []
+    assert index.match("disk full on the host, see disk-full").named_sources == []
+    assert index.match("kube quota almost full").named_sources == []  # the words, not the name
+
+
+def test_name_expansions_give_the_titles_of_quoted_names():
+    index = _named_index()
+    assert index.name_expansions("[FIRING:2] KubeQuotaAlmostFull, KubeQuotaFullyUsed") == [
+        "Kube Quota Almost Full",
+        "Kube Quota Fully Used",
+    ]
+    assert index.name_expansions("KubeQuotaAlmostFull: Kube Quota Almost Full") == []  # already in words
+    assert index.name_expansions("quota almost full") == []
+
+
 # persistence ---------------------------------------------------------------------------------
 
 

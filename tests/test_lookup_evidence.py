@@ -386,6 +386,26 @@ def test_rule_reranker_weights_and_determinism(sample_cfg):
     assert [key for key, _, _ in runs[0]] == ["a", "b", "c", "d"]
 
 
+def test_a_document_named_in_the_query_is_boosted_with_a_hit_reason(sample_cfg):
+    """`name_match`: the runbook whose name a notification quotes beats a closer sibling chunk."""
+    qt = QueryTransform(raw="q", normalized="[FIRING:1] KubeQuotaAlmostFull", variants=["q"])
+    named = candidate("n", "k8s/KubeQuotaAlmostFull.md", 0.55, content="quota text", title="Kube Quota Almost Full")
+    sibling = candidate("s", "k8s/KubeQuotaFullyUsed.md", 0.95, content="quota text", title="Kube Quota Fully Used")
+    hints = L0Hints(matched_titles=["Kube Quota Almost Full"], named_sources=["k8s/KubeQuotaAlmostFull.md"])
+    reranker = RuleReranker(l0_index_path=sample_cfg.l0.index_path)
+    ranked = reranker.run(
+        query_transform=qt, hints=hints, candidates=copy.deepcopy([sibling, named]), embeddings=[[0.0] * 384]
+    )["candidates"]
+    assert [c.evidence_key for c in ranked] == ["n", "s"]
+    assert ranked[0].boosts["name_match"] == DEFAULT_WEIGHTS["name_match"]
+    assert "l0_name: KubeQuotaAlmostFull" in ranked[0].hit_reasons
+    assert not any(r.startswith("l0_name") for r in ranked[1].hit_reasons)
+    off = RuleReranker(l0_index_path=sample_cfg.l0.index_path, weights={"name_match": 0.0}).run(
+        query_transform=qt, hints=hints, candidates=copy.deepcopy([sibling, named]), embeddings=[[0.0] * 384]
+    )["candidates"]
+    assert [c.evidence_key for c in off] == ["s", "n"]
+
+
 def test_rerank_is_deterministic_in_the_pipeline(sample_service):
     first = sample_service.lookup(DISK_QUERY).to_dict()
     second = sample_service.lookup(DISK_QUERY).to_dict()

@@ -42,3 +42,34 @@ def test_l0_index_covers_the_corpus(runbooks_cfg, runbooks_dir):
     assert set(l0.categories) <= top_folders | {"general"}
     assert all(entry.title for entry in l0.entries)
     assert l0.summary_vectors.shape == (len(l0.entries), 384)
+
+
+NOTIFICATIONS = {
+    "[FIRING:1] KubeQuotaAlmostFull (compute-resources team-b warning)": "kubernetes/KubeQuotaAlmostFull.md",
+    "alertname=NodeFilesystemSpaceFillingUp device=/dev/sda1 mountpoint=/var severity=warning": (
+        "node/NodeFilesystemSpaceFillingUp.md"
+    ),
+    "[FIRING:3] KubeCPUOvercommit cluster has overcommitted CPU resource requests": "kubernetes/KubeCPUOvercommit.md",
+}
+
+
+@pytest.fixture(scope="module")
+def runbooks_service(runbooks_cfg):
+    from pipelines.lookup import LookupService
+
+    cfg, _ = runbooks_cfg
+    return LookupService(cfg)
+
+
+@pytest.mark.parametrize("notification", sorted(NOTIFICATIONS))
+def test_a_notification_quoting_an_alert_name_finds_its_runbook(runbooks_service, notification):
+    """The alert name in a notification is a name match: its runbook comes first, with the reason."""
+    result = runbooks_service.lookup(notification)
+    expected = NOTIFICATIONS[notification]
+    assert result.found and result.evidence_blocks[0].source == expected
+    stem = expected.rsplit("/", 1)[1].removesuffix(".md")
+    assert f"l0_name: {stem}" in result.evidence_blocks[0].hit_reasons
+    assert result.l0_hints.named_sources == [expected]
+    title = next(e.title for e in L0Index.load(runbooks_service.cfg.l0.index_path).entries if e.source == expected)
+    assert result.query_transform.expansions == [title]
+    assert result.query_transform.retrieval_query.endswith(f"({title})")
