@@ -140,6 +140,8 @@ class L0Hints(CheapDeepcopy):
     matched_sources: list[str] = field(default_factory=list)
     # Documents whose name (e.g. an alert name, "KubeQuotaAlmostFull") the query quotes verbatim.
     named_sources: list[str] = field(default_factory=list)
+    # Query words the knowledge base never uses and that are no common word either ("redis").
+    uncovered_terms: list[str] = field(default_factory=list)
 
     @property
     def has_matches(self) -> bool:
@@ -237,6 +239,8 @@ class RetrievalTrace(CheapDeepcopy):
     fallback_reason: str | None = None
     vector_store_mode: str = "sdk"
     l1_enabled: bool = True
+    # The similarity a candidate needed to count as evidence in this lookup.
+    evidence_threshold: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -244,6 +248,7 @@ class RetrievalTrace(CheapDeepcopy):
             "selectedAttempt": self.selected_attempt,
             "vectorStoreMode": self.vector_store_mode,
             "l1Enabled": self.l1_enabled,
+            "evidenceThreshold": self.evidence_threshold,
         }
         if self.fallback_reason:
             data["fallbackReason"] = self.fallback_reason
@@ -256,6 +261,7 @@ class RetrievalTrace(CheapDeepcopy):
             "fallback_reason": self.fallback_reason,
             "vector_store_mode": self.vector_store_mode,
             "l1_enabled": self.l1_enabled,
+            "evidence_threshold": self.evidence_threshold,
         }
 
 

@@ -10,6 +10,7 @@ from components.contracts import (
     DedupStats,
     EvidenceBlock,
     RerankEntry,
+    RetrievalTrace,
 )
 from components.fallback_retriever import usable
 from components.scoring import SIMILARITY_LABEL
@@ -25,7 +26,8 @@ class EvidenceDeduper:
     """
     Turns reranked candidates into the final evidence blocks.
 
-    - Only usable candidates (similarity at or above `evidence_threshold`) become evidence.
+    - Only usable candidates (similarity at or above `evidence_threshold`, or the higher bar the
+      retriever applied and recorded in `retrieval_trace.evidence_threshold`) become evidence.
     - One block per `evidence_key` (chunk identity): when two candidates share a key (found by a
       filtered and an unfiltered attempt, say) one block stays, with the hit reasons of both.
     - Chunks of the same source with different keys stay separate blocks, up to
@@ -53,9 +55,10 @@ class EvidenceDeduper:
         self.max_evidence = max_evidence
 
     @component.output_types(evidence_blocks=list[EvidenceBlock], rerank_trace=list[RerankEntry], dedup=DedupStats)
-    def run(self, candidates: list[Candidate]) -> dict[str, Any]:
+    def run(self, candidates: list[Candidate], retrieval_trace: RetrievalTrace | None = None) -> dict[str, Any]:
         """
         :param candidates: Candidates in rank order (from `RuleReranker`).
+        :param retrieval_trace: The retriever's trace, for the evidence threshold it applied.
         :returns: `evidence_blocks`, `rerank_trace` and `dedup` counts.
         """
         merged: dict[str, Candidate] = {}
@@ -68,7 +71,8 @@ class EvidenceDeduper:
         per_source: dict[str, int] = {}
         final: list[Candidate] = []
         capped = 0
-        for candidate in usable(list(merged.values()), self.evidence_threshold):
+        threshold = max(self.evidence_threshold, (retrieval_trace and retrieval_trace.evidence_threshold) or 0.0)
+        for candidate in usable(list(merged.values()), threshold):
             if per_source.get(candidate.source, 0) >= self.per_document_cap:
                 capped += 1
                 continue

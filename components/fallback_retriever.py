@@ -37,6 +37,9 @@ class FallbackRetriever:
       a good one is used as is.
     - After a retry the candidates of both attempts go on together (the deduper merges a chunk
       found by both, keeping both hit reasons); the unfiltered attempt is the selected one.
+    - When the L0 hints name words the knowledge base never uses (`hints.uncovered_terms`), a
+      candidate needs `uncovered_evidence_threshold` instead of `evidence_threshold` to be usable:
+      the bar applied is recorded in the trace (`evidence_threshold`) for the deduper.
 
     `vector_store_mode` picks the path: `sdk`, `haystack`, or `auto` (haystack, then sdk when it
     cannot initialise or fails). Every attempt is recorded in the `RetrievalTrace`.
@@ -61,6 +64,7 @@ class FallbackRetriever:
         vector_store_mode: str = "sdk",
         index_type: str = "FLAT",
         search_params: dict | None = None,
+        uncovered_evidence_threshold: float | None = None,
     ) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
@@ -72,6 +76,8 @@ class FallbackRetriever:
         :param vector_store_mode: "sdk", "haystack" or "auto".
         :param index_type: Index type of the collection (milvus-haystack needs it for its scores).
         :param search_params: Search parameters, e.g. {"nprobe": 16} for IVF_FLAT.
+        :param uncovered_evidence_threshold: Minimum similarity of a usable candidate when the query
+            names something the knowledge base never mentions (None: `evidence_threshold` always).
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -84,6 +90,7 @@ class FallbackRetriever:
         self.vector_store_mode = vector_store_mode
         self.index_type = index_type
         self.search_params = dict(search_params or {})
+        self.uncovered_evidence_threshold = uncovered_evidence_threshold
         self._searches: dict[str, VectorSearch] = {}
 
     def _search(self, path: str) -> VectorSearch:
@@ -100,12 +107,13 @@ class FallbackRetriever:
         :returns: `candidates` (unsorted beyond each attempt's own order; after a retry, the retry's
             and the first attempt's usable ones) and the `retrieval_trace`.
         """
-        trace = RetrievalTrace(vector_store_mode=self.vector_store_mode, l1_enabled=self.l1_enabled)
+        bar = self.evidence_bar(hints)
+        trace = RetrievalTrace(vector_store_mode=self.vector_store_mode, l1_enabled=self.l1_enabled, evidence_threshold=bar)
         if not self.l1_enabled:
             return {"candidates": [], "retrieval_trace": trace}
 
         category = hints.single_domain
-        first, first_attempt = self._attempt(0, category, query_transform.retrieval_query, embeddings[-1])
+        first, first_attempt = self._attempt(0, category, query_transform.retrieval_query, embeddings[-1], bar)
         trace.attempts.append(first_attempt)
         reason = None
         if category is not None:
@@ -119,7 +127,7 @@ class FallbackRetriever:
             return {"candidates": first, "retrieval_trace": trace}
 
         first_attempt.outcome = f"retried: {reason}"
-        retry, retry_attempt = self._attempt(1, None, query_transform.normalized, embeddings[0])
+        retry, retry_attempt = self._attempt(1, None, query_transform.normalized, embeddings[0], bar)
         retry_attempt.outcome = "selected"
         trace.attempts.append(retry_attempt)
         trace.selected_attempt = 1
@@ -127,17 +135,23 @@ class FallbackRetriever:
         logger.info("Filtered attempt on category %r retried without filter: %s", category, reason)
         # The first attempt's unusable candidates could never become evidence: only its usable
         # ones go on, to merge with the retry's (a chunk found by both keeps both hit reasons).
-        return {"candidates": retry + usable(first, self.evidence_threshold), "retrieval_trace": trace}
+        return {"candidates": retry + usable(first, bar), "retrieval_trace": trace}
+
+    def evidence_bar(self, hints: L0Hints) -> float:
+        """The similarity a candidate needs to be usable evidence for a query with these hints."""
+        if hints.uncovered_terms and self.uncovered_evidence_threshold is not None:
+            return max(self.evidence_threshold, self.uncovered_evidence_threshold)
+        return self.evidence_threshold
 
     def _attempt(
-        self, index: int, category: str | None, query: str, embedding: list[float]
+        self, index: int, category: str | None, query: str, embedding: list[float], bar: float
     ) -> tuple[list[Candidate], RetrievalAttempt]:
         candidates, path, note = self._search_with_mode(embedding, category)
         reason = f'vector:{path} attempt {index} ({"category=" + repr(category) if category else "unfiltered"})'
         for candidate in candidates:
             candidate.attempt = index
             candidate.hit_reasons.append(reason)
-        good = usable(candidates, self.evidence_threshold)
+        good = usable(candidates, bar)
         attempt = RetrievalAttempt(
             index=index,
             category_filter=category,

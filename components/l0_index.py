@@ -28,6 +28,25 @@ L0_FORMAT_VERSION = 1
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{4,}")
 _PARTS = re.compile(r"[a-z0-9][A-Z]|[A-Z][A-Z][a-z]|[A-Za-z0-9]_[A-Za-z0-9]")
 _QUERY_TOKEN = re.compile(r"[A-Za-z0-9_]+")
+# A Latin-script word of three letters or more standing alone: not part of a label value or
+# resource name ("billing/invoice-api", "redis-cache-0", "cluster=logs-es"), an address, a
+# versioned name ("ens5") or a contraction ("doesn't"); a full stop or colon may end it.
+_SURFACE_WORD = re.compile(r"(?<![\w'/.:=@-])[A-Za-z]{3,}(?![\w'/=@-]|[.:][\w/])")
+
+
+# Suffix -> endings of the base word it may come from ("restarting" -> "restart", "reloaded" -> "reload").
+_INFLECTIONS = (("s", ("",)), ("es", ("",)), ("ed", ("", "e")), ("ing", ("", "e")))
+
+
+def _word_forms(word: str) -> list[str]:
+    """The word and the base words it may be an inflection of ("lags" -> "lag")."""
+    forms = [word]
+    if len(word) >= 4:
+        for suffix, bases in _INFLECTIONS:
+            if word.endswith(suffix):
+                stem = word[: -len(suffix)]
+                forms.extend(stem + base for base in bases)
+    return forms
 
 
 def document_names(entry: "L0Entry") -> list[str]:
@@ -196,6 +215,26 @@ class L0Index:
 
     def _named_rows(self, query: str) -> list[int]:
         return sorted({row for token in _QUERY_TOKEN.findall(query) for row in self._names.get(token.casefold(), ())})
+
+    def uncovered_terms(self, query: str, common_words: frozenset[str] | set[str]) -> list[str]:
+        """
+        Words of the query (CamelCase parts apart: "MySQLReplicationLagging" is three) that no
+        document uses (none of their terms occurs in the knowledge base) and that are no common
+        word (neither the word, lowercased, nor one of its terms is in `common_words`): names of
+        things the knowledge base does not cover ("redis", "mysql"), lowercased, in query order.
+        """
+        uncovered = []
+        for word in _SURFACE_WORD.findall(query):
+            for part in fold(word).split():
+                if len(part) < 3:  # "mq" of "RabbitMQ", "db" of "MongoDB": too short to name anything
+                    continue
+                forms = _word_forms(part)
+                if any(form in common_words for form in forms):
+                    continue
+                form_terms = [t for form in forms for t in terms(form)]
+                if form_terms and not any(self.term_df.get(t) or t in common_words for t in form_terms):
+                    uncovered.append(part)
+        return unique(uncovered)
 
     def name_expansions(self, query: str) -> list[str]:
         """

@@ -117,7 +117,7 @@ class ResultAssembler:
         """
         found = bool(evidence_blocks)
         level = relevance_level(evidence_blocks, self.high_relevance, self.reference_threshold)
-        message = None if found else self._no_evidence_message(retrieval_trace)
+        message = None if found else self._no_evidence_message(retrieval_trace, hints)
         result = LookupResult(
             found=found,
             evidence_status=STATUS_EVIDENCE if found else STATUS_NO_EVIDENCE,
@@ -137,10 +137,19 @@ class ResultAssembler:
         )
         return {"result": result}
 
-    def _no_evidence_message(self, trace: RetrievalTrace) -> str:
+    def _no_evidence_message(self, trace: RetrievalTrace, hints: L0Hints) -> str:
         if not trace.l1_enabled:
             return "No knowledge evidence found: semantic (L1) retrieval is disabled, and L0 hints are never evidence."
         attempts = len(trace.attempts)
+        bar = trace.evidence_threshold
+        if hints.uncovered_terms and bar is not None and bar > self.evidence_threshold:
+            best = max((a.top_similarity or 0.0 for a in trace.attempts), default=0.0)
+            named = ", ".join(repr(t) for t in hints.uncovered_terms)
+            return (
+                f"No knowledge evidence found: the knowledge base never mentions {named}, so a chunk needed a "
+                f"similarity of at least {bar} to count as evidence; the best of {attempts} retrieval attempt(s) "
+                f"reached {best:.3f}. The knowledge base does not seem to cover this query."
+            )
         return (
             f"No knowledge evidence found: {attempts} retrieval attempt(s) returned no chunk with a similarity "
             f"of at least {self.evidence_threshold}. The knowledge base does not seem to cover this query."

@@ -75,6 +75,7 @@ def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
             title_min_overlap=cfg.l0.title_min_overlap,
             domain_from_matches=cfg.l0.domain_from_matches,
             domain_min_precision=cfg.l0.domain_min_precision,
+            tokenizer_model=cfg.embedder.model,
         ),
     )
     pipeline.add_component("query_embedder", KnowledgeQueryEmbedder(model=cfg.embedder.model, device=cfg.embedder.device))
@@ -90,6 +91,7 @@ def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
             vector_store_mode=retrieval.vector_store_mode,
             index_type=milvus.index_type,
             search_params=dict(milvus.search_params),
+            uncovered_evidence_threshold=retrieval.uncovered_evidence_threshold,
         ),
     )
     if cfg.sidecar.enabled:
@@ -145,6 +147,7 @@ def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
         ("retriever.candidates", "reranker.candidates"),
         ("query_embedder.embeddings", "reranker.embeddings"),
         ("reranker.candidates", "deduper.candidates"),
+        ("retriever.retrieval_trace", "deduper.retrieval_trace"),
         ("deduper.evidence_blocks", "context_packer.evidence_blocks"),
         ("query_transformer.query_transform", "assembler.query_transform"),
         ("l0_hints.hints", "assembler.hints"),

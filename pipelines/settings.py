@@ -77,6 +77,7 @@ class RetrievalConfig:
     max_evidence: int = 5
     reference_threshold: float = 0.5
     evidence_threshold: float = 0.35
+    uncovered_evidence_threshold: float = 0.5
     high_relevance: float = 0.6
     per_document_cap: int = 2
     l1_enabled: bool = True
@@ -158,7 +159,7 @@ def _validate_values(cfg: DictConfig) -> None:
         if value not in allowed:
             raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
     retrieval = cfg.retrieval
-    for key in ("reference_threshold", "evidence_threshold", "high_relevance"):
+    for key in ("reference_threshold", "evidence_threshold", "uncovered_evidence_threshold", "high_relevance"):
         if not 0.0 <= retrieval[key] <= 1.0:
             raise ConfigError(f"retrieval.{key}={retrieval[key]} must lie in [0, 1] (a normalized similarity)")
     for key in ("top_k", "max_evidence", "per_document_cap"):

@@ -210,6 +210,22 @@ def test_name_expansions_give_the_titles_of_quoted_names():
     assert index.name_expansions("quota almost full") == []
 
 
+def test_uncovered_terms_are_words_no_document_uses_and_no_common_word():
+    """Names of things the knowledge base does not cover; label values and inflections aside."""
+    index = L0Index(
+        [L0Entry("k8s/lag.md", "Replication lag", "k8s", terms=sorted(set(terms("replication lag of the primary database"))))],
+        term_df={t: 1 for t in terms("replication lag of the primary database")},
+    )
+    common = frozenset({"instance", "has", "been", "down", "for", "minutes", "the", "behind", "its", "cache", "is", "see"})
+    assert index.uncovered_terms("Redis instance redis-cache-0:6379 has been down for 5 minutes.", common) == ["redis"]
+    assert index.uncovered_terms("RabbitMQ is down", common) == ["rabbit"]  # CamelCase parts apart
+    # Label values and resource names are no topic words; an inflection of a KB word is covered.
+    assert index.uncovered_terms("deployment billing/invoice-api lags behind, cluster=logs-es", common) == ["deployment"]
+    assert index.uncovered_terms("the database lags behind its primary", common) == []
+    assert index.uncovered_terms("it doesn't replicate, see ens5", common) == ["replicate"]
+    assert index.uncovered_terms("数据库复制延迟", common) == []  # Latin-script words only
+
+
 # persistence ---------------------------------------------------------------------------------
 
 

@@ -151,6 +151,18 @@ def test_dedup_drops_unusable_candidates_and_caps_total():
     assert out["dedup"].candidate_count == 9 and out["dedup"].final_count == 5
 
 
+def test_dedup_applies_the_evidence_threshold_the_retriever_recorded():
+    """A raised bar (the query names something the KB never mentions) holds in post-processing too."""
+    from components.contracts import RetrievalTrace
+
+    cands = [candidate("a", "ops/a.md", 0.62), candidate("b", "ops/b.md", 0.44)]
+    deduper = EvidenceDeduper(evidence_threshold=0.35)
+    assert [b.evidence_key for b in deduper.run(candidates=copy.deepcopy(cands))["evidence_blocks"]] == ["a", "b"]
+    raised = deduper.run(candidates=copy.deepcopy(cands), retrieval_trace=RetrievalTrace(evidence_threshold=0.5))
+    assert [b.evidence_key for b in raised["evidence_blocks"]] == ["a"]
+    assert raised["dedup"].candidate_count == 2 and raised["dedup"].final_count == 1
+
+
 def test_dedup_in_the_pipeline_merges_attempts_and_records_counts(topics_cfg):
     # A filtered attempt below the reference threshold is retried unfiltered; chunks found by both
     # attempts become one block each, carrying the vector reasons of both.

@@ -44,6 +44,7 @@ def test_l0_produces_traceable_hint_data(tomato):
         "entities": ["Tomato"],
         "matched_sources": [TOMATO_SOURCE],
         "named_sources": [],
+        "uncovered_terms": [],
     }
     # The record persisted in tool_invocation.retrieval_details carries the same hint data.
     assert result.retrieval_details(200)["l0_hints"] == exposed

@@ -73,3 +73,40 @@ def test_a_notification_quoting_an_alert_name_finds_its_runbook(runbooks_service
     title = next(e.title for e in L0Index.load(runbooks_service.cfg.l0.index_path).entries if e.source == expected)
     assert result.query_transform.expansions == [title]
     assert result.query_transform.retrieval_query.endswith(f"({title})")
+
+
+REDIS_ALERT = "Redis instance redis-cache-0:6379 has been down for 5 minutes."
+
+
+def test_an_alert_about_something_the_corpus_never_mentions_has_no_evidence(runbooks_cfg):
+    """
+    An alert of a system the runbooks do not cover reads like theirs (label syntax, "instance",
+    "down"), so it passes the plain evidence threshold; naming something no document mentions
+    ("redis") raises the bar to `retrieval.uncovered_evidence_threshold`, and it comes back empty.
+    """
+    from tests.helpers import lookup_with
+
+    cfg, _ = runbooks_cfg
+    result, _ = lookup_with(cfg, REDIS_ALERT)
+    assert result.l0_hints.uncovered_terms == ["redis"]
+    assert not result.found and result.evidence_status == "no_evidence" and result.evidence_blocks == []
+    assert result.retrieval_trace.evidence_threshold == cfg.retrieval.uncovered_evidence_threshold
+    best = max(a.top_similarity for a in result.retrieval_trace.attempts)
+    assert cfg.retrieval.evidence_threshold <= best < cfg.retrieval.uncovered_evidence_threshold
+    assert "never mentions 'redis'" in result.message
+    assert result.retrieval_details(200)["l0_hints"]["uncovered_terms"] == ["redis"]
+
+    # The rule is what rejects it: with the bar at the evidence threshold the same alert "finds" runbooks.
+    lenient, _ = lookup_with(cfg, REDIS_ALERT, f"retrieval.uncovered_evidence_threshold={cfg.retrieval.evidence_threshold}")
+    assert lenient.found and lenient.relevance_level == "low"
+
+
+def test_a_covered_query_with_an_unknown_name_still_finds_its_runbook(runbooks_cfg):
+    """An unknown word raises the bar; evidence that clears it still counts."""
+    from tests.helpers import lookup_with
+
+    cfg, _ = runbooks_cfg
+    result, _ = lookup_with(cfg, "[FIRING:1] KubePodCrashLooping pod=payments-api-7c9f in our zorblax cluster")
+    assert result.l0_hints.uncovered_terms == ["zorblax"]
+    assert result.found and result.evidence_blocks[0].source == "kubernetes/KubePodCrashLooping.md"
+    assert all(b.score >= cfg.retrieval.uncovered_evidence_threshold for b in result.evidence_blocks)
