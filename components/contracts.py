@@ -27,9 +27,9 @@ class CheapDeepcopy:
     """
     A deep copy that is several times faster than `copy.deepcopy`'s generic one for contracts
     whose fields are scalars, lists or dicts of scalars, and tuples or frozensets, which are
-    shared: a contract keeps only immutable values in those (the rest goes through `copy.deepcopy`). Haystack
-    deep-copies every input of every component, element by element, so the candidate lists of
-    each lookup are copied three times or more.
+    shared: a contract keeps only immutable values in those (the rest goes through
+    `copy.deepcopy`). Haystack deep-copies every input of every component, element by element, so
+    the candidate lists of each lookup are copied three times or more.
     """
 
     def __deepcopy__(self, memo: dict) -> Any:

@@ -1,3 +1,4 @@
+import functools
 import logging
 from typing import Any
 
@@ -75,10 +76,13 @@ class L0HintExtractor:
         return {"hints": hints}
 
 
+@functools.lru_cache(maxsize=4)
 def common_words(tokenizer_model: str) -> frozenset[str]:
     """
     Whole alphabetic words of a model's vocabulary (no word pieces), lowercased, with their terms
     (stems), so that an inflected form of a common word counts as common too ("lags": "lag").
+    Cached per model like the tokenizer: the set is immutable, and every pipeline built in a
+    process (one per `knowledge eval` system, per test) would otherwise stem the vocabulary again.
     """
     vocabulary = load_tokenizer(tokenizer_model).get_vocab()
     words = {token.lower() for token in vocabulary if token.isascii() and token.isalpha()}
