@@ -218,10 +218,10 @@ class L0Index:
 
     def uncovered_terms(self, query: str, common_words: frozenset[str] | set[str]) -> list[str]:
         """
-        Words of the query (CamelCase parts apart: "MySQLReplicationLagging" is three) that no
+        Words of the query (CamelCase parts apart: "MongoDB" is "mongo" and "db") that no
         document uses (none of their terms occurs in the knowledge base) and that are no common
         word (neither the word, lowercased, nor one of its terms is in `common_words`): names of
-        things the knowledge base does not cover ("redis", "mysql"), lowercased, in query order.
+        things the knowledge base does not cover ("redis", "mongo"), lowercased, in query order.
         """
         uncovered = []
         for word in _SURFACE_WORD.findall(query):
