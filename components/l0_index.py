@@ -91,6 +91,8 @@ class _EntryTerms:
     title_forms: list[str]
     document_terms: frozenset[str]
     title_weight: float = 0.0
+    # Terms of the entry's category name that its title contains ("alertmanager").
+    category_terms: frozenset[str] = frozenset()
 
 
 class L0Index:
@@ -149,6 +151,7 @@ class L0Index:
                     title_forms=forms,
                     document_terms=frozenset(entry.terms) | title_terms,
                     title_weight=sum(self._title_weights[t] for t in title_terms),
+                    category_terms=frozenset(terms(entry.category)) & title_terms,
                 )
             )
             for keyword in entry.keywords:
@@ -258,6 +261,10 @@ class L0Index:
         notification), titles whose words (IDF-weighted) mostly occur in it, keywords and entity
         names or aliases it contains, and the domains (categories) it names, when the name is
         specific to its category, or that its matches belong to.
+
+        A title that contains its category's name matches only when the query names it too. A
+        category whose name is not specific counts as a domain only beside a specific one (the
+        query then spans two domains, and no single-domain filter applies).
         """
         folded = fold(query)
         query_terms = set(terms(query, drop_noise=True))
@@ -292,19 +299,26 @@ class L0Index:
             entry_terms = self._entry_terms[row]
             if shared_count[row] < min(2, len(entry_terms.title_terms)):
                 continue
+            # A title naming its own category ("Alertmanager Cluster Down") is about that subject:
+            # without the name, its other words ("cluster ... went down") describe another one.
+            if not entry_terms.category_terms <= query_terms:
+                continue
             if shared_weight[row] >= title_min_overlap * entry_terms.title_weight:
                 titles.append(self.entries[row].title)
                 matched_rows.add(row)
         titles = [self.entries[row].title for row in named_rows] + titles
 
-        domains = [
+        named_categories = [
             category
             for key, category in self._categories.items()
             # The substring test first: most names are absent, and it spares the boundary checks.
-            if key in folded
-            and contains_phrase(folded, key)
-            and self.domain_precision.get(category, 1.0) >= domain_min_precision
+            if key in folded and contains_phrase(folded, key)
         ]
+        domains = [c for c in named_categories if self.domain_precision.get(c, 1.0) >= domain_min_precision]
+        if domains:
+            # A name every document uses says nothing alone, but beside a specific one it makes the
+            # query span two subjects ("prometheus isn't talking to any alertmanager"): no single domain.
+            domains = named_categories
         if domain_from_matches:
             domains.extend(self.entries[row].category for row in sorted(matched_rows))
         domains = unique(d for d in domains if d.strip())

@@ -210,6 +210,38 @@ def test_name_expansions_give_the_titles_of_quoted_names():
     assert index.name_expansions("quota almost full") == []
 
 
+def _subject_index() -> L0Index:
+    return L0Index(
+        [
+            L0Entry("alertmanager/AlertmanagerClusterDown.md", "Alertmanager Cluster Down", "alertmanager"),
+            L0Entry("kubernetes/KubeCPUOvercommit.md", "Kube CPU Overcommit", "kubernetes"),
+            L0Entry("prometheus/PrometheusNotConnectedToAlertmanagers.md", "Prometheus Not Connected To Alertmanagers", "prometheus"),
+        ],
+        domain_precision={"alertmanager": 0.9, "kubernetes": 0.8, "prometheus": 0.2},
+    )
+
+
+def test_a_title_naming_its_category_needs_the_name_in_the_query():
+    """"Cluster ... down" without "alertmanager" is another subject's cluster going down."""
+    index = _subject_index()
+    hints = index.match("CPU requests exceed what the cluster could schedule if one node went down")
+    assert hints.matched_titles == [] and hints.domains == []
+    named = index.match("half of the alertmanager cluster is down")
+    assert named.matched_titles == ["Alertmanager Cluster Down"]
+    assert named.single_domain == "alertmanager"
+    # A category name the title does not contain ("kubernetes") is not asked for.
+    assert index.match("kube cpu overcommit on the cluster").matched_titles == ["Kube CPU Overcommit"]
+
+
+def test_an_unspecific_category_beside_a_specific_one_makes_the_domain_ambiguous():
+    index = _subject_index()
+    assert index.match("prometheus is slow", domain_from_matches=False).domains == []
+    assert index.match("alertmanager is slow", domain_from_matches=False).single_domain == "alertmanager"
+    both = index.match("after a policy change prometheus isn't talking to any alertmanager", domain_from_matches=False)
+    assert sorted(both.domains) == ["alertmanager", "prometheus"]
+    assert both.single_domain is None
+
+
 def test_uncovered_terms_are_words_no_document_uses_and_no_common_word():
     """Names of things the knowledge base does not cover; label values and inflections aside."""
     index = L0Index(
