@@ -18,7 +18,9 @@ class L0HintExtractor:
     Matches the query against the L0 index and returns hint data only: documents it names,
     matched titles, keywords, domains (categories) and entities (aliases map to their entity), and
     the words it uses that the knowledge base never does (`uncovered_terms`: no document uses them
-    and, with `tokenizer_model` set, they are no whole word of that model's vocabulary either).
+    and, with `tokenizer_model` set, they are no whole word of that model's vocabulary either; an
+    alert name that a notification quotes counts too when no document has it and it shares fewer
+    than half its words with the titles: "[FIRING:1] KafkaConsumerGroupLag").
 
     Hints steer retrieval (an unambiguous domain becomes a category filter), boost reranking and
     explain results; they are never evidence. Matching needs no whitespace tokenisation, so CJK

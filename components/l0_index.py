@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from components.contracts import EntityRef, L0Hints
-from components.text import contains_phrase, fold, terms, unique
+from components.text import contains_phrase, fold, identifier_words, terms, unique
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +28,12 @@ L0_FORMAT_VERSION = 1
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{4,}")
 _PARTS = re.compile(r"[a-z0-9][A-Z]|[A-Z][A-Z][a-z]|[A-Za-z0-9]_[A-Za-z0-9]")
 _QUERY_TOKEN = re.compile(r"[A-Za-z0-9_]+")
+# Where an Alertmanager notification names its alert: the default title ("[FIRING:2] AlertName ...")
+# and the alertname label ("alertname=AlertName", "alertname: AlertName").
+_ALERT_NAME = re.compile(
+    r"\[(?:FIRING|RESOLVED)(?::\d+)?\]\s*([A-Za-z_]\w*)|\balertname\s*[=:]\s*[\"']?([A-Za-z_]\w*)",
+    re.IGNORECASE,
+)
 # A Latin-script word of three letters or more standing alone: not part of a label value or
 # resource name ("billing/invoice-api", "redis-cache-0", "cluster=logs-es"), an address, a
 # versioned name ("ens5") or a contraction ("doesn't"); a full stop or colon may end it.
@@ -49,10 +55,15 @@ def _word_forms(word: str) -> list[str]:
     return forms
 
 
+def is_identifier_name(text: str) -> bool:
+    """Whether a text is written as an identifier of two or more parts (see `_IDENTIFIER`)."""
+    return bool(_IDENTIFIER.fullmatch(text) and _PARTS.search(text))
+
+
 def document_names(entry: "L0Entry") -> list[str]:
     """The identifier forms of a document's name (see `_IDENTIFIER`), casefolded."""
     forms = [PurePosixPath(entry.source).stem, *entry.headings[:1]]
-    return unique(f.strip().casefold() for f in forms if _IDENTIFIER.fullmatch(f.strip()) and _PARTS.search(f.strip()))
+    return unique(f.strip().casefold() for f in forms if is_identifier_name(f.strip()))
 
 
 class L0IndexMissingError(FileNotFoundError):
@@ -219,12 +230,22 @@ class L0Index:
     def _named_rows(self, query: str) -> list[int]:
         return sorted({row for token in _QUERY_TOKEN.findall(query) for row in self._names.get(token.casefold(), ())})
 
+    def unknown_alert_names(self, query: str) -> list[str]:
+        """
+        Alert names that a notification quotes ("[FIRING:1] KafkaConsumerGroupLag ...",
+        "alertname=KafkaConsumerGroupLag") and that no document is named after: the knowledge base
+        has no runbook for that alert. Only identifier-shaped names count, as for document names.
+        """
+        quoted = (match.group(1) or match.group(2) for match in _ALERT_NAME.finditer(query))
+        return unique(name for name in quoted if is_identifier_name(name) and name.casefold() not in self._names)
+
     def uncovered_terms(self, query: str, common_words: frozenset[str] | set[str]) -> list[str]:
         """
         Words of the query (CamelCase parts apart: "MongoDB" is "mongo" and "db") that no
         document uses (none of their terms occurs in the knowledge base) and that are no common
         word (neither the word, lowercased, nor one of its terms is in `common_words`): names of
-        things the knowledge base does not cover ("redis", "mongo"), lowercased, in query order.
+        things the knowledge base does not cover ("redis", "mongo"), lowercased, in query order;
+        then the `unknown_alert_names`, as quoted.
         """
         uncovered = []
         for word in _SURFACE_WORD.findall(query):
@@ -237,16 +258,25 @@ class L0Index:
                 form_terms = [t for form in forms for t in terms(form)]
                 if form_terms and not any(self.term_df.get(t) or t in common_words for t in form_terms):
                     uncovered.append(part)
-        return unique(uncovered)
+        return unique(uncovered + [name for name in self.unknown_alert_names(query) if self._off_title_name(name)])
+
+    def _off_title_name(self, name: str) -> bool:
+        # A team's own name for a covered alert ("NodeDiskAlmostFull") mostly reuses the words of
+        # the titles; an alert of another system ("KafkaConsumerGroupLag") hardly any.
+        name_terms = set(terms(name))
+        return bool(name_terms) and len(name_terms & self._title_rows.keys()) < 0.5 * len(name_terms)
 
     def name_expansions(self, query: str) -> list[str]:
         """
         Titles of the documents whose name the query quotes ("KubeQuotaAlmostFull" -> "Kube Quota
-        Almost Full"): an identifier embeds poorly, its title in words far better.
+        Almost Full"), then the words of the alert names a notification quotes that no document
+        is named after ("[FIRING:1] KubeNodeNotReadyLong" -> "Kube Node Not Ready Long"): an
+        identifier embeds poorly, its words far better.
         """
         # Compared without `fold`, which would split the quoted name into the title's words.
         lowered = query.casefold()
         titles = [self.entries[row].title for row in self._named_rows(query)]
+        titles += [identifier_words(name) for name in self.unknown_alert_names(query)]
         return unique(t for t in titles if " " in t.strip() and t.casefold() not in lowered)
 
     def match(

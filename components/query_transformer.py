@@ -20,8 +20,10 @@ class QueryTransformer:
     When `expand_entities` is on, aliases of L0 entities found in the query add a variant that
     names the canonical entity ("pg lag" -> "pg lag (PostgreSQL)"), and so does a document name
     quoted verbatim, with the document's title ("KubeQuotaAlmostFull firing" -> "KubeQuotaAlmostFull
-    firing (Kube Quota Almost Full)"); the variant is embedded for the first attempt, while an
-    unfiltered retry uses the plain normalised query.
+    firing (Kube Quota Almost Full)"), and an alert name that a notification quotes but no
+    document has, in words ("[FIRING:1] ContainerCpuThrottled" -> "... (Container Cpu Throttled)");
+    the variant is embedded for the first attempt, while an unfiltered retry uses the plain
+    normalised query.
 
     Usage example:
 

@@ -51,6 +51,11 @@ def printable(text: str) -> str:
     return _SURROGATES.sub("\ufffd", text)
 
 
+def identifier_words(name: str) -> str:
+    """An identifier in words, case kept ("KafkaConsumerGroupLag" -> "Kafka Consumer Group Lag")."""
+    return " ".join(_CAMEL.sub(" ", name.replace("_", " ")).split())
+
+
 def fold(text: str) -> str:
     """The comparison form: cleaned, CamelCase split, case-folded."""
     return _CAMEL.sub(" ", clean(text)).casefold()

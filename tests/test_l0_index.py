@@ -258,6 +258,35 @@ def test_uncovered_terms_are_words_no_document_uses_and_no_common_word():
     assert index.uncovered_terms("数据库复制延迟", common) == []  # Latin-script words only
 
 
+def test_alert_names_a_notification_quotes_that_no_document_has_are_unknown():
+    index = _named_index()
+    assert index.unknown_alert_names("[FIRING:2] KafkaConsumerGroupLag group=billing") == ["KafkaConsumerGroupLag"]
+    assert index.unknown_alert_names('alertname="NodeDiskAlmostFull" severity=warning') == ["NodeDiskAlmostFull"]
+    assert index.unknown_alert_names("[RESOLVED] KubeQuotaAlmostFull namespace=team-b") == []  # a runbook's name
+    assert index.unknown_alert_names("[FIRING:1] Watchdog") == []  # one word: no identifier
+    assert index.unknown_alert_names("KafkaConsumerGroupLag fired") == []  # not where a notification names its alert
+
+
+def test_an_unknown_alert_name_adds_its_words_to_the_expansions():
+    index = _named_index()
+    assert index.name_expansions("[FIRING:1] KubeQuotaAlmostFull, alertname=Kube_quota_nearly_full") == [
+        "Kube Quota Almost Full",
+        "Kube quota nearly full",
+    ]
+
+
+def test_an_unknown_alert_name_sharing_few_title_words_is_uncovered():
+    """
+    A team's own name for a covered alert reuses the titles' words; an alert of another system
+    hardly any, and then it counts as an uncovered term.
+    """
+    index = _named_index()
+    common = frozenset({"consumer", "group", "lag", "namespace", "warning", "kube", "quota", "almost", "full"})
+    assert index.uncovered_terms("[FIRING:1] KafkaConsumerGroupLag group=billing", common) == ["kafka", "KafkaConsumerGroupLag"]
+    assert index.uncovered_terms("[FIRING:1] QuotaAlmostFullWarning namespace=team-b", common) == []
+    assert index.uncovered_terms("[FIRING:1] KubeQuotaAlmostFull namespace=team-b", common) == []
+
+
 # persistence ---------------------------------------------------------------------------------
 
 

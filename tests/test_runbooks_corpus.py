@@ -110,3 +110,22 @@ def test_a_covered_query_with_an_unknown_name_still_finds_its_runbook(runbooks_c
     assert result.l0_hints.uncovered_terms == ["zorblax"]
     assert result.found and result.evidence_blocks[0].source == "kubernetes/KubePodCrashLooping.md"
     assert all(b.score >= cfg.retrieval.uncovered_evidence_threshold for b in result.evidence_blocks)
+
+
+def test_a_notification_of_an_alert_the_runbooks_lack_has_no_evidence(runbooks_service):
+    """
+    Every word of "KafkaConsumerGroupLag" occurs somewhere in the runbooks, but hardly any in their
+    titles and no runbook has the name: the alert is uncovered, and the raised bar rejects it.
+    """
+    result = runbooks_service.lookup("[FIRING:1] KafkaConsumerGroupLag group=billing topic=invoices lag=120000")
+    assert result.l0_hints.uncovered_terms == ["KafkaConsumerGroupLag"]
+    assert not result.found and result.evidence_blocks == []
+    assert "'KafkaConsumerGroupLag'" in result.message
+
+
+def test_a_team_name_for_a_covered_alert_is_read_in_words(runbooks_service):
+    """An alert name no runbook has embeds poorly; its words find the runbook of the same alert."""
+    result = runbooks_service.lookup("[FIRING:1] ContainerCpuThrottled namespace=search pod=indexer-6b8f4 container=indexer")
+    assert result.query_transform.expansions == ["Container Cpu Throttled"]
+    assert result.l0_hints.uncovered_terms == []
+    assert result.found and result.evidence_blocks[0].source == "kubernetes/CPUThrottlingHigh.md"
