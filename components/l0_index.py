@@ -55,6 +55,26 @@ def _word_forms(word: str) -> list[str]:
     return forms
 
 
+# A word of two CamelCase parts, one of them of one or two letters ("MySQL", "RabbitMQ", "HAProxy"):
+# the parts say nothing ("my" + "sql"), so such a word is compared whole. Longer identifiers
+# ("DiskOutOfSpace") keep being compared by their parts.
+_MIXED_CASE_WORD = re.compile(r"\b[A-Za-z]*(?:[a-z][A-Z]|[A-Z]{2}[a-z])[A-Za-z]*\b")
+COMPOUND_MIN_CHARS = 5
+
+
+def is_compound_word(word: str) -> bool:
+    """Whether a word is compared whole: five letters or more, two CamelCase parts, one under three letters."""
+    if len(word) < COMPOUND_MIN_CHARS:
+        return False
+    parts = fold(word).split()
+    return len(parts) == 2 and min(len(part) for part in parts) < 3
+
+
+def compound_words(text: str) -> set[str]:
+    """The compound words of a text (see `is_compound_word`), casefolded."""
+    return {word.casefold() for word in _MIXED_CASE_WORD.findall(text) if is_compound_word(word)}
+
+
 def is_identifier_name(text: str) -> bool:
     """Whether a text is written as an identifier of two or more parts (see `_IDENTIFIER`)."""
     return bool(_IDENTIFIER.fullmatch(text) and _PARTS.search(text))
@@ -116,6 +136,7 @@ class L0Index:
         model: str = "",
         term_df: dict[str, int] | None = None,
         domain_precision: dict[str, float] | None = None,
+        compound_words: set[str] | list[str] | None = None,
     ) -> None:
         """
         :param entries: One entry per document.
@@ -126,12 +147,16 @@ class L0Index:
         :param domain_precision: Per category, the share of the documents naming it that belong to it.
             A category named in a query is a domain hint only when this is high enough: a name that
             every document uses ("prometheus" in a Prometheus runbook collection) says nothing.
+        :param compound_words: The knowledge base's words that are compared whole ("mysql" of
+            "MySQL", see `is_compound_word`); None (an index written before they were kept)
+            compares such words by their parts.
         """
         self.entries = entries
         self.model = model
         self.summary_vectors = summary_vectors
         self.term_df = dict(term_df or {})
         self.domain_precision = dict(domain_precision or {})
+        self.compound_words = None if compound_words is None else frozenset(compound_words)
         self._row_of_source = {entry.source: row for row, entry in enumerate(entries)}
         self._prepare()
 
@@ -241,24 +266,34 @@ class L0Index:
 
     def uncovered_terms(self, query: str, common_words: frozenset[str] | set[str]) -> list[str]:
         """
-        Words of the query (CamelCase parts apart: "MongoDB" is "mongo" and "db") that no
-        document uses (none of their terms occurs in the knowledge base) and that are no common
-        word (neither the word, lowercased, nor one of its terms is in `common_words`): names of
-        things the knowledge base does not cover ("redis", "mongo"), lowercased, in query order;
-        then the `unknown_alert_names`, as quoted.
+        Words of the query that no document uses (none of their terms occurs in the knowledge
+        base) and that are no common word (neither the word, lowercased, nor one of its terms is
+        in `common_words`): names of things the knowledge base does not cover ("redis"),
+        lowercased, in query order; then the `unknown_alert_names`, as quoted. CamelCase parts are
+        compared apart ("CassandraCompaction": "cassandra", "compaction"), except in compound words,
+        compared whole (`is_compound_word`: "MySQL" is "mysql", not "my" and "sql").
         """
         uncovered = []
         for word in _SURFACE_WORD.findall(query):
+            if self.compound_words is not None and is_compound_word(word):
+                whole = word.casefold()
+                if whole not in self.compound_words and not self._is_known_word(whole, common_words):
+                    uncovered.append(whole)
+                continue
             for part in fold(word).split():
-                if len(part) < 3:  # "mq" of "RabbitMQ", "db" of "MongoDB": too short to name anything
+                if len(part) < 3:  # "db" of "MongoDBDown": too short to name anything
                     continue
-                forms = _word_forms(part)
-                if any(form in common_words for form in forms):
-                    continue
-                form_terms = [t for form in forms for t in terms(form)]
-                if form_terms and not any(self.term_df.get(t) or t in common_words for t in form_terms):
+                if not self._is_known_word(part, common_words):
                     uncovered.append(part)
         return unique(uncovered + [name for name in self.unknown_alert_names(query) if self._off_title_name(name)])
+
+    def _is_known_word(self, word: str, common_words: frozenset[str] | set[str]) -> bool:
+        """A common word, or one whose terms (of the word or a base form of it) the knowledge base uses."""
+        forms = _word_forms(word)
+        if any(form in common_words for form in forms):
+            return True
+        form_terms = [t for form in forms for t in terms(form)]
+        return not form_terms or any(self.term_df.get(t) or t in common_words for t in form_terms)
 
     def _off_title_name(self, name: str) -> bool:
         # A team's own name for a covered alert ("NodeDiskAlmostFull") mostly reuses the words of
@@ -372,6 +407,7 @@ class L0Index:
             "entries": [asdict(entry) for entry in self.entries],
             "term_df": self.term_df,
             "domain_precision": self.domain_precision,
+            "compound_words": None if self.compound_words is None else sorted(self.compound_words),
         }
         _atomic_write(path, json.dumps(payload, ensure_ascii=False, indent=1).encode("utf-8"))
         vectors_path = summary_vectors_path(path)
@@ -394,7 +430,14 @@ class L0Index:
         if vectors is not None and len(vectors) != len(entries):
             logger.warning("L0 summary vectors at %s do not match the entries; ignoring them", vectors_path)
             vectors = None
-        return cls(entries, vectors, payload.get("model", ""), payload.get("term_df"), payload.get("domain_precision"))
+        return cls(
+            entries,
+            vectors,
+            payload.get("model", ""),
+            payload.get("term_df"),
+            payload.get("domain_precision"),
+            payload.get("compound_words"),
+        )
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

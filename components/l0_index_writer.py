@@ -6,7 +6,7 @@ import numpy as np
 from haystack import Document, component
 
 from components.contracts import EntityRef
-from components.l0_index import L0Entry, L0Index
+from components.l0_index import L0Entry, L0Index, compound_words
 from components.markdown_sections import split_sections
 from components.text import contains_phrase, fold, terms
 from components.document_embedder import KnowledgeDocumentEmbedder
@@ -61,7 +61,14 @@ class L0IndexWriter:
         vectors, embedded = None, 0
         if entries:
             vectors, embedded = self._summary_vectors(entries, documents, chunks or [])
-        index = L0Index(entries, vectors, self.model, _document_frequencies(entries), _domain_precision(documents))
+        index = L0Index(
+            entries,
+            vectors,
+            self.model,
+            _document_frequencies(entries),
+            _domain_precision(documents),
+            _compound_words(documents),
+        )
         index.save(self.index_path)
         logger.info(
             "L0 index with %d entries saved to %s (%d summaries embedded)", len(entries), self.index_path, embedded
@@ -111,10 +118,13 @@ def summary_text(document: Document) -> str:
     return f"{document.meta['title']}\n{opening[:SUMMARY_CHARS]}"
 
 
-def _document_terms(document: Document) -> list[str]:
+def _document_text(document: Document) -> str:
     meta = document.meta
-    text = " ".join([meta.get("title") or "", " ".join(meta.get("keywords") or []), document.content or ""])
-    return sorted(set(terms(text)))
+    return " ".join([meta.get("title") or "", " ".join(meta.get("keywords") or []), document.content or ""])
+
+
+def _document_terms(document: Document) -> list[str]:
+    return sorted(set(terms(_document_text(document))))
 
 
 def _document_frequencies(entries: list[L0Entry]) -> dict[str, int]:
@@ -122,6 +132,10 @@ def _document_frequencies(entries: list[L0Entry]) -> dict[str, int]:
     for entry in entries:
         counts.update(entry.terms)
     return dict(sorted(counts.items()))
+
+
+def _compound_words(documents: list[Document]) -> set[str]:
+    return set().union(*(compound_words(_document_text(document)) for document in documents))
 
 
 def _domain_precision(documents: list[Document]) -> dict[str, float]:

@@ -307,6 +307,12 @@ def format_metrics(report: dict[str, Any]) -> str:
     for name, metrics in systems.items():
         cells = "".join(f"{_fmt(metrics[c]):>18}" for c in columns)
         lines.append(f"{name:<10}{cells}")
+    styles = first.get("hit@1_by_style") or {}
+    if styles:
+        lines.append("hit@1 by style of query (the `style` field):")
+        for style in styles:
+            cells = "".join(f"{name} {_fmt(metrics['hit@1_by_style'][style])}  " for name, metrics in systems.items())
+            lines.append(f"  {style:<12}{cells.rstrip()}")
     if "dense" in systems and "hybrid" in systems:
         pipeline = systems["pipeline"]["hit@1"] or 0.0
         lines.append(

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from components.contracts import EntityRef
-from components.l0_index import L0Entry, L0Index, L0IndexHandle, L0IndexMissingError
+from components.l0_index import L0Entry, L0Index, L0IndexHandle, L0IndexMissingError, compound_words
 from components.text import terms
 from tests.conftest import SAMPLE_KB
 
@@ -287,6 +287,31 @@ def test_an_unknown_alert_name_sharing_few_title_words_is_uncovered():
     assert index.uncovered_terms("[FIRING:1] KubeQuotaAlmostFull namespace=team-b", common) == []
 
 
+def test_compound_words_are_two_part_words_with_a_short_part():
+    text = "MySQL and RabbitMQ behind HAProxy; PostgreSQL, PVCs, NodeFilesystemAlmostOutOfSpace, KubeAPIDown"
+    assert compound_words(text) == {"mysql", "rabbitmq", "haproxy"}
+
+
+def test_the_sample_index_keeps_its_compound_words(l0):
+    expected = set().union(*(compound_words(path.read_text(encoding="utf-8")) for path in SAMPLE_KB.rglob("*.md")))
+    assert "mysql" in expected and l0.compound_words == expected
+
+
+def test_a_compound_word_is_uncovered_as_a_whole():
+    """"MySQL" splits into "my" and "sql", which say nothing: the whole word must be known."""
+    entries = [L0Entry("db/lag.md", "Replication lag", "db")]
+    common = frozenset({"replica", "is", "behind", "sql"})
+    assert L0Index(entries, compound_words=set()).uncovered_terms("MySQL replica is behind", common) == ["mysql"]
+    assert L0Index(entries, compound_words={"mysql"}).uncovered_terms("MySQL replica is behind", common) == []
+    # An index written before compound words were kept compares the parts, as it always did.
+    assert L0Index(entries).uncovered_terms("MySQL replica is behind", common) == []
+    assert L0Index(entries, term_df={"mysql": 1}, compound_words=set()).uncovered_terms("MYSQL, MySQL", common) == []
+
+
+def test_the_sample_kb_covers_mysql(l0):
+    assert l0.uncovered_terms("MySQL replica is behind", frozenset({"replica", "is", "behind"})) == []
+
+
 # persistence ---------------------------------------------------------------------------------
 
 
@@ -297,15 +322,17 @@ def test_save_and_load_round_trip(tmp_path):
     ]
     vectors = np.eye(2, 4, dtype=np.float32)
     path = tmp_path / "state" / "kb.l0.json"
-    L0Index(entries, vectors, "m", {"disk": 1}, {"a": 0.75}).save(path)
+    L0Index(entries, vectors, "m", {"disk": 1}, {"a": 0.75}, {"mysql"}).save(path)
     loaded = L0Index.load(path)
     assert loaded.entries == entries
     assert np.array_equal(loaded.summary_vectors, vectors)
     assert (loaded.model, loaded.term_df, loaded.domain_precision) == ("m", {"disk": 1}, {"a": 0.75})
+    assert loaded.compound_words == {"mysql"}
     assert "网关超时" in path.read_text(encoding="utf-8")  # kept readable, not \\u-escaped
 
     L0Index(entries[:1], None).save(path)  # saving without vectors removes the stale array
     assert L0Index.load(path).summary_vectors is None
+    assert L0Index.load(path).compound_words is None  # as in an index written before they were kept
 
 
 def test_missing_index_says_what_to_do(tmp_path):

@@ -91,8 +91,12 @@ def test_cli_lookup_batch_reports_a_bad_query_and_exits_2(topics_cfg, tmp_path, 
 def test_knowledge_eval_smoke(sample_cfg, tmp_path, capsys):
     queries = tmp_path / "labelled.jsonl"
     rows = [
-        {"query": DISK_QUERY, "relevant": ["disk/disk-full.md"], "kind": "answerable"},
-        {"query": "postgres replica is lagging behind the primary", "relevant": ["database/postgresql-replication-lag.md"]},
+        {"query": DISK_QUERY, "relevant": ["disk/disk-full.md"], "kind": "answerable", "style": "engineer"},
+        {
+            "query": "postgres replica is lagging behind the primary",
+            "relevant": ["database/postgresql-replication-lag.md"],
+            "style": "alert",
+        },
         {"query": "how do I bake sourdough bread", "relevant": [], "kind": "off_topic"},
     ]
     queries.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
@@ -107,3 +111,8 @@ def test_knowledge_eval_smoke(sample_cfg, tmp_path, capsys):
     for cells in rows_by_system.values():
         assert len(cells) == 5 and all(0.0 <= float(cell) <= 1.0 for cell in cells)
     assert rows_by_system["pipeline"] == ["1.000", "1.000", "1.000", "1.000", "1.000"]
+    # Queries of several styles get a hit@1 line per style, one cell per system.
+    assert lines[5] == "hit@1 by style of query (the `style` field):"
+    by_style = {line.split()[0]: line.split()[1:] for line in lines[6:8]}
+    assert set(by_style) == {"alert", "engineer"}
+    assert by_style["alert"][:2] == ["pipeline", "1.000"] and by_style["alert"][2::2] == ["dense", "hybrid"]

@@ -129,3 +129,10 @@ def test_a_team_name_for_a_covered_alert_is_read_in_words(runbooks_service):
     assert result.query_transform.expansions == ["Container Cpu Throttled"]
     assert result.l0_hints.uncovered_terms == []
     assert result.found and result.evidence_blocks[0].source == "kubernetes/CPUThrottlingHigh.md"
+
+
+def test_an_alert_of_a_database_the_runbooks_never_mention_has_no_evidence(runbooks_service):
+    """"MySQL" is compared whole: its parts "my" and "sql" are common words, "mysql" is not."""
+    result = runbooks_service.lookup("MySQL replica db-replica-2:3306 is 340 seconds behind its primary.")
+    assert result.l0_hints.uncovered_terms == ["mysql"]
+    assert not result.found and "'mysql'" in result.message
