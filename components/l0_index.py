@@ -40,39 +40,49 @@ _ALERT_NAME = re.compile(
 _SURFACE_WORD = re.compile(r"(?<![\w'/.:=@-])[A-Za-z]{3,}(?![\w'/=@-]|[.:][\w/])")
 
 
-# Suffix -> endings of the base word it may come from ("restarting" -> "restart", "reloaded" -> "reload").
-_INFLECTIONS = (("s", ("",)), ("es", ("",)), ("ed", ("", "e")), ("ing", ("", "e")))
+# Suffix -> endings of the base word it may come from ("restarting" -> "restart", "reloaded" -> "reload",
+# "scrapeable" -> "scrape").
+_INFLECTIONS = (("s", ("",)), ("es", ("",)), ("ed", ("", "e")), ("ing", ("", "e")), ("able", ("", "e")))
 
 
 def _word_forms(word: str) -> list[str]:
-    """The word and the base words it may be an inflection of ("lags" -> "lag")."""
+    """
+    The word and the base words it may be an inflection of ("lags" -> "lag"), each also without a
+    final "e": the terms of "expires" and "scraped" are "expir" and "scrap", as of "expir(e)".
+    """
     forms = [word]
     if len(word) >= 4:
         for suffix, bases in _INFLECTIONS:
             if word.endswith(suffix):
                 stem = word[: -len(suffix)]
                 forms.extend(stem + base for base in bases)
-    return forms
+    return unique(forms + [form[:-1] for form in forms if len(form) >= 4 and form.endswith("e")])
 
 
-# A word of two CamelCase parts, one of them of one or two letters ("MySQL", "RabbitMQ", "HAProxy"):
-# the parts say nothing ("my" + "sql"), so such a word is compared whole. Longer identifiers
-# ("DiskOutOfSpace") keep being compared by their parts.
+# A word written in CamelCase ("ReplicaSet", "MySQL", "KubeQuotaAlmostFull").
 _MIXED_CASE_WORD = re.compile(r"\b[A-Za-z]*(?:[a-z][A-Z]|[A-Z]{2}[a-z])[A-Za-z]*\b")
 COMPOUND_MIN_CHARS = 5
 
 
 def is_compound_word(word: str) -> bool:
-    """Whether a word is compared whole: five letters or more, two CamelCase parts, one under three letters."""
+    """
+    Whether a word is compared whole only: five letters or more, of two CamelCase parts, one of
+    them under three letters ("MySQL", "RabbitMQ", "HAProxy"). Its parts say nothing ("my" +
+    "sql"); longer identifiers ("DiskOutOfSpace") are compared by their parts when not known whole.
+    """
     if len(word) < COMPOUND_MIN_CHARS:
         return False
     parts = fold(word).split()
     return len(parts) == 2 and min(len(part) for part in parts) < 3
 
 
-def compound_words(text: str) -> set[str]:
-    """The compound words of a text (see `is_compound_word`), casefolded."""
-    return {word.casefold() for word in _MIXED_CASE_WORD.findall(text) if is_compound_word(word)}
+def joined_words(text: str) -> set[str]:
+    """
+    The terms of the text's CamelCase words written joined and lowercased ("ReplicaSets" ->
+    "replicaset", "MySQL" -> "mysql"): a query may write them so, while the text's own terms
+    hold only their parts ("replica", "set").
+    """
+    return {term for word in _MIXED_CASE_WORD.findall(text) for term in terms(word.casefold())}
 
 
 def is_identifier_name(text: str) -> bool:
@@ -136,7 +146,7 @@ class L0Index:
         model: str = "",
         term_df: dict[str, int] | None = None,
         domain_precision: dict[str, float] | None = None,
-        compound_words: set[str] | list[str] | None = None,
+        joined_words: set[str] | list[str] | None = None,
     ) -> None:
         """
         :param entries: One entry per document.
@@ -147,16 +157,15 @@ class L0Index:
         :param domain_precision: Per category, the share of the documents naming it that belong to it.
             A category named in a query is a domain hint only when this is high enough: a name that
             every document uses ("prometheus" in a Prometheus runbook collection) says nothing.
-        :param compound_words: The knowledge base's words that are compared whole ("mysql" of
-            "MySQL", see `is_compound_word`); None (an index written before they were kept)
-            compares such words by their parts.
+        :param joined_words: The knowledge base's CamelCase words, joined (see `joined_words`);
+            None (an index written before they were kept) compares every word by its parts.
         """
         self.entries = entries
         self.model = model
         self.summary_vectors = summary_vectors
         self.term_df = dict(term_df or {})
         self.domain_precision = dict(domain_precision or {})
-        self.compound_words = None if compound_words is None else frozenset(compound_words)
+        self.joined_words = None if joined_words is None else frozenset(joined_words)
         self._row_of_source = {entry.source: row for row, entry in enumerate(entries)}
         self._prepare()
 
@@ -270,16 +279,19 @@ class L0Index:
         base) and that are no common word (neither the word, lowercased, nor one of its terms is
         in `common_words`): names of things the knowledge base does not cover ("redis"),
         lowercased, in query order; then the `unknown_alert_names`, as quoted. CamelCase parts are
-        compared apart ("CassandraCompaction": "cassandra", "compaction"), except in compound words,
-        compared whole (`is_compound_word`: "MySQL" is "mysql", not "my" and "sql").
+        compared apart ("CassandraCompaction": "cassandra", "compaction") unless the word is known
+        whole ("replicasets" of a KB writing "ReplicaSets"), and compound words only whole
+        (`is_compound_word`: "MySQL" is "mysql", not "my" and "sql").
         """
         uncovered = []
         for word in _SURFACE_WORD.findall(query):
-            if self.compound_words is not None and is_compound_word(word):
-                whole = word.casefold()
-                if whole not in self.compound_words and not self._is_known_word(whole, common_words):
+            whole = word.casefold()
+            if self.joined_words is not None:
+                if self._is_known_word(whole, common_words):
+                    continue
+                if is_compound_word(word):
                     uncovered.append(whole)
-                continue
+                    continue
             for part in fold(word).split():
                 if len(part) < 3:  # "db" of "MongoDBDown": too short to name anything
                     continue
@@ -293,7 +305,8 @@ class L0Index:
         if any(form in common_words for form in forms):
             return True
         form_terms = [t for form in forms for t in terms(form)]
-        return not form_terms or any(self.term_df.get(t) or t in common_words for t in form_terms)
+        joined = self.joined_words or frozenset()
+        return not form_terms or any(self.term_df.get(t) or t in common_words or t in joined for t in form_terms)
 
     def _off_title_name(self, name: str) -> bool:
         # A team's own name for a covered alert ("NodeDiskAlmostFull") mostly reuses the words of
@@ -407,7 +420,7 @@ class L0Index:
             "entries": [asdict(entry) for entry in self.entries],
             "term_df": self.term_df,
             "domain_precision": self.domain_precision,
-            "compound_words": None if self.compound_words is None else sorted(self.compound_words),
+            "joined_words": None if self.joined_words is None else sorted(self.joined_words),
         }
         _atomic_write(path, json.dumps(payload, ensure_ascii=False, indent=1).encode("utf-8"))
         vectors_path = summary_vectors_path(path)
@@ -436,7 +449,7 @@ class L0Index:
             payload.get("model", ""),
             payload.get("term_df"),
             payload.get("domain_precision"),
-            payload.get("compound_words"),
+            payload.get("joined_words"),
         )
 
 

@@ -6,7 +6,7 @@ import numpy as np
 from haystack import Document, component
 
 from components.contracts import EntityRef
-from components.l0_index import L0Entry, L0Index, compound_words
+from components.l0_index import L0Entry, L0Index, joined_words
 from components.markdown_sections import split_sections
 from components.text import contains_phrase, fold, terms
 from components.document_embedder import KnowledgeDocumentEmbedder
@@ -67,7 +67,7 @@ class L0IndexWriter:
             self.model,
             _document_frequencies(entries),
             _domain_precision(documents),
-            _compound_words(documents),
+            _joined_words(documents),
         )
         index.save(self.index_path)
         logger.info(
@@ -134,8 +134,8 @@ def _document_frequencies(entries: list[L0Entry]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _compound_words(documents: list[Document]) -> set[str]:
-    return set().union(*(compound_words(_document_text(document)) for document in documents))
+def _joined_words(documents: list[Document]) -> set[str]:
+    return set().union(*(joined_words(_document_text(document)) for document in documents))
 
 
 def _domain_precision(documents: list[Document]) -> dict[str, float]:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from components.contracts import EntityRef
-from components.l0_index import L0Entry, L0Index, L0IndexHandle, L0IndexMissingError, compound_words
+from components.l0_index import L0Entry, L0Index, L0IndexHandle, L0IndexMissingError, joined_words
 from components.text import terms
 from tests.conftest import SAMPLE_KB
 
@@ -287,25 +287,36 @@ def test_an_unknown_alert_name_sharing_few_title_words_is_uncovered():
     assert index.uncovered_terms("[FIRING:1] KubeQuotaAlmostFull namespace=team-b", common) == []
 
 
-def test_compound_words_are_two_part_words_with_a_short_part():
-    text = "MySQL and RabbitMQ behind HAProxy; PostgreSQL, PVCs, NodeFilesystemAlmostOutOfSpace, KubeAPIDown"
-    assert compound_words(text) == {"mysql", "rabbitmq", "haproxy"}
+def test_joined_words_are_the_camel_case_words_written_joined():
+    text = "MySQL and RabbitMQ behind HAProxy; ReplicaSets and PostgreSQL, but not plain words or PVC"
+    assert joined_words(text) == {"mysql", "rabbitmq", "haproxy", "replicaset", "postgresql"}
 
 
-def test_the_sample_index_keeps_its_compound_words(l0):
-    expected = set().union(*(compound_words(path.read_text(encoding="utf-8")) for path in SAMPLE_KB.rglob("*.md")))
-    assert "mysql" in expected and l0.compound_words == expected
+def test_the_sample_index_keeps_its_joined_words(l0):
+    """Those of every document's text (title, keywords, content), not of the rest of its frontmatter."""
+    posts = sample_files().values()
+    in_contents = set().union(*(joined_words(post.content) for post in posts))
+    in_files = set().union(*(joined_words(path.read_text(encoding="utf-8")) for path in SAMPLE_KB.rglob("*.md")))
+    assert "mysql" in in_contents and in_contents <= l0.joined_words <= in_files
 
 
 def test_a_compound_word_is_uncovered_as_a_whole():
     """"MySQL" splits into "my" and "sql", which say nothing: the whole word must be known."""
     entries = [L0Entry("db/lag.md", "Replication lag", "db")]
     common = frozenset({"replica", "is", "behind", "sql"})
-    assert L0Index(entries, compound_words=set()).uncovered_terms("MySQL replica is behind", common) == ["mysql"]
-    assert L0Index(entries, compound_words={"mysql"}).uncovered_terms("MySQL replica is behind", common) == []
-    # An index written before compound words were kept compares the parts, as it always did.
+    assert L0Index(entries, joined_words=set()).uncovered_terms("MySQL replica is behind", common) == ["mysql"]
+    assert L0Index(entries, joined_words={"mysql"}).uncovered_terms("MySQL replica is behind", common) == []
+    # An index written before joined words were kept compares the parts, as it always did.
     assert L0Index(entries).uncovered_terms("MySQL replica is behind", common) == []
-    assert L0Index(entries, term_df={"mysql": 1}, compound_words=set()).uncovered_terms("MYSQL, MySQL", common) == []
+    assert L0Index(entries, term_df={"mysql": 1}, joined_words=set()).uncovered_terms("MYSQL, MySQL", common) == []
+
+
+def test_words_the_kb_writes_in_camel_case_or_inflected_are_covered():
+    """The KB's "ReplicaSets" covers a query's "replicasets"; its "expires" covers "expire"."""
+    text = "Each of the ReplicaSets expires; endpoints are scraped"
+    index = L0Index([L0Entry("k8s/rs.md", "ReplicaSets", "k8s")], term_df={t: 1 for t in terms(text)}, joined_words=joined_words(text))
+    assert index.uncovered_terms("replicasets that will expire, endpoint not scrapeable", frozenset({"that", "will", "not"})) == []
+    assert index.uncovered_terms("statefulsets", frozenset()) == ["statefulsets"]
 
 
 def test_the_sample_kb_covers_mysql(l0):
@@ -327,12 +338,12 @@ def test_save_and_load_round_trip(tmp_path):
     assert loaded.entries == entries
     assert np.array_equal(loaded.summary_vectors, vectors)
     assert (loaded.model, loaded.term_df, loaded.domain_precision) == ("m", {"disk": 1}, {"a": 0.75})
-    assert loaded.compound_words == {"mysql"}
+    assert loaded.joined_words == {"mysql"}
     assert "网关超时" in path.read_text(encoding="utf-8")  # kept readable, not \\u-escaped
 
     L0Index(entries[:1], None).save(path)  # saving without vectors removes the stale array
     assert L0Index.load(path).summary_vectors is None
-    assert L0Index.load(path).compound_words is None  # as in an index written before they were kept
+    assert L0Index.load(path).joined_words is None  # as in an index written before they were kept
 
 
 def test_missing_index_says_what_to_do(tmp_path):
