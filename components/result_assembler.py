@@ -18,6 +18,7 @@ from components.contracts import (
     RetrievalTrace,
     SidecarReport,
 )
+from components.l0_index import is_identifier_name
 
 logger = logging.getLogger(__name__)
 
@@ -144,9 +145,8 @@ class ResultAssembler:
         bar = trace.evidence_threshold
         if hints.uncovered_terms and bar is not None and bar > self.evidence_threshold:
             best = max((a.top_similarity or 0.0 for a in trace.attempts), default=0.0)
-            named = ", ".join(repr(t) for t in hints.uncovered_terms)
             return (
-                f"No knowledge evidence found: the knowledge base never mentions {named}, so a chunk needed a "
+                f"No knowledge evidence found: the knowledge base {_uncovered_phrase(hints.uncovered_terms)}, so a chunk needed a "
                 f"similarity of at least {bar} to count as evidence; the best of {attempts} retrieval attempt(s) "
                 f"reached {best:.3f}. The knowledge base does not seem to cover this query."
             )
@@ -154,3 +154,15 @@ class ResultAssembler:
             f"No knowledge evidence found: {attempts} retrieval attempt(s) returned no chunk with a similarity "
             f"of at least {self.evidence_threshold}. The knowledge base does not seem to cover this query."
         )
+
+
+def _uncovered_phrase(uncovered_terms: list[str]) -> str:
+    """What the uncovered terms say of the knowledge base: words it never uses, alert names no document has."""
+    names = [t for t in uncovered_terms if is_identifier_name(t)]
+    words = [t for t in uncovered_terms if t not in names]
+    phrases = []
+    if words:
+        phrases.append("never mentions " + ", ".join(map(repr, words)))
+    if names:
+        phrases.append("has no document named " + ", ".join(map(repr, names)))
+    return " and ".join(phrases)
