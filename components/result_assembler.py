@@ -145,8 +145,9 @@ class ResultAssembler:
         bar = trace.evidence_threshold
         if hints.uncovered_terms and bar is not None and bar > self.evidence_threshold:
             best = max((a.top_similarity or 0.0 for a in trace.attempts), default=0.0)
+            uncovered = _uncovered_phrase(hints.uncovered_terms)
             return (
-                f"No knowledge evidence found: the knowledge base {_uncovered_phrase(hints.uncovered_terms)}, so a chunk needed a "
+                f"No knowledge evidence found: the knowledge base {uncovered}, so a chunk needed a "
                 f"similarity of at least {bar} to count as evidence; the best of {attempts} retrieval attempt(s) "
                 f"reached {best:.3f}. The knowledge base does not seem to cover this query."
             )
