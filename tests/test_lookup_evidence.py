@@ -10,10 +10,10 @@ import random
 import pytest
 
 from components.context_packer import ContextPacker
-from components.contracts import Candidate, EvidenceBlock, L0Hints, QueryTransform
+from components.contracts import Candidate, EvidenceBlock, L0Hints, QueryTransform, RetrievalAttempt, RetrievalTrace
 from components.evidence_deduper import EvidenceDeduper
 from components.models import count_tokens
-from components.result_assembler import completeness_hint
+from components.result_assembler import ResultAssembler, completeness_hint
 from components.rule_reranker import DEFAULT_WEIGHTS, RuleReranker
 from tests.helpers import MODEL, lookup_with
 
@@ -423,3 +423,12 @@ def test_rerank_is_deterministic_in_the_pipeline(sample_service):
     second = sample_service.lookup(DISK_QUERY).to_dict()
     assert first["rerankTrace"] == second["rerankTrace"]
     assert first["evidenceBlocks"] == second["evidenceBlocks"]
+
+
+def test_no_evidence_message_tells_unknown_words_from_alert_names_no_document_has():
+    attempt = RetrievalAttempt(0, None, None, "q", "sdk", candidate_count=20, usable_count=0, top_similarity=0.455, outcome="selected")
+    trace = RetrievalTrace(attempts=[attempt], selected_attempt=0, evidence_threshold=0.5)
+    hints = L0Hints(uncovered_terms=["backlog", "CassandraCompactionBacklog"])
+    message = ResultAssembler(evidence_threshold=0.35)._no_evidence_message(trace, hints)
+    assert "never mentions 'backlog' and has no document named 'CassandraCompactionBacklog'" in message
+    assert "at least 0.5" in message and "reached 0.455" in message
