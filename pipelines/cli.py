@@ -51,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr (-v info, -vv debug)")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging on stderr (-v info, -vv debug)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     index = sub.add_parser(
@@ -75,7 +77,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     lookup.add_argument("query", nargs="?", help="the question or alert text (omit with --batch)")
-    lookup.add_argument("--batch", metavar="FILE", help="one query per line, or JSONL with a 'query' field; '-' for stdin")
+    lookup.add_argument(
+        "--batch", metavar="FILE", help="one query per line, or JSONL with a 'query' field; '-' for stdin"
+    )
     lookup.add_argument("--compact", action="store_true", help="one-line JSON")
     lookup.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
@@ -89,7 +93,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     evaluate.add_argument("--queries", required=True, metavar="FILE", help="JSONL: query, relevant (sources), kind")
-    evaluate.add_argument("--kb", metavar="DIR", help="index this knowledge base first (into the configured collection)")
+    evaluate.add_argument(
+        "--kb", metavar="DIR", help="index this knowledge base first (into the configured collection)"
+    )
     evaluate.add_argument("--no-baselines", action="store_true", help="evaluate the pipeline only")
     evaluate.add_argument("--details", metavar="FILE", help="write per-query results as JSONL")
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
@@ -107,8 +113,12 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    bench_index.add_argument("--corpus", metavar="DIR", help="corpus to repeat (default: ../shared/corpus/prometheus-runbooks)")
-    bench_index.add_argument("--min-chunks", type=int, default=5000, help="repeat the corpus to at least this many chunks")
+    bench_index.add_argument(
+        "--corpus", metavar="DIR", help="corpus to repeat (default: ../shared/corpus/prometheus-runbooks)"
+    )
+    bench_index.add_argument(
+        "--min-chunks", type=int, default=5000, help="repeat the corpus to at least this many chunks"
+    )
     bench_index.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     bench_lookup = bench_sub.add_parser(
         "lookup",
@@ -116,7 +126,9 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    bench_lookup.add_argument("--corpus", metavar="DIR", help="corpus to repeat (default: ../shared/corpus/prometheus-runbooks)")
+    bench_lookup.add_argument(
+        "--corpus", metavar="DIR", help="corpus to repeat (default: ../shared/corpus/prometheus-runbooks)"
+    )
     bench_lookup.add_argument("--min-chunks", type=int, default=10000, help="collection size, in chunks")
     bench_lookup.add_argument("--queries", type=int, default=60, help="timed lookups per path")
     bench_lookup.add_argument(
@@ -221,8 +233,8 @@ def _read_batch(path: str) -> list[str]:
 
 
 def cmd_lookup(args: argparse.Namespace) -> int:
+    from components.common.text import printable
     from components.contracts import STATUS_ERROR, InvalidQueryError
-    from components.text import printable
     from pipelines.lookup import LookupService
 
     overrides = list(args.overrides)
@@ -283,7 +295,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         bench.bench_index(cfg, corpus=args.corpus, min_chunks=args.min_chunks)
     else:
         bench.bench_lookup(
-            cfg, corpus=args.corpus, min_chunks=args.min_chunks, queries=args.queries, tracing_lookups=args.tracing_lookups
+            cfg,
+            corpus=args.corpus,
+            min_chunks=args.min_chunks,
+            queries=args.queries,
+            tracing_lookups=args.tracing_lookups,
         )
     return EXIT_OK
 
@@ -323,8 +339,10 @@ def cmd_traces(args: argparse.Namespace) -> int:
             traces.export_jsonl(rows, sys.stdout)
     else:
         pending, inserted = store.replay()
-        print(f"replayed {pending} spooled record(s) into {traces.redact_url(cfg.trace.db_url)}: {inserted} new, "
-              f"{pending - inserted} already present")
+        print(
+            f"replayed {pending} spooled record(s) into {traces.redact_url(cfg.trace.db_url)}: {inserted} new, "
+            f"{pending - inserted} already present"
+        )
     return EXIT_OK
 
 
@@ -339,10 +357,14 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def _exit_code(exc: BaseException) -> int:
     from components.contracts import InvalidQueryError
-    from components.markdown_reader import KnowledgeBaseError
+    from components.indexing.markdown_reader import KnowledgeBaseError
     from pipelines.settings import ConfigError
 
-    return EXIT_BAD_INPUT if isinstance(exc, (UsageError, ConfigError, InvalidQueryError, KnowledgeBaseError)) else EXIT_FAILURE
+    return (
+        EXIT_BAD_INPUT
+        if isinstance(exc, (UsageError, ConfigError, InvalidQueryError, KnowledgeBaseError))
+        else EXIT_FAILURE
+    )
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:

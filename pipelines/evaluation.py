@@ -25,9 +25,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from components.common.text import unique
 from components.contracts import InvalidQueryError
-from components.milvus_store import CONTENT_FIELD, METADATA_FIELD, connect, ensure_loaded
-from components.text import unique
+from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD, connect, ensure_loaded
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,9 @@ class PipelineSystem:
             answered=result.found,
             details={
                 "fallback": result.retrieval_trace.fallback_reason,
-                "filter": result.retrieval_trace.attempts[0].category_filter if result.retrieval_trace.attempts else None,
+                "filter": result.retrieval_trace.attempts[0].category_filter
+                if result.retrieval_trace.attempts
+                else None,
                 "top_similarity": max((b.score for b in result.evidence_blocks), default=None),
                 "l0": result.l0_hints.to_record(),
             },
@@ -129,9 +131,9 @@ class DenseSystem:
     name = "dense"
 
     def __init__(self, cfg: DictConfig) -> None:
-        from components.query_embedder import KnowledgeQueryEmbedder
-        from components.text import clean
-        from components.vector_search import SdkVectorSearch
+        from components.common.text import clean
+        from components.lookup.query_embedder import KnowledgeQueryEmbedder
+        from components.stores.vector_search import SdkVectorSearch
 
         self.cfg = cfg
         self.clean = clean
@@ -229,7 +231,9 @@ def score(queries: list[EvalQuery], answers: list[Ranked]) -> dict[str, Any]:
     styles = sorted({q.style for q, _ in answerable if q.style})
     if len(styles) > 1:
         metrics["hit@1_by_style"] = {
-            style: _mean([1.0 if r == 1 else 0.0 for (q, _), r in zip(answerable, ranks, strict=True) if q.style == style])
+            style: _mean(
+                [1.0 if r == 1 else 0.0 for (q, _), r in zip(answerable, ranks, strict=True) if q.style == style]
+            )
             for style in styles
         }
     return metrics

@@ -13,12 +13,12 @@ from haystack import Pipeline
 from omegaconf import DictConfig
 
 from components.contracts import IndexReport
-from components.document_embedder import KnowledgeDocumentEmbedder
-from components.index_planner import IndexPlanner
-from components.l0_index_writer import L0IndexWriter
-from components.markdown_chunker import MarkdownChunker
-from components.markdown_reader import MarkdownKnowledgeReader, check_knowledge_base
-from components.milvus_writer import MilvusChunkWriter
+from components.indexing.document_embedder import KnowledgeDocumentEmbedder
+from components.indexing.index_planner import IndexPlanner
+from components.indexing.l0_index_writer import L0IndexWriter
+from components.indexing.markdown_chunker import MarkdownChunker
+from components.indexing.markdown_reader import MarkdownKnowledgeReader, check_knowledge_base
+from components.indexing.milvus_writer import MilvusChunkWriter
 from pipelines.errors import unwrap_pipeline_error
 
 logger = logging.getLogger(__name__)

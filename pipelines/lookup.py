@@ -16,19 +16,19 @@ from typing import Any
 from haystack import Pipeline
 from omegaconf import DictConfig
 
-from components.context_packer import ContextPacker
-from components import stage_recorder
 from components.contracts import InvalidQueryError, LookupResult
-from components.evidence_deduper import EvidenceDeduper
-from components.fallback_retriever import FallbackRetriever
-from components.l0_hint_extractor import L0HintExtractor
-from components.l0_index import L0IndexHandle
-from components.query_embedder import KnowledgeQueryEmbedder
-from components.query_transformer import QueryTransformer
-from components.result_assembler import ResultAssembler
-from components.rule_reranker import RuleReranker
-from components.sidecar_comparator import SidecarComparator
-from components.trace_writer import TraceWriter
+from components.lookup.context_packer import ContextPacker
+from components.lookup.evidence_deduper import EvidenceDeduper
+from components.lookup.fallback_retriever import FallbackRetriever
+from components.lookup.l0_hint_extractor import L0HintExtractor
+from components.lookup.query_embedder import KnowledgeQueryEmbedder
+from components.lookup.query_transformer import QueryTransformer
+from components.lookup.result_assembler import ResultAssembler
+from components.lookup.rule_reranker import RuleReranker
+from components.lookup.sidecar_comparator import SidecarComparator
+from components.stores.l0_index_file import L0IndexHandle
+from components.tracing import stage_recorder
+from components.tracing.trace_writer import TraceWriter
 from pipelines.errors import unwrap_pipeline_error
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,9 @@ def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
             tokenizer_model=cfg.embedder.model,
         ),
     )
-    pipeline.add_component("query_embedder", KnowledgeQueryEmbedder(model=cfg.embedder.model, device=cfg.embedder.device))
+    pipeline.add_component(
+        "query_embedder", KnowledgeQueryEmbedder(model=cfg.embedder.model, device=cfg.embedder.device)
+    )
     pipeline.add_component(
         "retriever",
         FallbackRetriever(

@@ -1,16 +1,16 @@
 """
 Reading `tool_invocation` back: the helpers behind `knowledge traces list|show|export|replay`.
 
-Rows come from `components.trace_store.TraceStore`; these functions only format them.
+Rows come from `components.tracing.trace_store.TraceStore`; these functions only format them.
 """
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from omegaconf import DictConfig
 
-from components.trace_store import TraceStore, redact, to_jsonable
+from components.tracing.trace_store import TraceStore, redact, to_jsonable
 
 EXPORT_FORMATS = ("jsonl",)
 STATUSES = ("ok", "error")
@@ -29,8 +29,8 @@ def open_store(cfg: DictConfig) -> TraceStore:
 def _when(value: Any) -> str:
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return str(value or "")
 
 
@@ -53,7 +53,9 @@ def format_list(rows: list[dict[str, Any]]) -> str:
     """One line per invocation, newest first."""
     if not rows:
         return "no invocations recorded"
-    header = f"{'created (UTC)':<19}  {'invocation id':<36}  {'status':<6}  {'found':<5}  {'layer':<5}  {'ms':>8}  query"
+    header = (
+        f"{'created (UTC)':<19}  {'invocation id':<36}  {'status':<6}  {'found':<5}  {'layer':<5}  {'ms':>8}  query"
+    )
     lines = [header]
     for row in rows:
         created = _when(row.get("created_at"))[:19]
@@ -69,7 +71,7 @@ def format_list(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def format_show(row: dict[str, Any]) -> str:
+def format_show(row: dict[str, Any]) -> str:  # noqa: C901 (one section per part of a row)
     """One invocation, readable: the call, the attempts, the rerank trace, the evidence summaries."""
     details = row.get("retrieval_details") or {}
     out = [
@@ -97,16 +99,23 @@ def format_show(row: dict[str, Any]) -> str:
     hints = details.get("l0_hints")
     if hints:
         out += ["", "L0 hints (hint data, never evidence)"]
-        for key, label in (("matched_titles", "titles"), ("matched_keywords", "keywords"), ("domains", "domains"),
-                           ("entities", "entities")):
+        for key, label in (
+            ("matched_titles", "titles"),
+            ("matched_keywords", "keywords"),
+            ("domains", "domains"),
+            ("entities", "entities"),
+        ):
             out.append(f"  {label:<9} {', '.join(hints.get(key) or []) or '-'}")
 
     trace = details.get("retrieval_trace")
     if trace:
         selected = trace.get("selected_attempt")
         fallback = details.get("fallback_reason") or trace.get("fallback_reason")
-        out += ["", f"Retrieval attempts (mode {trace.get('vector_store_mode')}, selected {selected}, "
-                    f"fallback {fallback or 'none'})"]
+        out += [
+            "",
+            f"Retrieval attempts (mode {trace.get('vector_store_mode')}, selected {selected}, "
+            f"fallback {fallback or 'none'})",
+        ]
         if not trace.get("attempts"):
             out.append("  (no attempt: L1 disabled)" if trace.get("l1_enabled") is False else "  (no attempt)")
         for attempt in trace.get("attempts") or []:
@@ -133,7 +142,9 @@ def format_show(row: dict[str, Any]) -> str:
 
     blocks = details.get("evidence_blocks")
     if blocks is not None:
-        counts = f"{details.get('final_evidence_count', len(blocks))} of {details.get('candidate_count', '?')} candidates"
+        counts = (
+            f"{details.get('final_evidence_count', len(blocks))} of {details.get('candidate_count', '?')} candidates"
+        )
         out += ["", f"Evidence ({counts})"]
         if not blocks:
             out.append("  (none)")
@@ -146,14 +157,12 @@ def format_show(row: dict[str, Any]) -> str:
             if block.get("hit_reasons"):
                 out.append(f"     hits: {'; '.join(block['hit_reasons'])}")
             if block.get("content_preview"):
-                out.append(f"     \"{_cut(block['content_preview'], 160)}\" ({block.get('content_chars')} chars)")
+                out.append(f'     "{_cut(block["content_preview"], 160)}" ({block.get("content_chars")} chars)')
 
     pack = details.get("context_pack_summary")
     if pack:
         out += ["", "Context pack"]
-        out.append(
-            f"  {pack.get('used_tokens')}/{pack.get('budget_tokens')} tokens, truncated {pack.get('truncated')}"
-        )
+        out.append(f"  {pack.get('used_tokens')}/{pack.get('budget_tokens')} tokens, truncated {pack.get('truncated')}")
         out.append(f"  included {', '.join(pack.get('included_sources') or []) or '-'}")
         if pack.get("omitted_sources"):
             out.append(f"  omitted  {', '.join(pack['omitted_sources'])}")

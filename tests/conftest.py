@@ -41,8 +41,12 @@ def make_config(tmp_path):
 def small_kb(tmp_path) -> Path:
     """A copy of a few sample runbooks that a test may change freely."""
     kb = tmp_path / "kb"
-    for source in ["disk/disk-full.md", "disk/inode-exhaustion.md", "database/postgresql-replication-lag.md",
-                   "cpu/runaway-process.md"]:
+    for source in [
+        "disk/disk-full.md",
+        "disk/inode-exhaustion.md",
+        "database/postgresql-replication-lag.md",
+        "cpu/runaway-process.md",
+    ]:
         target = kb / source
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(SAMPLE_KB / source, target)
@@ -127,7 +131,9 @@ def pg_url() -> str:
         with psycopg.connect(PG_URL.replace("postgresql+psycopg://", "postgresql://"), connect_timeout=3):
             pass
     except Exception as exc:  # any failure to connect means "no PostgreSQL here"
-        reason = f"PostgreSQL not reachable at {PG_URL}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}"
+        reason = (
+            f"PostgreSQL not reachable at {PG_URL}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}"
+        )
         if os.environ.get("KNOWLEDGE_REQUIRE_POSTGRES"):
             pytest.fail(f"{reason} (KNOWLEDGE_REQUIRE_POSTGRES is set)")
         pytest.skip(reason)
@@ -157,7 +163,7 @@ def _pg_schema(pg_url: str):
     try:
         yield f"{pg_url}?options=-csearch_path%3D{schema}"
     finally:
-        from components.trace_store import dispose_engines
+        from components.tracing.trace_store import dispose_engines
 
         dispose_engines()
         with psycopg.connect(plain, autocommit=True) as connection:
@@ -166,8 +172,12 @@ def _pg_schema(pg_url: str):
 
 def sample_overrides(sample_cfg, *extra: str) -> list[str]:
     """Overrides that point a new config at the session's indexed sample collection."""
-    return [f"milvus.uri={sample_cfg.milvus.uri}", f"l0.index_path={sample_cfg.l0.index_path}",
-            "trace.retry_interval_s=0", *extra]
+    return [
+        f"milvus.uri={sample_cfg.milvus.uri}",
+        f"l0.index_path={sample_cfg.l0.index_path}",
+        "trace.retry_interval_s=0",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="session")

@@ -6,13 +6,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from components.milvus_store import METADATA_FIELD, connect, ensure_loaded
+from components.stores.milvus_collection import METADATA_FIELD, connect, ensure_loaded
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "packaged:all-MiniLM-L6-v2"
 
 
-def collection_rows(cfg, output_fields: tuple[str, ...] = ("id", "metadata", "category", "content")) -> list[dict[str, Any]]:
+def collection_rows(
+    cfg, output_fields: tuple[str, ...] = ("id", "metadata", "category", "content")
+) -> list[dict[str, Any]]:
     """Every row of the configured collection (empty when it does not exist)."""
     client = connect(cfg.milvus.uri)
     name = cfg.milvus.collection

@@ -1,0 +1,1 @@
+"""Shared helpers: text normalisation, markdown sections, embedding models, score semantics."""

@@ -1,0 +1,106 @@
+import hashlib
+import logging
+from typing import Any
+
+from haystack import Document, component
+
+from components.contracts import IndexPlan
+from components.stores.milvus_collection import ID_FIELD, METADATA_FIELD, connect, ensure_loaded
+
+logger = logging.getLogger(__name__)
+
+
+def fingerprinted_hash(doc_hash: str, fingerprint: str) -> str:
+    """The hash stored per chunk: the file content and everything that shapes its chunks and vectors."""
+    return hashlib.sha256(f"{doc_hash}\x1f{fingerprint}".encode()).hexdigest()
+
+
+@component
+class IndexPlanner:
+    """
+    Decides what an indexing run changes by comparing the documents with the collection.
+
+    A document whose content hash (combined with the index fingerprint: embedding model and
+    chunking settings) is already stored is unchanged and is not re-embedded; a changed one has
+    its old chunks replaced; a source no longer in the knowledge base has its chunks removed.
+
+    Usage example:
+
+    ```python
+    planner = IndexPlanner(uri=".knowledge/milvus.db", collection="knowledge", fingerprint="minilm/200/32")
+    result = planner.run(documents=reader_output["documents"])
+    result["plan"].unchanged, result["documents"]  # only what needs (re-)indexing
+    ```
+    """
+
+    def __init__(self, uri: str, collection: str, fingerprint: str = "") -> None:
+        """
+        :param uri: Milvus URI (a file path for Milvus Lite).
+        :param collection: Collection name.
+        :param fingerprint: Everything besides the file content that changes the chunks or vectors.
+        """
+        self.uri = uri
+        self.collection = collection
+        self.fingerprint = fingerprint
+
+    @component.output_types(documents=list[Document], plan=IndexPlan)
+    def run(self, documents: list[Document], rebuild: bool = False) -> dict[str, Any]:
+        """
+        :param documents: All readable documents of the knowledge base.
+        :param rebuild: Start from scratch: every document is re-indexed into a new collection.
+        :returns: `documents` to chunk and embed (added or updated), and the `plan`.
+        """
+        for document in documents:
+            document.meta["index_hash"] = fingerprinted_hash(document.meta["doc_hash"], self.fingerprint)
+        if rebuild:
+            plan = IndexPlan(added=[d.meta["source"] for d in documents], rebuild=True)
+            return {"documents": list(documents), "plan": plan}
+
+        stored = self._stored_state()
+        plan = IndexPlan()
+        to_index = []
+        for document in documents:
+            source = document.meta["source"]
+            previous = stored.pop(source, None)
+            if previous is None:
+                plan.added.append(source)
+                to_index.append(document)
+            elif previous["hashes"] == {document.meta["index_hash"]}:
+                plan.unchanged.append(source)
+            else:
+                plan.updated.append(source)
+                plan.stale_ids.extend(previous["ids"])
+                to_index.append(document)
+        for source, previous in sorted(stored.items()):
+            plan.removed.append(source)
+            plan.stale_ids.extend(previous["ids"])
+        logger.info(
+            "Index plan for %s: %d added, %d updated, %d unchanged, %d removed",
+            self.collection,
+            len(plan.added),
+            len(plan.updated),
+            len(plan.unchanged),
+            len(plan.removed),
+        )
+        return {"documents": to_index, "plan": plan}
+
+    def _stored_state(self) -> dict[str, dict[str, Any]]:
+        """Per source: the ids of its chunks and the hashes they were indexed from."""
+        client = connect(self.uri)
+        if not client.has_collection(self.collection):
+            return {}
+        ensure_loaded(client, self.collection)
+        state: dict[str, dict[str, Any]] = {}
+        iterator = client.query_iterator(
+            self.collection, batch_size=1000, filter="", output_fields=[ID_FIELD, METADATA_FIELD]
+        )
+        try:
+            while rows := iterator.next():
+                for row in rows:
+                    meta = row[METADATA_FIELD] or {}
+                    entry = state.setdefault(meta.get("source", ""), {"ids": [], "hashes": set()})
+                    entry["ids"].append(row[ID_FIELD])
+                    entry["hashes"].add(meta.get("index_hash"))
+        finally:
+            iterator.close()
+        return state

@@ -1,0 +1,130 @@
+import logging
+from typing import Any
+
+from haystack import Document, component
+
+from components.contracts import IndexPlan
+from components.stores.milvus_collection import (
+    CATEGORY_FIELD,
+    CONTENT_FIELD,
+    ID_FIELD,
+    METADATA_FIELD,
+    VECTOR_FIELD,
+    CollectionMismatchError,
+    collection_dim,
+    connect,
+    create_collection,
+    ensure_loaded,
+    quote_string,
+    row_count,
+)
+
+logger = logging.getLogger(__name__)
+
+_METADATA_KEYS = (
+    "source",
+    "title",
+    "breadcrumb",
+    "category",
+    "chunk_index",
+    "evidence_key",
+    "content_hash",
+    "doc_hash",
+    "index_hash",
+    "section_kind",
+    "keywords",
+    "entities",
+    "has_frontmatter",
+    "terms",
+    "tokens",
+)
+_BATCH = 500
+
+
+@component
+class MilvusChunkWriter:
+    """
+    Applies an `IndexPlan` to the Milvus collection: removes the chunks of changed and deleted
+    documents, inserts the new chunks, and flushes (unflushed rows search far slower).
+
+    Creates the collection (schema of `components.stores.milvus_collection`) on first use, and drops and
+    recreates it for a rebuild. Refuses to mix vectors of another dimension into a collection.
+
+    Usage example:
+
+    ```python
+    writer = MilvusChunkWriter(uri=".knowledge/milvus.db", collection="knowledge")
+    writer.run(documents=embedded_chunks, plan=plan)  # {"written": 42, "deleted": 0, "count": 42}
+    ```
+    """
+
+    def __init__(self, uri: str, collection: str, index_type: str = "FLAT", index_params: dict | None = None) -> None:
+        """
+        :param uri: Milvus URI (a file path for Milvus Lite).
+        :param collection: Collection name.
+        :param index_type: Vector index type used when the collection is created (FLAT, IVF_FLAT, AUTOINDEX).
+        :param index_params: Index build parameters, e.g. {"nlist": 128}.
+        """
+        self.uri = uri
+        self.collection = collection
+        self.index_type = index_type
+        self.index_params = dict(index_params or {})
+
+    @component.output_types(written=int, deleted=int, count=int)
+    def run(self, documents: list[Document], plan: IndexPlan) -> dict[str, Any]:
+        """
+        :param documents: Embedded chunks of the added and updated documents.
+        :param plan: What to delete, and whether to rebuild.
+        :returns: Chunks written, chunks deleted, and the collection's row count afterwards.
+        """
+        client = connect(self.uri)
+        if plan.rebuild and client.has_collection(self.collection):
+            client.drop_collection(self.collection)
+            logger.info("Dropped collection %s for a rebuild", self.collection)
+
+        deleted = self._delete(client, plan.stale_ids)
+        written = self._insert(client, documents)
+        if client.has_collection(self.collection):
+            client.flush(self.collection)
+        count = row_count(client, self.collection)
+        logger.info("Collection %s: %d written, %d deleted, %d rows", self.collection, written, deleted, count)
+        return {"written": written, "deleted": deleted, "count": count}
+
+    def _delete(self, client, ids: list[str]) -> int:
+        if not ids or not client.has_collection(self.collection):
+            return 0
+        ensure_loaded(client, self.collection)
+        for start in range(0, len(ids), _BATCH):
+            batch = ids[start : start + _BATCH]
+            expression = f"{ID_FIELD} in [{', '.join(quote_string(i) for i in batch)}]"
+            client.delete(self.collection, filter=expression)
+        return len(ids)
+
+    def _insert(self, client, documents: list[Document]) -> int:
+        if not documents:
+            return 0
+        dim = len(documents[0].embedding)
+        if not client.has_collection(self.collection):
+            create_collection(client, self.collection, dim, self.index_type, self.index_params)
+        else:
+            existing = collection_dim(client, self.collection)
+            if existing != dim:
+                raise CollectionMismatchError(
+                    f"collection {self.collection} holds {existing}-d vectors but the embedder gives {dim}-d: "
+                    "run `knowledge index --rebuild` (or choose another milvus.collection)"
+                )
+        rows = [_row(document) for document in documents]
+        for start in range(0, len(rows), _BATCH):
+            client.insert(self.collection, rows[start : start + _BATCH])
+        return len(rows)
+
+
+def _row(document: Document) -> dict[str, Any]:
+    meta = document.meta
+    return {
+        ID_FIELD: meta["evidence_key"],
+        CONTENT_FIELD: document.content,
+        VECTOR_FIELD: list(map(float, document.embedding)),
+        METADATA_FIELD: {key: meta.get(key) for key in _METADATA_KEYS},
+        CATEGORY_FIELD: meta.get("category") or "",
+    }

@@ -1,0 +1,197 @@
+import logging
+import re
+from typing import Any
+
+from haystack import component
+
+from components.common.embedding_models import load_tokenizer
+from components.common.text import unique
+from components.contracts import ContextPack, EvidenceBlock, PackedBlock
+
+logger = logging.getLogger(__name__)
+
+# Below this many tokens of room for content, a block is omitted rather than packed as a stub.
+_MIN_CONTENT_TOKENS = 24
+_TRUNCATION_MARK = " […]"
+# Header words (titles, sources, hit reasons) repeat across lookups; their counts are kept up
+# to this many words, then the memo starts again.
+_WORD_MEMO_SIZE = 50_000
+# Spaces and newlines: whitespace to Python and to a BERT pre-tokenizer alike.
+_WORD_BREAKS = re.compile(r"[ \n]+")
+
+
+@component
+class ContextPacker:
+    """
+    Packs the final evidence blocks into one text within `budget_tokens`, counted with the
+    embedding model's tokenizer.
+
+    Each block keeps a header with its source, title, breadcrumb and hit reasons, whole; when the
+    budget runs short, block content is truncated (never the header), and blocks that no longer
+    fit are omitted. The pack records included and omitted sources, the evidence keys of omitted
+    blocks (a source can be included through one block and lose another) and whether it truncated.
+
+    Usage example:
+
+    ```python
+    packer = ContextPacker(budget_tokens=800)
+    pack = packer.run(evidence_blocks=blocks)["context_pack"]
+    pack.used_tokens <= 800, pack.omitted_sources
+    ```
+    """
+
+    def __init__(self, budget_tokens: int = 1200, tokenizer_model: str = "packaged:all-MiniLM-L6-v2") -> None:
+        """
+        :param budget_tokens: Largest context, in tokens.
+        :param tokenizer_model: The model whose tokenizer counts tokens (the embedding model).
+        """
+        self.budget_tokens = budget_tokens
+        self.tokenizer_model = tokenizer_model
+        self._tokenizer = None
+        self._separator_tokens = 0
+        self._additive = False
+        self._word_tokens: dict[str, int] = {}
+
+    def warm_up(self) -> None:
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.tokenizer_model)
+            self._separator_tokens = self._count("\n\n")
+            self._additive = splits_at_whitespace(self._tokenizer)
+
+    @component.output_types(context_pack=ContextPack)
+    def run(self, evidence_blocks: list[EvidenceBlock]) -> dict[str, Any]:
+        """
+        :param evidence_blocks: Final evidence blocks in rank order.
+        :returns: `context_pack`.
+        """
+        self.warm_up()
+        parts: list[str] = []
+        packed: list[PackedBlock] = []
+        omitted: list[str] = []
+        omitted_keys: list[str] = []
+        used = 0
+        truncated_any = False
+        separator_tokens = self._separator_tokens
+        for number, block in enumerate(evidence_blocks, start=1):
+            header = _header(number, block)
+            header_tokens = self._count_header(header)
+            room = self.budget_tokens - used - header_tokens - (separator_tokens if parts else 0)
+            encoding = None
+            # Omitted when room < min(_MIN_CONTENT_TOKENS, content tokens): only possible, and
+            # only worth counting, when room < _MIN_CONTENT_TOKENS.
+            if room < _MIN_CONTENT_TOKENS:
+                if block.tokens is None:
+                    encoding = self._encode(block.content)
+                if room < (block.tokens if block.tokens is not None else len(encoding.ids)):
+                    omitted.append(block.source)
+                    omitted_keys.append(block.evidence_key)
+                    continue
+            content, truncated, content_tokens = self._fit(block.content, room, encoding, block.tokens)
+            text = f"{header}\n{content}"
+            if self._additive and content_tokens is not None:
+                tokens = header_tokens + content_tokens  # = self._count(text), see splits_at_whitespace
+            else:
+                tokens = self._count(text)
+            used += tokens + (separator_tokens if parts else 0)
+            parts.append(text)
+            truncated_any = truncated_any or truncated
+            packed.append(
+                PackedBlock(
+                    evidence_key=block.evidence_key,
+                    source=block.source,
+                    title=block.title,
+                    breadcrumb=block.breadcrumb,
+                    hit_reasons=list(block.hit_reasons),
+                    tokens=tokens,
+                    truncated=truncated,
+                )
+            )
+        text = "\n\n".join(parts)
+        included = unique(b.source for b in packed)
+        pack = ContextPack(
+            text=text,
+            budget_tokens=self.budget_tokens,
+            # With a whitespace-splitting tokenizer the running count is exact; else count again.
+            used_tokens=(used if self._additive else self._count(text)) if text else 0,
+            included_sources=included,
+            omitted_sources=[s for s in unique(omitted) if s not in included],
+            truncated=truncated_any,
+            blocks=packed,
+            omitted_evidence_keys=omitted_keys,
+        )
+        return {"context_pack": pack}
+
+    def _encode(self, text: str):
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
+    def _count(self, text: str) -> int:
+        return len(self._encode(text).ids)
+
+    def _count_header(self, header: str) -> int:
+        """
+        Tokens of a header. With a tokenizer whose counts add up across whitespace (see
+        `splits_at_whitespace`) it is the sum of its words' counts, each encoded once per packer.
+        """
+        if not self._additive:
+            return self._count(header)
+        memo = self._word_tokens
+        total = 0
+        for word in _WORD_BREAKS.split(header):
+            count = memo.get(word)
+            if count is None:
+                if len(memo) >= _WORD_MEMO_SIZE:
+                    memo.clear()
+                count = memo[word] = self._count(word) if word else 0
+            total += count
+        return total
+
+    def _fit(
+        self, content: str, room: int, encoding=None, known_tokens: int | None = None
+    ) -> tuple[str, bool, int | None]:
+        """
+        The content cut to `room` tokens (mark included) at a token boundary, whether it was cut,
+        and its token count when known without another encoding (None otherwise). A count known
+        from the index (`known_tokens`) spares the encoding of content that fits whole.
+        """
+        if encoding is None and known_tokens is not None and known_tokens <= room:
+            return content, False, known_tokens
+        encoding = encoding if encoding is not None else self._encode(content)
+        if len(encoding.ids) <= room:
+            return content, False, len(encoding.ids)
+        keep = max(0, room - self._count(_TRUNCATION_MARK) - 1)
+        while keep > 0:
+            cut = content[: encoding.offsets[keep - 1][1]].rstrip() + _TRUNCATION_MARK
+            cut_tokens = self._count(cut)
+            if cut_tokens <= room - 1:
+                return cut, True, cut_tokens
+            keep -= 1
+        return _TRUNCATION_MARK.strip(), True, None
+
+
+def splits_at_whitespace(tokenizer) -> bool:
+    """
+    Whether token counts add up across whitespace: count(a + "\n" + b) == count(a) + count(b)
+    and count("\n\n".join(parts)) == sum of the parts. True for BERT-style tokenizers (the
+    packaged all-MiniLM-L6-v2): a character-wise normalizer, a pre-tokenizer that splits at every
+    whitespace (so no token spans one), and added tokens without whitespace that do not absorb
+    it. The packer then counts each content once instead of three times; for any other
+    tokenizer it counts the joined texts again, as before.
+    """
+    from tokenizers import normalizers, pre_tokenizers
+
+    if not isinstance(tokenizer.pre_tokenizer, pre_tokenizers.BertPreTokenizer):
+        return False
+    if tokenizer.normalizer is not None and not isinstance(tokenizer.normalizer, normalizers.BertNormalizer):
+        return False
+    for token in tokenizer.get_added_tokens_decoder().values():
+        if token.lstrip or token.rstrip or any(char.isspace() for char in token.content):
+            return False
+    return True
+
+
+def _header(number: int, block: EvidenceBlock) -> str:
+    """The metadata line(s) of a packed block: never truncated."""
+    title = block.title or block.source
+    where = f" › {block.breadcrumb}" if block.breadcrumb and block.breadcrumb != title else ""
+    reasons = "; ".join(block.hit_reasons)
+    return f"[{number}] {title}{where}\nsource: {block.source} | score {block.score:.3f} | why: {reasons}"

@@ -1,0 +1,122 @@
+import logging
+from typing import Any
+
+from haystack import component
+
+from components.common.scoring import SIMILARITY_LABEL
+from components.common.text import unique
+from components.contracts import (
+    LAYER_L0_L1,
+    LAYER_L1,
+    Candidate,
+    DedupStats,
+    EvidenceBlock,
+    RerankEntry,
+    RetrievalTrace,
+)
+from components.lookup.fallback_retriever import usable
+
+logger = logging.getLogger(__name__)
+
+L0_REASON_PREFIX = "l0_"
+
+
+@component
+class EvidenceDeduper:
+    """
+    Turns reranked candidates into the final evidence blocks.
+
+    - Only usable candidates (similarity at or above `evidence_threshold`, or the higher bar the
+      retriever applied and recorded in `retrieval_trace.evidence_threshold`) become evidence.
+    - One block per `evidence_key` (chunk identity): when two candidates share a key (found by a
+      filtered and an unfiltered attempt, say) one block stays, with the hit reasons of both.
+    - Chunks of the same source with different keys stay separate blocks, up to
+      `per_document_cap` per source; at most `max_evidence` blocks in all.
+
+    Also emits the rerank trace of the final blocks (final rank, source, base score, boosts).
+
+    Usage example:
+
+    ```python
+    deduper = EvidenceDeduper(per_document_cap=2, max_evidence=5)
+    out = deduper.run(candidates=ranked)
+    out["dedup"].candidate_count, out["dedup"].final_count
+    ```
+    """
+
+    def __init__(self, evidence_threshold: float = 0.35, per_document_cap: int = 2, max_evidence: int = 5) -> None:
+        """
+        :param evidence_threshold: Minimum normalized similarity of an evidence block.
+        :param per_document_cap: Most blocks from one source.
+        :param max_evidence: Most blocks in all.
+        """
+        self.evidence_threshold = evidence_threshold
+        self.per_document_cap = per_document_cap
+        self.max_evidence = max_evidence
+
+    @component.output_types(evidence_blocks=list[EvidenceBlock], rerank_trace=list[RerankEntry], dedup=DedupStats)
+    def run(self, candidates: list[Candidate], retrieval_trace: RetrievalTrace | None = None) -> dict[str, Any]:
+        """
+        :param candidates: Candidates in rank order (from `RuleReranker`).
+        :param retrieval_trace: The retriever's trace, for the evidence threshold it applied.
+        :returns: `evidence_blocks`, `rerank_trace` and `dedup` counts.
+        """
+        merged: dict[str, Candidate] = {}
+        for candidate in candidates:
+            kept = merged.get(candidate.evidence_key)
+            if kept is None:
+                merged[candidate.evidence_key] = candidate
+            else:
+                kept.hit_reasons = unique([*kept.hit_reasons, *candidate.hit_reasons])
+        per_source: dict[str, int] = {}
+        final: list[Candidate] = []
+        capped = 0
+        threshold = max(self.evidence_threshold, (retrieval_trace and retrieval_trace.evidence_threshold) or 0.0)
+        for candidate in usable(list(merged.values()), threshold):
+            if per_source.get(candidate.source, 0) >= self.per_document_cap:
+                capped += 1
+                continue
+            if len(final) >= self.max_evidence:
+                break
+            per_source[candidate.source] = per_source.get(candidate.source, 0) + 1
+            final.append(candidate)
+
+        blocks = [_block(c) for c in final]
+        trace = [
+            RerankEntry(
+                rank=rank,
+                source=c.source,
+                evidence_key=c.evidence_key,
+                base_score=c.similarity,
+                final_score=c.final_score,
+                boosts=dict(c.boosts),
+            )
+            for rank, c in enumerate(final, start=1)
+        ]
+        stats = DedupStats(
+            candidate_count=len(candidates),
+            final_count=len(blocks),
+            merged=len(candidates) - len(merged),
+            capped=capped,
+        )
+        return {"evidence_blocks": blocks, "rerank_trace": trace, "dedup": stats}
+
+
+def _block(candidate: Candidate) -> EvidenceBlock:
+    layer = LAYER_L0_L1 if any(r.startswith(L0_REASON_PREFIX) for r in candidate.hit_reasons) else LAYER_L1
+    return EvidenceBlock(
+        evidence_key=candidate.evidence_key,
+        source=candidate.source,
+        content=candidate.content,
+        retrieval_layer=layer,
+        score=candidate.similarity,
+        score_label=SIMILARITY_LABEL,
+        raw_score=candidate.raw_score,
+        raw_score_label=candidate.raw_score_label,
+        rerank_score=candidate.final_score,
+        hit_reasons=list(candidate.hit_reasons),
+        title=candidate.title,
+        breadcrumb=candidate.breadcrumb,
+        category=candidate.category,
+        tokens=candidate.tokens,
+    )

@@ -1,0 +1,185 @@
+import logging
+from typing import Any
+
+from haystack import component
+
+from components.contracts import (
+    FALLBACK_LOW_QUALITY,
+    FALLBACK_NO_EVIDENCE,
+    Candidate,
+    L0Hints,
+    QueryTransform,
+    RetrievalAttempt,
+    RetrievalTrace,
+)
+from components.stores.vector_search import QueryEmbeddings, VectorSearch, make_search
+
+logger = logging.getLogger(__name__)
+
+MODES = ("sdk", "haystack", "auto")
+
+
+def usable(candidates: list[Candidate], evidence_threshold: float) -> list[Candidate]:
+    """Candidates good enough to become evidence: the one rule shared by retrieval and post-processing."""
+    return [c for c in candidates if c.similarity >= evidence_threshold]
+
+
+@component
+class FallbackRetriever:
+    """
+    L1 semantic retrieval with an optional L0 category filter and a traced unfiltered retry.
+
+    - Exactly one nonblank L0 domain: a first attempt filtered on the `category` column.
+      Zero or several domains: one attempt without an L0-derived filter.
+    - A filtered attempt with no usable candidate (none at or above `evidence_threshold`) is
+      retried unfiltered with the raw query (`filtered_vector_no_evidence`); one whose top
+      normalized similarity is under `reference_threshold` likewise (`filtered_vector_low_quality`);
+      a good one is used as is.
+    - After a retry the candidates of both attempts go on together (the deduper merges a chunk
+      found by both, keeping both hit reasons); the unfiltered attempt is the selected one.
+    - When the L0 hints name words the knowledge base never uses (`hints.uncovered_terms`), a
+      candidate needs `uncovered_evidence_threshold` instead of `evidence_threshold` to be usable:
+      the bar applied is recorded in the trace (`evidence_threshold`) for the deduper.
+
+    `vector_store_mode` picks the path: `sdk`, `haystack`, or `auto` (haystack, then sdk when it
+    cannot initialise or fails). Every attempt is recorded in the `RetrievalTrace`.
+
+    Usage example:
+
+    ```python
+    retriever = FallbackRetriever(uri=".knowledge/milvus.db", collection="knowledge")
+    out = retriever.run(query_transform=qt, hints=hints, embeddings=[embedding])
+    out["retrieval_trace"].attempts[0].outcome  # "selected"
+    ```
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        collection: str,
+        top_k: int = 20,
+        reference_threshold: float = 0.5,
+        evidence_threshold: float = 0.35,
+        l1_enabled: bool = True,
+        vector_store_mode: str = "sdk",
+        index_type: str = "FLAT",
+        search_params: dict | None = None,
+        uncovered_evidence_threshold: float | None = None,
+    ) -> None:
+        """
+        :param uri: Milvus URI (a file path for Milvus Lite).
+        :param collection: Collection name.
+        :param top_k: Candidates per attempt.
+        :param reference_threshold: Minimum top similarity for a filtered attempt to stand.
+        :param evidence_threshold: Minimum similarity of a usable candidate.
+        :param l1_enabled: False skips vector retrieval entirely (then nothing is evidence).
+        :param vector_store_mode: "sdk", "haystack" or "auto".
+        :param index_type: Index type of the collection (milvus-haystack needs it for its scores).
+        :param search_params: Search parameters, e.g. {"nprobe": 16} for IVF_FLAT.
+        :param uncovered_evidence_threshold: Minimum similarity of a usable candidate when the query
+            names something the knowledge base never mentions (None: `evidence_threshold` always).
+        """
+        if vector_store_mode not in MODES:
+            raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
+        self.uri = uri
+        self.collection = collection
+        self.top_k = top_k
+        self.reference_threshold = reference_threshold
+        self.evidence_threshold = evidence_threshold
+        self.l1_enabled = l1_enabled
+        self.vector_store_mode = vector_store_mode
+        self.index_type = index_type
+        self.search_params = dict(search_params or {})
+        self.uncovered_evidence_threshold = uncovered_evidence_threshold
+        self._searches: dict[str, VectorSearch] = {}
+
+    def _search(self, path: str) -> VectorSearch:
+        if path not in self._searches:
+            self._searches[path] = make_search(path, self.uri, self.collection, self.index_type, self.search_params)
+        return self._searches[path]
+
+    @component.output_types(candidates=list[Candidate], retrieval_trace=RetrievalTrace)
+    def run(self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryEmbeddings) -> dict[str, Any]:
+        """
+        :param query_transform: The transformed query (the expanded variant is the first attempt's).
+        :param hints: L0 hints; `hints.single_domain` decides the filter.
+        :param embeddings: Embeddings of `query_transform.variants`, in order.
+        :returns: `candidates` (unsorted beyond each attempt's own order; after a retry, the retry's
+            and the first attempt's usable ones) and the `retrieval_trace`.
+        """
+        bar = self.evidence_bar(hints)
+        trace = RetrievalTrace(
+            vector_store_mode=self.vector_store_mode, l1_enabled=self.l1_enabled, evidence_threshold=bar
+        )
+        if not self.l1_enabled:
+            return {"candidates": [], "retrieval_trace": trace}
+
+        category = hints.single_domain
+        first, first_attempt = self._attempt(0, category, query_transform.retrieval_query, embeddings[-1], bar)
+        trace.attempts.append(first_attempt)
+        reason = None
+        if category is not None:
+            if first_attempt.usable_count == 0:
+                reason = FALLBACK_NO_EVIDENCE
+            elif (first_attempt.top_similarity or 0.0) < self.reference_threshold:
+                reason = FALLBACK_LOW_QUALITY
+        if reason is None:
+            first_attempt.outcome = "selected"
+            trace.selected_attempt = 0
+            return {"candidates": first, "retrieval_trace": trace}
+
+        first_attempt.outcome = f"retried: {reason}"
+        retry, retry_attempt = self._attempt(1, None, query_transform.normalized, embeddings[0], bar)
+        retry_attempt.outcome = "selected"
+        trace.attempts.append(retry_attempt)
+        trace.selected_attempt = 1
+        trace.fallback_reason = reason
+        logger.info("Filtered attempt on category %r retried without filter: %s", category, reason)
+        # The first attempt's unusable candidates could never become evidence: only its usable
+        # ones go on, to merge with the retry's (a chunk found by both keeps both hit reasons).
+        return {"candidates": retry + usable(first, bar), "retrieval_trace": trace}
+
+    def evidence_bar(self, hints: L0Hints) -> float:
+        """The similarity a candidate needs to be usable evidence for a query with these hints."""
+        if hints.uncovered_terms and self.uncovered_evidence_threshold is not None:
+            return max(self.evidence_threshold, self.uncovered_evidence_threshold)
+        return self.evidence_threshold
+
+    def _attempt(
+        self, index: int, category: str | None, query: str, embedding: list[float], bar: float
+    ) -> tuple[list[Candidate], RetrievalAttempt]:
+        candidates, path, note = self._search_with_mode(embedding, category)
+        reason = f"vector:{path} attempt {index} ({'category=' + repr(category) if category else 'unfiltered'})"
+        for candidate in candidates:
+            candidate.attempt = index
+            candidate.hit_reasons.append(reason)
+        good = usable(candidates, bar)
+        attempt = RetrievalAttempt(
+            index=index,
+            category_filter=category,
+            filter_expression=self._search(path).describe_filter(category),
+            query=query,
+            path=path,
+            candidate_count=len(candidates),
+            usable_count=len(good),
+            top_similarity=max((c.similarity for c in candidates), default=None),
+            outcome="pending",
+            error=note,
+        )
+        return candidates, attempt
+
+    def _search_with_mode(
+        self, embedding: list[float], category: str | None
+    ) -> tuple[list[Candidate], str, str | None]:
+        if self.vector_store_mode != "auto":
+            path = self.vector_store_mode
+            return self._search(path).search(embedding, self.top_k, category), path, None
+        try:
+            return self._search("haystack").search(embedding, self.top_k, category), "haystack", None
+        except Exception as exc:  # auto mode: any failure of the framework path falls back to the SDK
+            self._searches.pop("haystack", None)
+            note = (
+                f"haystack path failed, used sdk: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            )
+            logger.warning("Vector store auto mode: %s", note)
+            return self._search("sdk").search(embedding, self.top_k, category), "sdk", note

@@ -1,0 +1,91 @@
+import functools
+import logging
+from typing import Any
+
+from haystack import component
+
+from components.common.embedding_models import load_tokenizer
+from components.common.text import terms
+from components.contracts import L0Hints
+from components.stores.l0_index_file import L0IndexHandle
+
+logger = logging.getLogger(__name__)
+
+
+@component
+class L0HintExtractor:
+    """
+    Matches the query against the L0 index and returns hint data only: documents it names,
+    matched titles, keywords, domains (categories) and entities (aliases map to their entity), and
+    the words it uses that the knowledge base never does (`uncovered_terms`: no document uses them
+    and, with `tokenizer_model` set, they are no whole word of that model's vocabulary either; an
+    alert name that a notification quotes counts too when no document has it and it shares fewer
+    than half its words with the titles: "[FIRING:1] KafkaConsumerGroupLag").
+
+    Hints steer retrieval (an unambiguous domain becomes a category filter), boost reranking and
+    explain results; they are never evidence. Matching needs no whitespace tokenisation, so CJK
+    knowledge bases work as well as Latin-script ones.
+
+    Usage example:
+
+    ```python
+    extractor = L0HintExtractor(l0_index_path=".knowledge/knowledge.l0.json")
+    extractor.run(query="postgres replica is lagging")["hints"].entities  # ["PostgreSQL"]
+    ```
+    """
+
+    def __init__(
+        self,
+        l0_index_path: str,
+        title_min_overlap: float = 0.6,
+        domain_from_matches: bool = True,
+        domain_min_precision: float = 0.5,
+        tokenizer_model: str | None = None,
+    ) -> None:
+        """
+        :param l0_index_path: The L0 index written by `knowledge index`.
+        :param title_min_overlap: IDF-weighted share of a title's words that must occur in the query.
+        :param domain_from_matches: Also take domains from the categories of matched entries.
+        :param domain_min_precision: A category named in the query is a domain only when at least this
+            share of the documents naming it belong to it.
+        :param tokenizer_model: The embedding model, whose vocabulary tells common words from names
+            (`uncovered_terms`); None leaves `uncovered_terms` empty.
+        """
+        self.l0_index_path = l0_index_path
+        self.title_min_overlap = title_min_overlap
+        self.domain_from_matches = domain_from_matches
+        self.domain_min_precision = domain_min_precision
+        self.tokenizer_model = tokenizer_model
+        self._l0 = L0IndexHandle(l0_index_path)
+        self._common_words: frozenset[str] | None = None
+
+    def warm_up(self) -> None:
+        if self._common_words is None and self.tokenizer_model:
+            self._common_words = common_words(self.tokenizer_model)
+
+    @component.output_types(hints=L0Hints)
+    def run(self, query: str) -> dict[str, Any]:
+        """
+        :param query: The normalised query.
+        :returns: `hints`, an `L0Hints`.
+        """
+        index = self._l0.get()
+        hints = index.match(query, self.title_min_overlap, self.domain_from_matches, self.domain_min_precision)
+        if self.tokenizer_model:
+            self.warm_up()
+            hints.uncovered_terms = index.uncovered_terms(query, self._common_words or frozenset())
+        logger.debug("L0 hints for %r: %s", query, hints)
+        return {"hints": hints}
+
+
+@functools.lru_cache(maxsize=4)
+def common_words(tokenizer_model: str) -> frozenset[str]:
+    """
+    Whole alphabetic words of a model's vocabulary (no word pieces), lowercased, with their terms
+    (stems), so that an inflected form of a common word counts as common too ("lags": "lag").
+    Cached per model like the tokenizer: the set is immutable, and every pipeline built in a
+    process (one per `knowledge eval` system, per test) would otherwise stem the vocabulary again.
+    """
+    vocabulary = load_tokenizer(tokenizer_model).get_vocab()
+    words = {token.lower() for token in vocabulary if token.isascii() and token.isalpha()}
+    return frozenset(words.union(*(terms(word) for word in words)))

@@ -1,0 +1,101 @@
+import logging
+from typing import Any
+
+from haystack import component
+
+from components.common.text import clean, printable
+from components.contracts import InvalidQueryError, QueryTransform
+from components.stores.l0_index_file import L0IndexHandle
+
+logger = logging.getLogger(__name__)
+
+
+@component
+class QueryTransformer:
+    """
+    Normalises the raw query and adds variants: the first step of `lookup_knowledge`.
+
+    Whitespace and control characters are cleaned (NFKC); a query over `max_chars` is truncated
+    at a word boundary and the truncation recorded (or rejected with `on_overlong="error"`).
+    When `expand_entities` is on, aliases of L0 entities found in the query add a variant that
+    names the canonical entity ("pg lag" -> "pg lag (PostgreSQL)"), and so does a document name
+    quoted verbatim, with the document's title ("KubeQuotaAlmostFull firing" -> "KubeQuotaAlmostFull
+    firing (Kube Quota Almost Full)"), and an alert name that a notification quotes but no
+    document has, in words ("[FIRING:1] ContainerCpuThrottled" -> "... (Container Cpu Throttled)");
+    the variant is embedded for the first attempt, while an unfiltered retry uses the plain
+    normalised query.
+
+    Usage example:
+
+    ```python
+    transformer = QueryTransformer(l0_index_path=".knowledge/knowledge.l0.json")
+    result = transformer.run(query="  pg   replica lag\\x07 ")
+    result["query_transform"].normalized  # "pg replica lag"
+    ```
+    """
+
+    def __init__(
+        self,
+        l0_index_path: str,
+        max_chars: int = 2000,
+        on_overlong: str = "truncate",
+        expand_entities: bool = True,
+    ) -> None:
+        """
+        :param l0_index_path: The L0 index (for entity aliases).
+        :param max_chars: Longest query accepted as is.
+        :param on_overlong: "truncate" (recorded in query_transform) or "error".
+        :param expand_entities: Add a variant naming the canonical entities of aliases in the query
+            and the titles of documents it names.
+        """
+        if on_overlong not in ("truncate", "error"):
+            raise ValueError(f"on_overlong must be 'truncate' or 'error', not {on_overlong!r}")
+        self.l0_index_path = l0_index_path
+        self.max_chars = max_chars
+        self.on_overlong = on_overlong
+        self.expand_entities = expand_entities
+        self._l0 = L0IndexHandle(l0_index_path)
+
+    @component.output_types(query_transform=QueryTransform, variants=list[str], query=str)
+    def run(self, query: str) -> dict[str, Any]:
+        """
+        :param query: The agent's query, as given.
+        :returns: `query_transform` (the record), `variants` (texts to embed: the normalised
+            query, then the expanded one if any) and `query` (the normalised query).
+        :raises InvalidQueryError: Empty or whitespace-only query, or over-long with `on_overlong="error"`.
+        """
+        if not isinstance(query, str):
+            raise InvalidQueryError(f"query must be a string, not {type(query).__name__}")
+        normalized = clean(query)
+        if not normalized:
+            raise InvalidQueryError("query is empty: give the question or alert text to look up")
+        truncated = False
+        if len(normalized) > self.max_chars:
+            if self.on_overlong == "error":
+                raise InvalidQueryError(
+                    f"query is {len(normalized)} characters long; the limit is {self.max_chars} (query.max_chars)"
+                )
+            normalized = _truncate_at_word(normalized, self.max_chars)
+            truncated = True
+        index = self._l0.get()
+        expansions = (
+            index.entity_expansions(normalized) + index.name_expansions(normalized) if self.expand_entities else []
+        )
+        variants = [normalized]
+        if expansions:
+            variants.append(f"{normalized} ({', '.join(expansions)})")
+        transform = QueryTransform(
+            raw=printable(query),
+            normalized=normalized,
+            variants=variants,
+            expansions=expansions,
+            truncated=truncated,
+            original_chars=len(query),
+        )
+        return {"query_transform": transform, "variants": variants, "query": normalized}
+
+
+def _truncate_at_word(text: str, limit: int) -> str:
+    cut = text[:limit]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit * 0.8 else cut).rstrip()

@@ -1,0 +1,171 @@
+import logging
+from typing import Any
+
+from haystack import component
+
+from components.common.l0_words import is_identifier_name
+from components.contracts import (
+    LAYER_L0_L1,
+    LAYER_L1,
+    STATUS_EVIDENCE,
+    STATUS_NO_EVIDENCE,
+    ContextPack,
+    DedupStats,
+    EvidenceBlock,
+    L0Hints,
+    LookupResult,
+    QueryTransform,
+    RerankEntry,
+    RetrievalTrace,
+    SidecarReport,
+)
+
+logger = logging.getLogger(__name__)
+
+LAYER_L0 = "L0"
+LAYER_NONE = "none"
+
+
+def retrieval_layer(hints: L0Hints, trace: RetrievalTrace) -> str:
+    """
+    `L0+L1` when L0 hint data and L1 candidates both took part, `L1` for candidates without
+    hints, `L0` for hints without any L1 candidate (L1 disabled or empty), `none` otherwise.
+    """
+    had_candidates = any(a.candidate_count > 0 for a in trace.attempts)
+    if had_candidates:
+        return LAYER_L0_L1 if hints.has_matches else LAYER_L1
+    return LAYER_L0 if hints.has_matches else LAYER_NONE
+
+
+def relevance_level(blocks: list[EvidenceBlock], high: float, medium: float) -> str:
+    """
+    From the best block's normalized similarity s: `high` when s >= `high`, `medium` when
+    s >= `medium` (the reference threshold), `low` for any other evidence, `none` without evidence.
+    """
+    if not blocks:
+        return "none"
+    best = max(b.score for b in blocks)
+    if best >= high:
+        return "high"
+    if best >= medium:
+        return "medium"
+    return "low"
+
+
+def completeness_hint(blocks: list[EvidenceBlock], pack: ContextPack, level: str) -> str:
+    """One sentence telling the agent how far to trust the evidence as a complete answer."""
+    if not blocks:
+        return "none: no knowledge evidence was found; do not answer from the knowledge base"
+    sources = len({b.source for b in blocks})
+    base = f"{len(blocks)} evidence block(s) from {sources} source(s)"
+    if pack.omitted_sources or pack.omitted_evidence_keys or pack.truncated:
+        if pack.omitted_sources:
+            missing = f"{len(pack.omitted_sources)} source(s) omitted"
+        elif pack.omitted_evidence_keys:
+            missing = f"{len(pack.omitted_evidence_keys)} block(s) omitted"
+        else:
+            missing = "content truncated"
+        return f"partial: {base}; the context budget cut some of it ({missing}); read the sources for details"
+    if level == "low":
+        return f"weak: {base}, all of low relevance; verify before relying on it"
+    return f"complete: {base}, all within the context budget"
+
+
+@component
+class ResultAssembler:
+    """
+    Assembles the evidence-first `LookupResult` of DESIGN.md.
+
+    With evidence: `found=true`, the blocks, context pack, retrieval and rerank traces,
+    `relevanceLevel` and `completenessHint`. Without: `found=false`,
+    `evidenceStatus="no_evidence"`, a message saying so and the trace of every attempt; L0 matches
+    stay hint data in the trace and never appear as evidence.
+
+    Usage example:
+
+    ```python
+    assembler = ResultAssembler(high_relevance=0.6, reference_threshold=0.5)
+    result = assembler.run(query_transform=qt, hints=hints, retrieval_trace=trace, rerank_trace=rt,
+                           evidence_blocks=blocks, dedup=stats, context_pack=pack)["result"]
+    result.to_dict()["found"]
+    ```
+    """
+
+    def __init__(
+        self, high_relevance: float = 0.6, reference_threshold: float = 0.5, evidence_threshold: float = 0.35
+    ) -> None:
+        """
+        :param high_relevance: Best similarity for `relevanceLevel="high"`.
+        :param reference_threshold: Best similarity for `"medium"`.
+        :param evidence_threshold: Quoted in the no-evidence message.
+        """
+        self.high_relevance = high_relevance
+        self.reference_threshold = reference_threshold
+        self.evidence_threshold = evidence_threshold
+
+    @component.output_types(result=LookupResult)
+    def run(
+        self,
+        query_transform: QueryTransform,
+        hints: L0Hints,
+        retrieval_trace: RetrievalTrace,
+        rerank_trace: list[RerankEntry],
+        evidence_blocks: list[EvidenceBlock],
+        dedup: DedupStats,
+        context_pack: ContextPack,
+        sidecar: SidecarReport | None = None,
+    ) -> dict[str, Any]:
+        """
+        :returns: `result`, the `LookupResult`.
+        """
+        found = bool(evidence_blocks)
+        level = relevance_level(evidence_blocks, self.high_relevance, self.reference_threshold)
+        message = None if found else self._no_evidence_message(retrieval_trace, hints)
+        result = LookupResult(
+            found=found,
+            evidence_status=STATUS_EVIDENCE if found else STATUS_NO_EVIDENCE,
+            retrieval_layer=retrieval_layer(hints, retrieval_trace),
+            evidence_blocks=evidence_blocks,
+            context_pack=context_pack,
+            retrieval_trace=retrieval_trace,
+            rerank_trace=rerank_trace,
+            relevance_level=level,
+            completeness_hint=completeness_hint(evidence_blocks, context_pack, level),
+            query_transform=query_transform,
+            l0_hints=hints,
+            dedup=dedup,
+            message=message,
+            # No sidecar wired into the pipeline: it is disabled (the default).
+            sidecar=sidecar if sidecar is not None else SidecarReport(status="disabled"),
+        )
+        return {"result": result}
+
+    def _no_evidence_message(self, trace: RetrievalTrace, hints: L0Hints) -> str:
+        if not trace.l1_enabled:
+            return "No knowledge evidence found: semantic (L1) retrieval is disabled, and L0 hints are never evidence."
+        attempts = len(trace.attempts)
+        bar = trace.evidence_threshold
+        if hints.uncovered_terms and bar is not None and bar > self.evidence_threshold:
+            best = max((a.top_similarity or 0.0 for a in trace.attempts), default=0.0)
+            uncovered = _uncovered_phrase(hints.uncovered_terms)
+            return (
+                f"No knowledge evidence found: the knowledge base {uncovered}, so a chunk needed a "
+                f"similarity of at least {bar} to count as evidence; the best of {attempts} retrieval attempt(s) "
+                f"reached {best:.3f}. The knowledge base does not seem to cover this query."
+            )
+        return (
+            f"No knowledge evidence found: {attempts} retrieval attempt(s) returned no chunk with a similarity "
+            f"of at least {self.evidence_threshold}. The knowledge base does not seem to cover this query."
+        )
+
+
+def _uncovered_phrase(uncovered_terms: list[str]) -> str:
+    """What the uncovered terms say of the knowledge base: words it never uses, alert names no document has."""
+    names = [t for t in uncovered_terms if is_identifier_name(t)]
+    words = [t for t in uncovered_terms if t not in names]
+    phrases = []
+    if words:
+        phrases.append("never mentions " + ", ".join(map(repr, words)))
+    if names:
+        phrases.append("has no document named " + ", ".join(map(repr, names)))
+    return " and ".join(phrases)

@@ -1,0 +1,163 @@
+import logging
+from typing import Any
+
+from haystack import component
+
+from components.contracts import Candidate, RetrievalTrace, SidecarReport
+from components.stores.vector_search import PATHS, QueryEmbeddings, VectorSearch, make_search
+
+logger = logging.getLogger(__name__)
+
+_PREVIEW_CHARS = 160
+OTHER_PATH = "other"
+
+
+def comparable(candidates: list[Candidate], limit: int) -> list[dict[str, Any]]:
+    """Candidates in the comparable shape: identity, metadata, rank, preview and per-path score semantics."""
+    rows = []
+    for rank, candidate in enumerate(candidates[:limit], start=1):
+        rows.append(
+            {
+                "rank": rank,
+                "evidence_key": candidate.evidence_key,
+                "source": candidate.source,
+                "title": candidate.title,
+                "breadcrumb": candidate.breadcrumb,
+                "category": candidate.category,
+                "content_preview": candidate.content[:_PREVIEW_CHARS],
+                "path": candidate.path,
+                "score_label": candidate.raw_score_label,
+                "score_value": candidate.raw_score,
+                "similarity": candidate.similarity,
+            }
+        )
+    return rows
+
+
+def compare(main: list[dict[str, Any]], side: list[dict[str, Any]]) -> dict[str, Any]:
+    """Agreement of two ranked lists: overlap, same top hit, rank shifts and similarity gaps."""
+    main_rank = {r["evidence_key"]: r for r in main}
+    side_rank = {r["evidence_key"]: r for r in side}
+    shared = [key for key in main_rank if key in side_rank]
+    depth = max(len(main), len(side), 1)
+    return {
+        "depth": depth,
+        "overlap": len(shared),
+        "overlap_ratio": round(len(shared) / depth, 4),
+        "same_top1": bool(main and side and main[0]["evidence_key"] == side[0]["evidence_key"]),
+        "max_rank_shift": max((abs(main_rank[k]["rank"] - side_rank[k]["rank"]) for k in shared), default=0),
+        "max_similarity_gap": round(
+            max((abs(main_rank[k]["similarity"] - side_rank[k]["similarity"]) for k in shared), default=0.0), 6
+        ),
+        "score_semantics": {
+            "main": main[0]["score_label"] if main else None,
+            "sidecar": side[0]["score_label"] if side else None,
+            "comparable_by": "similarity (the same normalization on both paths); raw scores differ in meaning",
+        },
+    }
+
+
+@component
+class SidecarComparator:
+    """
+    Runs the other vector-store path beside the main one, for the selected attempt, and reports
+    a side-by-side comparison. Disabled by default; when enabled, its failure (the path cannot
+    initialise or query) is reported as the sidecar status and never fails the lookup.
+
+    Usage example:
+
+    ```python
+    sidecar = SidecarComparator(enabled=True, path="haystack", uri=".knowledge/milvus.db", collection="knowledge")
+    report = sidecar.run(embeddings=[q], candidates=candidates, retrieval_trace=trace)["sidecar"]
+    report.status, report.comparison["overlap_ratio"]
+    ```
+    """
+
+    def __init__(
+        self,
+        enabled: bool = False,
+        path: str = "other",
+        uri: str = "",
+        collection: str = "knowledge",
+        top_k: int = 10,
+        index_type: str = "FLAT",
+        search_params: dict | None = None,
+    ) -> None:
+        """
+        :param enabled: Run the sidecar at all.
+        :param path: The sidecar's vector-store path: "other" (the path the main lookup did not use),
+            "haystack" or "sdk".
+        :param uri: Milvus URI.
+        :param collection: Collection name.
+        :param top_k: Results compared per path.
+        :param index_type: Index type of the collection.
+        :param search_params: Search parameters.
+        """
+        if path not in (OTHER_PATH, *PATHS):
+            raise ValueError(f"sidecar path must be one of {OTHER_PATH}, {', '.join(PATHS)}, not {path!r}")
+        self.enabled = enabled
+        self.path = path
+        self.uri = uri
+        self.collection = collection
+        self.top_k = top_k
+        self.index_type = index_type
+        self.search_params = dict(search_params or {})
+        self._searches: dict[str, VectorSearch] = {}
+
+    @component.output_types(sidecar=SidecarReport)
+    def run(
+        self,
+        embeddings: QueryEmbeddings | None = None,
+        candidates: list[Candidate] | None = None,
+        retrieval_trace: RetrievalTrace | None = None,
+    ) -> dict[str, Any]:
+        """
+        The inputs are optional so that a pipeline with the sidecar disabled need not connect
+        them: Haystack deep-copies every connected input, a cost for nothing when it is off.
+
+        :param embeddings: Query embeddings (as given to the retriever).
+        :param candidates: The main path's candidates.
+        :param retrieval_trace: The main path's trace (its selected attempt is replayed).
+        :returns: `sidecar`, a `SidecarReport` (status "disabled" when off).
+        """
+        if not self.enabled:
+            return {"sidecar": SidecarReport(status="disabled")}
+        selected = (
+            retrieval_trace.attempts[retrieval_trace.selected_attempt]
+            if retrieval_trace is not None and retrieval_trace.selected_attempt is not None and embeddings is not None
+            else None
+        )
+        candidates = candidates or []
+        if selected is None:
+            return {"sidecar": SidecarReport(status="skipped", path=self.path, error="no main retrieval attempt")}
+        path = self._side_path(selected.path)
+        embedding = embeddings[0] if selected.index > 0 else embeddings[-1]
+        main = sorted((c for c in candidates if c.attempt == selected.index), key=lambda c: -c.similarity)
+        try:
+            if path not in self._searches:
+                self._searches[path] = make_search(path, self.uri, self.collection, self.index_type, self.search_params)
+            side = self._searches[path].search(embedding, self.top_k, selected.category_filter)
+        except Exception as exc:  # the sidecar must never break the main lookup
+            self._searches.pop(path, None)
+            logger.warning("Sidecar path %s failed: %s", path, exc)
+            return {
+                "sidecar": SidecarReport(
+                    status="error", path=path, main_path=selected.path, error=f"{type(exc).__name__}: {exc}"
+                )
+            }
+        main_rows = comparable(main, self.top_k)
+        side_rows = comparable(side, self.top_k)
+        return {
+            "sidecar": SidecarReport(
+                status="ok",
+                path=path,
+                main_path=selected.path,
+                results=side_rows,
+                comparison=compare(main_rows, side_rows),
+            )
+        }
+
+    def _side_path(self, main_path: str) -> str:
+        if self.path != OTHER_PATH:
+            return self.path
+        return next(p for p in PATHS if p != main_path)

@@ -1,0 +1,98 @@
+"""
+The L0 index on disk: a JSON file of the entries plus one summary vector per document in a
+`.npy` array beside it, written atomically, and a handle that reloads it when the file changes.
+"""
+
+import json
+import logging
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from components.stores.l0_index import L0Entry, L0Index
+
+logger = logging.getLogger(__name__)
+
+L0_FORMAT_VERSION = 1
+
+
+class L0IndexMissingError(FileNotFoundError):
+    """The query side found no L0 index: the knowledge base has not been indexed yet."""
+
+
+def summary_vectors_path(index_path: str | Path) -> Path:
+    path = Path(index_path)
+    return path.with_name(path.name.removesuffix(".json") + ".summaries.npy")
+
+
+def save_l0_index(index: L0Index, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "version": L0_FORMAT_VERSION,
+        "model": index.model,
+        "entries": [asdict(entry) for entry in index.entries],
+        "term_df": index.term_df,
+        "domain_precision": index.domain_precision,
+        "joined_words": None if index.joined_words is None else sorted(index.joined_words),
+    }
+    _atomic_write(path, json.dumps(payload, ensure_ascii=False, indent=1).encode("utf-8"))
+    vectors_path = summary_vectors_path(path)
+    if index.summary_vectors is not None:
+        tmp = vectors_path.with_name(vectors_path.name + ".tmp.npy")
+        np.save(tmp, index.summary_vectors.astype(np.float32))
+        os.replace(tmp, vectors_path)
+    elif vectors_path.exists():
+        vectors_path.unlink()
+
+
+def load_l0_index(path: str | Path) -> L0Index:
+    path = Path(path)
+    if not path.is_file():
+        raise L0IndexMissingError(f"no L0 index at {path}: run `knowledge index` first")
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    entries = [L0Entry.from_dict(e) for e in payload["entries"]]
+    vectors_path = summary_vectors_path(path)
+    vectors = np.load(vectors_path) if vectors_path.is_file() else None
+    if vectors is not None and len(vectors) != len(entries):
+        logger.warning("L0 summary vectors at %s do not match the entries; ignoring them", vectors_path)
+        vectors = None
+    return L0Index(
+        entries,
+        vectors,
+        payload.get("model", ""),
+        payload.get("term_df"),
+        payload.get("domain_precision"),
+        payload.get("joined_words"),
+    )
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class L0IndexHandle:
+    """
+    Lazily loads an L0 index and reloads it when the file changes (a re-index under a running
+    server), at the cost of one `stat` per lookup.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._stamp: tuple[int, int] | None = None
+        self._index: L0Index | None = None
+
+    def get(self) -> L0Index:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError as exc:
+            raise L0IndexMissingError(f"no L0 index at {self.path}: run `knowledge index` first") from exc
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if self._index is None or stamp != self._stamp:
+            self._index = load_l0_index(self.path)
+            self._stamp = stamp
+        return self._index

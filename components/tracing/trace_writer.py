@@ -1,0 +1,290 @@
+import dataclasses
+import logging
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from haystack import component, default_from_dict, default_to_dict
+
+from components.contracts import STATUS_ERROR, LookupResult
+from components.tracing import stage_recorder
+from components.tracing.mlflow_sink import MlflowTraceSink, TraceJob, get_sink
+from components.tracing.trace_store import STATUS_OK, TRACE_LOST, TraceStore
+
+logger = logging.getLogger(__name__)
+
+# The raw query kept in retrieval_details.query_transform (the `arguments` column keeps it whole).
+RAW_QUERY_CHARS = 2000
+
+
+def new_invocation_id() -> str:
+    return str(uuid.uuid4())
+
+
+def error_info(exc: BaseException, component_name: str | None = None) -> dict[str, Any]:
+    """The `error` of a failed call, as recorded and returned: type, one-line message, component."""
+    text = str(exc).strip()
+    return {
+        "type": type(exc).__name__,
+        "message": text.splitlines()[0] if text else type(exc).__name__,
+        "component": component_name,
+    }
+
+
+@component
+class TraceWriter:
+    """
+    Records every lookup: one `tool_invocation` row and, when MLflow is configured, one MLflow
+    trace. The last step of the query pipeline, after `ResultAssembler`.
+
+    The row holds the call's `arguments`, `status`, `found`, `retrieval_layer`, `latency_ms`,
+    `created_at`, `error` and `retrieval_details` (L0 hints, query transform, every retrieval
+    attempt and the selected one, fallback reason, rerank trace, context pack summary, compact
+    evidence summaries with content cut to `summary_chars`, candidate and final counts). The
+    returned result is the same `LookupResult` with its `invocation_id` and `trace_status`
+    (`recorded`, or `spooled` when the database is unavailable: the record then waits in the
+    local spool and is replayed later). Recording never fails the lookup.
+
+    The MLflow trace is built and written off the lookup path (a feeder thread and an export
+    process, see `components.tracing.mlflow_sink`), with one span per pipeline component as recorded
+    by `components.tracing.stage_recorder`, tagged with the invocation id, `found`, the retrieval layer
+    and the fallback reason.
+
+    Usage example:
+
+    ```python
+    writer = TraceWriter(db_url="sqlite:///.knowledge/traces.db", spool_path=".knowledge/trace-spool.jsonl")
+    writer.warm_up()
+    out = writer.run(result=lookup_result, arguments={"query": "disk full"}, started_at=time.time())
+    out["result"].invocation_id, out["result"].trace_status  # "5f0c…", "recorded"
+    ```
+    """
+
+    def __init__(
+        self,
+        db_url: str,
+        spool_path: str,
+        summary_chars: int = 200,
+        tool_name: str = "lookup_knowledge",
+        tracking_uri: str | None = None,
+        experiment: str = "lookup-knowledge",
+        artifact_location: str | None = None,
+        retry_interval: float = 5.0,
+    ) -> None:
+        """
+        :param db_url: SQLAlchemy URL of the `tool_invocation` database (SQLite file, PostgreSQL ...).
+        :param spool_path: Append-only JSONL file for records the database cannot take.
+        :param summary_chars: Evidence content kept per block in `retrieval_details` (0: none).
+        :param tool_name: The `tool_name` column.
+        :param tracking_uri: MLflow tracking URI; None: no MLflow.
+        :param experiment: MLflow experiment of the traces.
+        :param artifact_location: Artifact folder of the experiment when it is created (else
+            MLflow would use the current directory).
+        :param retry_interval: Seconds to spool without retrying after the database failed.
+        """
+        if summary_chars < 0:
+            raise ValueError(f"summary_chars must be >= 0, not {summary_chars}")
+        self.db_url = db_url
+        self.spool_path = spool_path
+        self.summary_chars = summary_chars
+        self.tool_name = tool_name
+        self.tracking_uri = tracking_uri
+        self.experiment = experiment
+        self.artifact_location = artifact_location
+        self.retry_interval = retry_interval
+        self.store = TraceStore(db_url, spool_path, retry_interval=retry_interval)
+        self._sink: MlflowTraceSink | None = None
+        self._warm = False
+
+    def warm_up(self) -> None:
+        """
+        Create or migrate the schema (a database that is down is not an error: records spool
+        until it is back) and start MLflow set-up in the background. Idempotent.
+        """
+        if self._warm:
+            return
+        try:
+            self.store.ensure_schema()
+        except Exception as exc:
+            logger.warning(
+                "Trace database not ready at start-up (%s): lookups will spool their records until it is",
+                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+            )
+        if self.tracking_uri:
+            stage_recorder.install()
+            self._sink = get_sink(self.tracking_uri, self.experiment, self.artifact_location)
+            self._sink.start()
+        self._warm = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(
+            self,
+            db_url=self.db_url,
+            spool_path=self.spool_path,
+            summary_chars=self.summary_chars,
+            tool_name=self.tool_name,
+            tracking_uri=self.tracking_uri,
+            experiment=self.experiment,
+            artifact_location=self.artifact_location,
+            retry_interval=self.retry_interval,
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TraceWriter":
+        return default_from_dict(cls, data)
+
+    @component.output_types(result=LookupResult)
+    def run(
+        self, result: LookupResult, arguments: dict[str, Any] | None = None, started_at: float | None = None
+    ) -> dict[str, Any]:
+        """
+        :param result: The assembled result.
+        :param arguments: The tool call's arguments (default: `{"query": <raw query>}`).
+        :param started_at: When the call started (`time.time()`), for `latency_ms` and the trace.
+        :returns: `result`: the same result with `invocation_id` and `trace_status` set.
+        """
+        writer_started_ns = time.time_ns()
+        self.warm_up()
+        invocation_id = new_invocation_id()
+        arguments = dict(arguments) if arguments else {"query": result.query_transform.raw}
+        started = started_at if started_at is not None else writer_started_ns / 1e9
+        try:
+            details = self.details(result)
+            record = {
+                "id": invocation_id,
+                "tool_name": self.tool_name,
+                "arguments": arguments,
+                "status": STATUS_OK,
+                "found": result.found,
+                "retrieval_layer": result.retrieval_layer,
+                "latency_ms": round((writer_started_ns / 1e9 - started) * 1000.0, 3),
+                "created_at": datetime.fromtimestamp(started, tz=UTC),
+                "error": None,
+                "retrieval_details": details,
+            }
+            trace_status = self.store.write(record)
+        except Exception:  # a record that cannot even be built must not cost the caller its evidence
+            logger.exception("Lookup %s could not be recorded", invocation_id)
+            details, trace_status = {}, TRACE_LOST
+        recorded = dataclasses.replace(result, invocation_id=invocation_id, trace_status=trace_status)
+        if trace_status == TRACE_LOST:
+            logger.error("Lookup %s was not recorded (trace database and spool both failed)", invocation_id)
+            return {"result": recorded}
+        try:
+            self._submit_trace(
+                invocation_id, STATUS_OK, arguments, started, details, trace_status, recorded, None, writer_started_ns
+            )
+        except Exception:  # MLflow is optional: never fail the lookup for it
+            logger.debug("MLflow trace of %s not submitted", invocation_id, exc_info=True)
+        return {"result": recorded}
+
+    def details(self, result: LookupResult) -> dict[str, Any]:
+        """The compact `retrieval_details` of a result (spec keys, evidence content cut)."""
+        details = result.retrieval_details(self.summary_chars)
+        transform = details.get("query_transform") or {}
+        raw = transform.get("raw")
+        if isinstance(raw, str) and len(raw) > RAW_QUERY_CHARS:
+            transform["raw"] = raw[:RAW_QUERY_CHARS]
+            transform["raw_truncated"] = True
+        if self.summary_chars == 0:
+            for block in details.get("evidence_blocks", []):
+                block.pop("content_preview", None)
+        return details
+
+    def record_error(
+        self,
+        query: Any,
+        error: BaseException,
+        started_at: float,
+        component_name: str | None = None,
+        arguments: dict[str, Any] | None = None,
+    ) -> LookupResult:
+        """
+        Record a failed call (`status=error`, the error text) and return the structured error
+        result the caller gets instead of an exception. Never raises.
+        """
+        ended_ns = time.time_ns()
+        try:
+            self.warm_up()
+        except Exception:  # recording must not fail because MLflow set-up did
+            logger.debug("TraceWriter warm-up failed while recording an error", exc_info=True)
+        invocation_id = new_invocation_id()
+        info = error_info(error, component_name)
+        arguments = dict(arguments) if arguments else {"query": query if isinstance(query, str) else repr(query)}
+        recording = stage_recorder.last_recording()
+        completed = [s.name for s in recording.stages if s.end_ns and not s.error] if recording else []
+        details = {
+            "error": info,
+            "completed_stages": completed,
+            "evidence_status": STATUS_ERROR,
+        }
+        record = {
+            "id": invocation_id,
+            "tool_name": self.tool_name,
+            "arguments": arguments,
+            "status": STATUS_ERROR,
+            "found": False,
+            "retrieval_layer": None,
+            "latency_ms": round((ended_ns / 1e9 - started_at) * 1000.0, 3),
+            "created_at": datetime.fromtimestamp(started_at, tz=UTC),
+            "error": f"{info['type']}: {info['message']}" + (f" (in {component_name})" if component_name else ""),
+            "retrieval_details": details,
+        }
+        trace_status = self.store.write(record)
+        failure = LookupResult.failure(
+            query if isinstance(query, str) else "", info, invocation_id=invocation_id, trace_status=trace_status
+        )
+        try:
+            self._submit_trace(
+                invocation_id, STATUS_ERROR, arguments, started_at, details, trace_status, None, info, None, recording
+            )
+        except Exception:  # MLflow is optional: the error result still goes back
+            logger.debug("MLflow trace of %s not submitted", invocation_id, exc_info=True)
+        logger.info("Lookup %s failed and was recorded (%s): %s", invocation_id, trace_status, record["error"])
+        return failure
+
+    def _submit_trace(
+        self,
+        invocation_id: str,
+        status: str,
+        arguments: dict[str, Any],
+        started_at: float,
+        details: dict[str, Any],
+        trace_status: str,
+        result: LookupResult | None,
+        error: dict[str, Any] | None,
+        writer_started_ns: int | None,
+        recording: stage_recorder.StageRecording | None = None,
+    ) -> None:
+        if self._sink is None:
+            return
+        if recording is None:
+            recording = stage_recorder.current_recording()
+        fallback = details.get("fallback_reason")
+        tags = {
+            "invocation_id": invocation_id,
+            "tool_name": self.tool_name,
+            "status": status,
+            "found": "true" if result is not None and result.found else "false",
+            "retrieval_layer": str(details.get("retrieval_layer") or "none"),
+            "fallback_reason": str(fallback) if fallback else "none",
+            "trace_status": trace_status,
+        }
+        job = TraceJob(
+            invocation_id=invocation_id,
+            tool_name=self.tool_name,
+            status=status,
+            arguments=arguments,
+            started_ns=int(started_at * 1e9),
+            ended_ns=time.time_ns(),
+            details=details,
+            trace_status=trace_status,
+            summary_chars=self.summary_chars,
+            result=result,
+            recording=recording,
+            writer_started_ns=writer_started_ns,
+            error=error,
+            tags=tags,
+        )
+        self._sink.submit(job)

@@ -1,0 +1,313 @@
+"""`knowledge bench lookup`: `LookupService.lookup` against a floor of one query embedding plus one
+raw Milvus search (see docs/benchmarks.md)."""
+
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pipelines.bench.corpus import bench_config, build_repeated_kb, copy_category, read_corpus, resolve_corpus
+from pipelines.bench.index_bench import _cleanup_milvus
+from pipelines.bench.machine import (
+    OtherCpu,
+    call_ms,
+    format_other_cpu,
+    latency_summary,
+    load_average,
+    peak_rss_mb,
+    percentile,
+    settle,
+    timed,
+)
+
+LOOKUP_RATIO_TARGETS = {"filtered": 1.3, "fallback": 2.2}
+
+
+WARMUP_LOOKUPS = 3
+
+
+# Queries per intended path, as (category named in the query, what it asks). Checked against
+# the repeated runbook corpus: none shares enough words with a runbook title to match it in L0
+# (a title match would add that title's categories, one per copy, and drop the filter).
+# `filtered`: the named category covers the topic, its best chunk scores over the reference
+# threshold. `fallback`: it does not (`general` holds four runbooks, `node` is host-level), so the
+# filtered attempt has no usable chunk or a weak one and is retried unfiltered.
+FILTERED_QUERIES = (
+    ("etcd", "the keyspace is nearly at its storage limit, defragment it"),
+    ("node", "disk almost full on the host"),
+    ("kubernetes", "container restarts again and again"),
+    ("etcd", "fsync to the write ahead log takes too long"),
+    ("node", "host running out of inodes"),
+    ("kubernetes", "volume claim nearly out of space"),
+    ("alertmanager", "notifications are not delivered to slack or pagerduty"),
+    ("node", "time on the machine is wrong"),
+    ("kubernetes", "a deployment rollout is stuck"),
+    ("prometheus", "the write ahead log of the time series database is corrupted"),
+)
+
+
+FALLBACK_QUERIES = (
+    ("general", "disk almost full on the host"),
+    ("node", "notifications fail to reach slack"),
+    ("general", "container restarts again and again"),
+    ("node", "webhook receiver returns errors for alert notifications"),
+    ("general", "volume claim nearly out of space"),
+    ("node", "recording rules cannot be evaluated"),
+    ("general", "host running out of inodes"),
+    ("node", "a deployment rollout is stuck"),
+    ("general", "keyspace nearly at its storage limit, defragment it"),
+    ("general", "time on the machine is wrong"),
+)
+
+
+QUERIES_PER_COPY = 3
+
+
+def lookup_query_candidates(categories: set[str], copies: int) -> dict[str, list[str]]:
+    """
+    Query texts meant for each path, `QUERIES_PER_COPY` per copy and path, each naming the
+    category of its copy (`etcd-3: ...`): the L0 layer recognises exactly that one domain, so the
+    first attempt is filtered on it. Which path a query really takes is read from its retrieval
+    trace when it runs (`classify_queries`), not assumed from this list.
+    """
+    planned = {"filtered": FILTERED_QUERIES, "fallback": FALLBACK_QUERIES}
+    candidates: dict[str, list[str]] = {}
+    for path, pairs in planned.items():
+        usable_pairs = [(category, topic) for category, topic in pairs if category in categories]
+        texts = []
+        for copy in range(copies):
+            for offset in range(min(QUERIES_PER_COPY, len(usable_pairs))):
+                category, topic = usable_pairs[(copy * QUERIES_PER_COPY + offset) % len(usable_pairs)]
+                texts.append(f"{copy_category(category, copy)}: {topic}")
+        candidates[path] = texts
+    return candidates
+
+
+def lookup_path(result) -> tuple[str, str | None]:
+    """
+    What happened in a lookup, from its retrieval trace: (`filtered` | `fallback` | `unfiltered`,
+    the first attempt's filter expression).
+    """
+    trace = result.retrieval_trace
+    first = trace.attempts[0] if trace.attempts else None
+    if first is None or first.category_filter is None:
+        return "unfiltered", None
+    if trace.fallback_reason:
+        return "fallback", first.filter_expression
+    return "filtered", first.filter_expression
+
+
+@dataclass
+class LookupCase:
+    query: str
+    path: str
+    filter_expression: str | None
+    fallback_reason: str | None
+
+
+def classify_queries(service, queries: Iterable[str]) -> list[LookupCase]:
+    """Run each query once through the pipeline and record which path it took."""
+    cases = []
+    for query in queries:
+        result = service.lookup(query)
+        path, expression = lookup_path(result)
+        cases.append(LookupCase(query, path, expression, result.retrieval_trace.fallback_reason))
+    return cases
+
+
+def time_lookups(service, queries: Iterable[str]) -> list[float]:
+    """
+    Wall-clock milliseconds of `service.lookup(query)` for each query, in order. Any object with
+    a `lookup(query)` method will do, e.g. two services built from two configs.
+    """
+    return [call_ms(lambda q=query: service.lookup(q))[0] for query in queries]
+
+
+class LookupFloor:
+    """
+    The least work a lookup has to do: one query embedding through the pipeline's own
+    `KnowledgeQueryEmbedder.run` and one raw `MilvusClient.search` with the pipeline's top_k,
+    output fields, search parameters and (when given) category filter expression.
+    """
+
+    def __init__(self, cfg: DictConfig, query_embedder) -> None:
+        from components.stores.milvus_collection import connect
+
+        self.cfg = cfg
+        self.embedder = query_embedder
+        self.client = connect(cfg.milvus.uri)
+
+    def run(self, query: str, filter_expression: str | None):
+        from components.stores.milvus_collection import CATEGORY_FIELD, CONTENT_FIELD, METADATA_FIELD, VECTOR_FIELD
+        from components.stores.vector_search import as_float_list
+
+        embedding = self.embedder.run(texts=[query])["embeddings"][0]
+        return self.client.search(
+            self.cfg.milvus.collection,
+            data=[as_float_list(embedding)],
+            limit=self.cfg.retrieval.top_k,
+            filter=filter_expression or "",
+            output_fields=[CONTENT_FIELD, METADATA_FIELD, CATEGORY_FIELD],
+            search_params={"metric_type": "L2", "params": dict(self.cfg.milvus.search_params)},
+            anns_field=VECTOR_FIELD,
+        )[0]
+
+    def time(self, cases: Iterable[LookupCase]) -> list[float]:
+        """Wall-clock milliseconds of the floor for each case, in order."""
+        return [call_ms(lambda c=case: self.run(c.query, c.filter_expression))[0] for case in cases]
+
+
+def pick_cases(cases: Sequence[LookupCase], path: str, count: int) -> list[LookupCase]:
+    """`count` cases of one path, cycling through the distinct ones when there are fewer."""
+    matching = [c for c in cases if c.path == path]
+    if not matching:
+        return []
+    return [matching[i % len(matching)] for i in range(count)]
+
+
+def measure_path(
+    service, floor: LookupFloor, cases: Sequence[LookupCase], warmups: int = WARMUP_LOOKUPS
+) -> dict[str, Any]:
+    """
+    Pipeline and floor latencies of one path. Each case is timed on both sides back to back,
+    the side that goes first alternating, so background load (other work on the machine) weighs
+    on both alike. Process CPU time is recorded beside wall time: it is far less sensitive to
+    other processes.
+    """
+    for case in cases[:warmups]:
+        service.lookup(case.query)
+        floor.run(case.query, case.filter_expression)
+    sides: dict[str, list[tuple[float, float]]] = {"pipeline": [], "floor": []}
+    for number, case in enumerate(cases):
+        calls = [
+            ("pipeline", lambda c=case: service.lookup(c.query)),
+            ("floor", lambda c=case: floor.run(c.query, c.filter_expression)),
+        ]
+        for side, function in calls if number % 2 == 0 else reversed(calls):
+            sides[side].append(call_ms(function))
+    summaries = {}
+    for side, samples in sides.items():
+        summaries[side] = latency_summary([wall for wall, _ in samples])
+        summaries[side]["cpu_p50_ms"] = round(percentile([cpu for _, cpu in samples], 0.5), 2)
+
+    def p50_ratio(column: int) -> float:  # 0: wall, 1: CPU
+        return percentile([s[column] for s in sides["pipeline"]], 0.5) / percentile(
+            [s[column] for s in sides["floor"]], 0.5
+        )
+
+    return {
+        "queries": len(cases),
+        "distinct_queries": len({c.query for c in cases}),
+        **summaries,
+        "p50_ratio": p50_ratio(0),  # unrounded: the target verdict is taken on it
+        "cpu_p50_ratio": round(p50_ratio(1), 3),
+    }
+
+
+def bench_lookup(
+    cfg: DictConfig,
+    corpus: str | Path | None = None,
+    min_chunks: int = 10000,
+    queries: int = 60,
+    echo: Callable[[str], None] = print,
+    tracing_lookups: int = 60,
+) -> dict[str, Any]:
+    """
+    Lookup latency of the pipeline against one embedding + one search (see the module docstring),
+    then, on the same collection, lookup latency with MLflow tracing off vs on
+    (`pipelines.bench.tracing.compare_tracing_overhead`, `tracing_lookups` per mode; 0 skips it).
+    """
+    from pipelines.indexing import run_indexing
+    from pipelines.lookup import LookupService
+
+    files = read_corpus(resolve_corpus(corpus))
+    figures: dict[str, Any] = {"load_avg_start": load_average()}
+    with tempfile.TemporaryDirectory(prefix="knowledge-bench-lookup-") as tmp:
+        work = Path(tmp)
+        kb_root = work / "kb"
+        cfg = bench_config(cfg, work / "state", kb_root)
+        echo(f"bench lookup: repeating {len(files)} runbooks to >= {min_chunks} chunks under {work}")
+        _, copies = build_repeated_kb(cfg, files, kb_root, min_chunks)
+        report, index_s = timed(lambda: run_indexing(cfg, rebuild=True))
+        echo(f"indexed {report.collection_count} chunks in {index_s:.1f} s; classifying queries")
+
+        service = LookupService(cfg)
+        _, warm_s = timed(service.warm_up)
+        settle_s = settle()
+        candidates = lookup_query_candidates({f.category for f in files}, copies)
+        cases = classify_queries(service, [q for group in candidates.values() for q in group])
+        floor = LookupFloor(cfg, service.pipeline.get_component("query_embedder"))
+
+        paths: dict[str, Any] = {}
+        for path in ("filtered", "fallback"):
+            picked = pick_cases(cases, path, queries)
+            if not picked:
+                echo(f"warning: no crafted query took the {path} path; it is not measured")
+                continue
+            with OtherCpu() as other:
+                paths[path] = measure_path(service, floor, picked)
+            paths[path]["other_cpu_share"] = other.share
+            paths[path]["target_p50_ratio"] = LOOKUP_RATIO_TARGETS[path]
+            paths[path]["meets_target"] = paths[path]["p50_ratio"] <= LOOKUP_RATIO_TARGETS[path]
+            paths[path]["p50_ratio"] = round(paths[path]["p50_ratio"], 3)
+        tracing = None
+        if tracing_lookups > 0:
+            from pipelines.bench.tracing import compare_tracing_overhead
+
+            echo("")
+            tracing = compare_tracing_overhead(
+                cfg, [c.query for c in cases] or list(candidates.values())[0], n=tracing_lookups, out=echo
+            )
+        _cleanup_milvus(cfg)
+
+    reasons: dict[str, int] = {}
+    for case in cases:
+        if case.fallback_reason:
+            reasons[case.fallback_reason] = reasons.get(case.fallback_reason, 0) + 1
+    figures.update(
+        chunks=report.collection_count,
+        copies=copies,
+        index_s=round(index_s, 1),
+        service_warmup_s=round(warm_s, 2),
+        settle_s=round(settle_s, 1),
+        top_k=cfg.retrieval.top_k,
+        crafted_queries={
+            path: sum(1 for c in cases if c.path == path) for path in ("filtered", "fallback", "unfiltered")
+        },
+        fallback_reasons=reasons,
+        paths=paths,
+        tracing=tracing,
+        peak_rss_mb=peak_rss_mb(),
+        load_avg_end=load_average(),
+    )
+    echo(format_lookup_figures(figures))
+    return figures
+
+
+def format_lookup_figures(f: dict[str, Any]) -> str:
+    crafted = ", ".join(f"{path} {n}" for path, n in f["crafted_queries"].items())
+    lines = [
+        f"collection        {f['chunks']} chunks ({f['copies']} copies of the corpus), top_k {f['top_k']}, "
+        f"indexed in {f['index_s']} s, then {f['settle_s']} s until Milvus Lite's background work settled",
+        f"crafted queries   {crafted} (by what the retrieval trace shows); fallback reasons {f['fallback_reasons']}",
+    ]
+    for path, p in f["paths"].items():
+        verdict = "meets" if p["meets_target"] else "OVER"
+        lines.append(
+            f"{path:<17} pipeline p50 {p['pipeline']['p50_ms']:.1f} ms p95 {p['pipeline']['p95_ms']:.1f} ms | "
+            f"floor p50 {p['floor']['p50_ms']:.1f} ms p95 {p['floor']['p95_ms']:.1f} ms | "
+            f"p50 ratio {p['p50_ratio']:.3f} ({verdict} target <= {p['target_p50_ratio']}) "
+            f"[{p['queries']} timed, {p['distinct_queries']} distinct]"
+        )
+        lines.append(
+            f"{'':<17} CPU time p50: pipeline {p['pipeline']['cpu_p50_ms']:.1f} ms, floor "
+            f"{p['floor']['cpu_p50_ms']:.1f} ms, ratio {p['cpu_p50_ratio']:.2f}; {format_other_cpu(p['other_cpu_share'])}"
+        )
+    lines += [
+        f"peak RSS          {f['peak_rss_mb']:.0f} MiB",
+        f"load average      {f['load_avg_start']} at start, {f['load_avg_end']} at end (1 min, whole machine)",
+    ]
+    return "\n".join(lines)

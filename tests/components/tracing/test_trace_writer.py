@@ -1,0 +1,84 @@
+"""TraceWriter as a Haystack component: serialization, place in the pipeline, warm-up, compaction."""
+
+import json
+import time
+
+from haystack import Pipeline
+
+from components.tracing.trace_writer import RAW_QUERY_CHARS, TraceWriter
+from pipelines.lookup import ALLOWED_MODULES, build_lookup_pipeline
+
+
+def test_trace_writer_serializes_with_plain_init_parameters(tmp_path):
+    writer = TraceWriter(
+        db_url=f"sqlite:///{tmp_path}/t.db",
+        spool_path=str(tmp_path / "s.jsonl"),
+        summary_chars=50,
+        tracking_uri="sqlite:///x.db",
+        experiment="e",
+        artifact_location="/tmp/a",
+        retry_interval=1.5,
+    )
+    data = writer.to_dict()
+    assert data["type"] == "components.tracing.trace_writer.TraceWriter"
+    assert data["init_parameters"] == {
+        "db_url": f"sqlite:///{tmp_path}/t.db",
+        "spool_path": str(tmp_path / "s.jsonl"),
+        "summary_chars": 50,
+        "tool_name": "lookup_knowledge",
+        "tracking_uri": "sqlite:///x.db",
+        "experiment": "e",
+        "artifact_location": "/tmp/a",
+        "retry_interval": 1.5,
+    }
+    assert TraceWriter.from_dict(data).to_dict() == data
+
+
+def test_trace_writer_is_the_last_step_fed_by_the_assembler(make_config):
+    cfg = make_config()
+    pipeline = build_lookup_pipeline(cfg)
+    assert set(pipeline.graph.successors("assembler")) == {"trace_writer"}
+    assert list(pipeline.graph.successors("trace_writer")) == []
+    edge = pipeline.graph.get_edge_data("assembler", "trace_writer")
+    assert any(e["from_socket"].name == "result" and e["to_socket"].name == "result" for e in edge.values())
+    writer = pipeline.get_component("trace_writer")
+    assert writer.db_url == cfg.trace.db_url and writer.tracking_uri is None
+    # The serialized pipeline keeps it, with its plain parameters.
+    restored = Pipeline.loads(pipeline.dumps(), allowed_modules=ALLOWED_MODULES)
+    assert restored.get_component("trace_writer").to_dict() == writer.to_dict()
+
+
+def test_warm_up_is_idempotent_and_tolerates_a_database_that_is_down(tmp_path):
+    (tmp_path / "blocked").write_text("")
+    writer = TraceWriter(db_url=f"sqlite:///{tmp_path}/blocked/t.db", spool_path=str(tmp_path / "s.jsonl"))
+    writer.warm_up()
+    writer.warm_up()
+    ok = TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s2.jsonl"))
+    ok.warm_up()
+    assert ok.store._schema_ready
+    ok.warm_up()
+
+
+def test_a_long_query_is_cut_in_retrieval_details_but_kept_in_arguments(sample_service, tmp_path):
+    query = "disk full " * 400
+    result = sample_service.lookup(query)
+    writer = TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s.jsonl"))
+    out = writer.run(result=result, arguments={"query": query}, started_at=time.time())["result"]
+    row = writer.store.get(out.invocation_id)
+    transform = row["retrieval_details"]["query_transform"]
+    assert len(transform["raw"]) == RAW_QUERY_CHARS and transform["raw_truncated"] is True
+    assert row["arguments"]["query"] == query
+    assert len(json.dumps(row["retrieval_details"]).encode()) < 16 * 1024
+    assert out is not result and out.invocation_id and result.invocation_id != out.invocation_id
+
+
+def test_a_record_that_cannot_be_built_never_costs_the_lookup(sample_service, tmp_path, monkeypatch):
+    result = sample_service.lookup("certificate expiry")
+    writer = TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s.jsonl"))
+
+    def broken(_result):
+        raise TypeError("unexpected shape")
+
+    monkeypatch.setattr(writer, "details", broken)
+    out = writer.run(result=result, arguments={"query": "certificate expiry"}, started_at=time.time())["result"]
+    assert out.trace_status == "lost" and out.found and out.evidence_blocks == result.evidence_blocks

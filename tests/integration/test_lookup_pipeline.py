@@ -1,0 +1,241 @@
+"""
+The lookup_knowledge pipeline as a whole: component order (Haystack tracing), the committed
+pipelines/lookup_knowledge.yml, component serialization, and the explicit agent tool boundary.
+"""
+
+import contextlib
+import json
+
+import pytest
+import yaml
+from haystack import Pipeline, component, tracing
+from haystack.components.agents import Agent
+from haystack.core.errors import DeserializationError
+from haystack.dataclasses import ChatMessage, ToolCall
+
+from components.lookup.context_packer import ContextPacker
+from components.lookup.evidence_deduper import EvidenceDeduper
+from components.lookup.fallback_retriever import FallbackRetriever
+from components.lookup.l0_hint_extractor import L0HintExtractor
+from components.lookup.query_embedder import KnowledgeQueryEmbedder
+from components.lookup.query_transformer import QueryTransformer
+from components.lookup.result_assembler import ResultAssembler
+from components.lookup.rule_reranker import RuleReranker
+from components.lookup.sidecar_comparator import SidecarComparator
+from components.tracing.trace_writer import TraceWriter
+from pipelines.agent import TOOL_NAME, lookup_knowledge_tool
+from pipelines.lookup import LookupService, build_lookup_pipeline
+from pipelines.settings import load_config
+from tests.conftest import REPO
+from tests.helpers import assert_round_trips, derived_config
+from tests.pipelines.test_serialized import normalized, without_header
+
+YAML_PATH = REPO / "pipelines" / "lookup_knowledge.yml"
+QUERY = "disk almost full on a worker node"
+COMPONENT_TYPES = {
+    "query_transformer": QueryTransformer,
+    "l0_hints": L0HintExtractor,
+    "query_embedder": KnowledgeQueryEmbedder,
+    "retriever": FallbackRetriever,
+    "reranker": RuleReranker,
+    "deduper": EvidenceDeduper,
+    "context_packer": ContextPacker,
+    "assembler": ResultAssembler,
+    "trace_writer": TraceWriter,
+}
+
+
+# component order -----------------------------------------------------------------------------
+
+
+class _Span(tracing.Span):
+    def set_tag(self, key, value) -> None:
+        pass
+
+
+class ComponentOrderTracer(tracing.Tracer):
+    """Records the name of every component run, in the order the runs start."""
+
+    def __init__(self) -> None:
+        self.components: list[str] = []
+
+    @contextlib.contextmanager
+    def trace(self, operation_name, tags=None, parent_span=None):
+        if operation_name == "haystack.component.run":
+            self.components.append(tags["haystack.component.name"])
+        yield _Span()
+
+    def current_span(self):
+        return None
+
+
+def components_run(service) -> list[str]:
+    """The components one lookup of `service` runs, in the order their runs start."""
+    recorder = ComponentOrderTracer()
+    previous = tracing.tracer.actual_tracer
+    tracing.enable_tracing(recorder)
+    try:
+        result = service.lookup(QUERY)
+    finally:
+        tracing.enable_tracing(previous)
+    assert result.found
+    return recorder.components
+
+
+def test_pipeline_components_execute_in_order(sample_service):
+    ran = components_run(sample_service)
+    position = {name: ran.index(name) for name in ran}
+    stages = [
+        "query_transformer",
+        "l0_hints",
+        "query_embedder",
+        "retriever",
+        "reranker",
+        "deduper",
+        "context_packer",
+        "assembler",
+    ]
+    assert set(stages) <= set(ran) and all(ran.count(name) == 1 for name in ran)
+    assert position["query_transformer"] < position["retriever"]  # transform before retrieval
+    assert position["retriever"] < position["reranker"] < position["deduper"]  # retrieve before post-processing
+    assert position["deduper"] < position["context_packer"]  # evidence blocks before packing
+    # Result assembly comes after every stage, and trace recording after result assembly.
+    assert all(position[name] < position["assembler"] for name in stages[:-1])
+    assert ran[position["assembler"] + 1 :] == ["trace_writer"]
+    # The sidecar, disabled by default, is not on the runtime path.
+    assert "sidecar" not in ran
+
+
+def test_enabled_sidecar_runs_after_retrieval_and_before_assembly(sample_cfg):
+    ran = components_run(LookupService(derived_config(sample_cfg, "sidecar.enabled=true")))
+    assert ran.count("sidecar") == 1
+    assert ran.index("retriever") < ran.index("sidecar") < ran.index("assembler")
+
+
+# committed YAML ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def committed() -> str:
+    return YAML_PATH.read_text(encoding="utf-8")
+
+
+def test_committed_yaml_matches_the_default_config(committed):
+    built = build_lookup_pipeline(load_config()).dumps()
+    assert without_header(committed) == built, "pipelines/lookup_knowledge.yml is stale: regenerate it (see its header)"
+    data = yaml.safe_load(committed)
+    assert data["components"]["retriever"]["init_parameters"]["uri"] == ".knowledge/milvus.db"
+    assert data["components"]["l0_hints"]["init_parameters"]["l0_index_path"] == ".knowledge/knowledge.l0.json"
+    assert "/work/" not in committed and "/tmp/" not in committed
+
+
+def test_committed_yaml_needs_the_allowlist(committed):
+    with pytest.raises(DeserializationError):
+        Pipeline.loads(committed)
+
+
+def test_committed_yaml_loads_and_answers_a_query(committed, sample_cfg, sample_service, tmp_path):
+    pipeline = Pipeline.loads(committed, allowed_modules=["components"])
+    assert {name: type(pipeline.get_component(name)) for name in COMPONENT_TYPES} == COMPONENT_TYPES
+    assert normalized(pipeline.dumps()) == normalized(committed)
+
+    data = pipeline.to_dict()
+    for spec in data["components"].values():
+        params = spec["init_parameters"]
+        if "uri" in params:
+            params["uri"] = sample_cfg.milvus.uri
+        if "l0_index_path" in params:
+            params["l0_index_path"] = sample_cfg.l0.index_path
+    recorder = data["components"]["trace_writer"]["init_parameters"]
+    recorder.update(
+        db_url=f"sqlite:///{tmp_path}/traces.db", spool_path=str(tmp_path / "spool.jsonl"), tracking_uri=None
+    )
+    pointed = Pipeline.from_dict(data, allowed_modules=["components"])
+    result = pointed.run({"query_transformer": {"query": QUERY}})["trace_writer"]["result"]
+    assert result.invocation_id and result.trace_status == "recorded"
+    assert result.found and result.evidence_blocks[0].source == "disk/disk-full.md"
+    # The YAML is the default configuration: the same evidence as the session's service.
+    expected = sample_service.lookup(QUERY)
+    assert [b.evidence_key for b in result.evidence_blocks] == [b.evidence_key for b in expected.evidence_blocks]
+
+
+@pytest.mark.parametrize(
+    "instance",
+    [
+        QueryTransformer(l0_index_path="/data/kb.l0.json", max_chars=500, on_overlong="error", expand_entities=False),
+        L0HintExtractor(
+            l0_index_path="/data/kb.l0.json", title_min_overlap=0.7, domain_from_matches=False, domain_min_precision=0.4
+        ),
+        KnowledgeQueryEmbedder(model="some/model", device="cpu"),
+        FallbackRetriever(
+            uri="http://127.0.0.1:19530",
+            collection="kb",
+            top_k=7,
+            reference_threshold=0.55,
+            evidence_threshold=0.3,
+            l1_enabled=False,
+            vector_store_mode="auto",
+            index_type="IVF_FLAT",
+            search_params={"nprobe": 16},
+        ),
+        SidecarComparator(enabled=True, path="sdk", uri="/data/kb.db", collection="kb", top_k=5, index_type="FLAT"),
+        RuleReranker(l0_index_path="/data/kb.l0.json", weights={"lexical_overlap": 0.1}, evidence_threshold=0.3),
+        EvidenceDeduper(evidence_threshold=0.3, per_document_cap=1, max_evidence=3),
+        ContextPacker(budget_tokens=300, tokenizer_model="packaged:all-MiniLM-L6-v2"),
+        ResultAssembler(high_relevance=0.7, reference_threshold=0.45, evidence_threshold=0.3),
+    ],
+    ids=lambda instance: type(instance).__name__,
+)
+def test_query_component_to_dict_from_dict_round_trip(instance):
+    assert_round_trips(instance)
+
+
+# the agent tool ------------------------------------------------------------------------------
+
+
+@component
+class ScriptedChatGenerator:
+    """A chat generator that asks for one lookup_knowledge call, then answers from its result."""
+
+    def __init__(self, query: str) -> None:
+        self.query = query
+        self.seen: list[list[ChatMessage]] = []
+
+    @component.output_types(replies=list[ChatMessage])
+    def run(self, messages: list[ChatMessage], tools=None, **kwargs):
+        self.seen.append(list(messages))
+        results = [m.tool_call_result for m in messages if m.tool_call_result is not None]
+        if not results:
+            call = ToolCall(tool_name=TOOL_NAME, arguments={"query": self.query}, id="call-1")
+            return {"replies": [ChatMessage.from_assistant(tool_calls=[call])]}
+        found = json.loads(results[-1].result)["found"]
+        return {"replies": [ChatMessage.from_assistant(f"answered from the knowledge base: found={found}")]}
+
+
+def test_tool_boundary_remains_explicit(sample_service):
+    tool = lookup_knowledge_tool(sample_service)
+    assert tool.name == "lookup_knowledge"
+    assert tool.parameters["required"] == ["query"]
+    assert list(tool.parameters["properties"]) == ["query"]  # one argument: the query
+    assert tool.parameters["properties"]["query"]["type"] == "string"
+
+    generator = ScriptedChatGenerator(QUERY)
+    agent = Agent(chat_generator=generator, tools=[tool])
+    out = agent.run(messages=[ChatMessage.from_user("Our worker node's disk is almost full. What do we do?")])
+
+    assert out["tool_call_counts"] == {"lookup_knowledge": 1}
+    tool_messages = [m for m in out["messages"] if m.tool_call_result is not None]
+    (message,) = tool_messages
+    call_result = message.tool_call_result
+    assert call_result.origin.tool_name == "lookup_knowledge"
+    assert call_result.origin.arguments == {"query": QUERY}  # the same query argument
+    assert call_result.error is False
+    payload = json.loads(call_result.result)
+    expected = sample_service.lookup(QUERY).to_dict()
+    assert payload["found"] is True and payload["evidenceBlocks"] == expected["evidenceBlocks"]
+    assert payload["contextPack"]["text"] == expected["contextPack"]["text"]
+    # The result reached the model: its second call saw the tool message.
+    assert len(generator.seen) == 2 and any(m.tool_call_result for m in generator.seen[1])
+    assert out["last_message"].text == "answered from the knowledge base: found=True"
+    # Knowledge reaches the conversation only through that tool call: nothing was injected before it.
+    assert not any("source:" in (m.text or "") for m in generator.seen[0])

@@ -1,0 +1,273 @@
+"""
+MLflow: one trace per lookup, read back from a real sqlite tracking store, with one span per
+pipeline component in the spec's order, the tags, and retrieval_details attached. An unreachable
+server warns once and changes nothing else; tracking_uri=null turns MLflow off.
+"""
+
+import logging
+import time
+
+import mlflow
+import pytest
+
+from components.tracing.mlflow_sink import flush_all, get_sink
+from pipelines.lookup import LookupService
+from pipelines.settings import load_config
+from tests.conftest import sample_overrides, state_overrides
+
+EXPERIMENT = "lookup-knowledge-tests"
+COMPONENTS = [
+    "query_transformer",
+    "l0_hints",
+    "query_embedder",
+    "retriever",
+    "reranker",
+    "deduper",
+    "context_packer",
+    "assembler",
+    "trace_writer",
+]
+
+
+@pytest.fixture(scope="module")
+def traced(sample_cfg, mlflow_store, tmp_path_factory):
+    """traced(*overrides) -> a LookupService with MLflow on (the session store), its own trace database."""
+    state = tmp_path_factory.mktemp("mlflow-traced")
+    services: dict[tuple[str, ...], LookupService] = {}
+
+    def make(*overrides: str) -> LookupService:
+        if overrides not in services:
+            cfg = load_config(
+                state_overrides(
+                    state,
+                    *sample_overrides(
+                        sample_cfg,
+                        f"trace.db_url=sqlite:///{state}/traces.db",
+                        f"mlflow.tracking_uri='{mlflow_store}'",
+                        f"mlflow.experiment={EXPERIMENT}",
+                        f"mlflow.artifact_location={state}/artifacts",
+                        *overrides,
+                    ),
+                )
+            )
+            services[overrides] = LookupService(cfg)
+        return services[overrides]
+
+    return make
+
+
+def traces_of(mlflow_store: str, filter_string: str | None = None):
+    """Every trace of the test experiment, once the export process has written what it was given."""
+    assert flush_all(timeout=180)
+    client = mlflow.MlflowClient(mlflow_store)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    return experiment, list(
+        client.search_traces(locations=[experiment.experiment_id], filter_string=filter_string, max_results=1000)
+    )
+
+
+def read_trace(mlflow_store: str, invocation_id: str):
+    experiment, traces = traces_of(mlflow_store, f"tags.invocation_id = '{invocation_id}'")
+    assert len(traces) == 1, f"one trace per lookup, found {len(traces)}"
+    return experiment, traces[0]
+
+
+def test_a_lookup_is_one_trace_with_a_span_per_component_in_spec_order(traced, mlflow_store, tmp_path_factory):
+    service = traced()
+    result = service.lookup("inode exhaustion df -i")
+    experiment, trace = read_trace(mlflow_store, result.invocation_id)
+
+    assert trace.info.tags["invocation_id"] == result.invocation_id
+    assert trace.info.tags["found"] == "true"
+    assert trace.info.tags["retrieval_layer"] == "L0+L1"
+    assert trace.info.tags["fallback_reason"] == "none"
+    assert trace.info.tags["status"] == "ok"
+
+    spans = trace.data.spans
+    root = next(s for s in spans if s.parent_id is None)
+    assert root.name == "lookup_knowledge"
+    children = sorted((s for s in spans if s.parent_id == root.span_id), key=lambda s: s.start_time_ns)
+    assert sorted(s.name for s in children) == sorted(COMPONENTS), "one span per pipeline component"
+    span = {s.name: s for s in children}
+
+    # The spec's order: transform before retrieval, retrieval before post-processing, evidence
+    # blocks before context packing, trace recording after result assembly.
+    assert span["query_transformer"].end_time_ns <= span["retriever"].start_time_ns
+    assert span["query_embedder"].end_time_ns <= span["retriever"].start_time_ns
+    assert span["retriever"].end_time_ns <= span["reranker"].start_time_ns
+    assert span["reranker"].end_time_ns <= span["deduper"].start_time_ns
+    assert span["deduper"].end_time_ns <= span["context_packer"].start_time_ns
+    assert span["context_packer"].end_time_ns <= span["assembler"].start_time_ns
+    assert span["assembler"].end_time_ns <= span["trace_writer"].start_time_ns
+    assert children[-1].name == "trace_writer"
+    assert root.start_time_ns <= children[0].start_time_ns and children[-1].end_time_ns <= root.end_time_ns
+
+    # Inputs and outputs of each stage, compact.
+    assert span["query_transformer"].inputs == {"query": "inode exhaustion df -i"}
+    assert span["query_transformer"].outputs["query"] == "inode exhaustion df -i"
+    assert span["query_embedder"].outputs["embeddings"][0] == "<vector dim=384>"
+    assert span["retriever"].outputs["retrieval_trace"]["selected_attempt"] == 0
+    assert span["deduper"].outputs["evidence_blocks"][0]["source"] == result.evidence_blocks[0].source
+    assert span["assembler"].outputs["result"]["found"] is True
+    assert span["trace_writer"].outputs == {"invocation_id": result.invocation_id, "trace_status": "recorded"}
+    for child in children:
+        assert child.inputs is not None and child.outputs is not None, child.name
+
+    # retrieval_details attached to the root, identical to the row.
+    row = service.trace_writer.store.get(result.invocation_id)
+    assert root.attributes["retrieval_details"] == row["retrieval_details"]
+    assert root.outputs["invocationId"] == result.invocation_id
+    assert root.inputs["query"] == "inode exhaustion df -i"
+    # The experiment's artifacts live under the state folder, not the working directory.
+    assert "artifacts" in experiment.artifact_location and "mlflow-traced" in experiment.artifact_location
+
+
+def test_fallback_reason_and_found_are_trace_tags(traced, mlflow_store):
+    result = traced("retrieval.reference_threshold=0.95").lookup("pg replica lag")
+    _, trace = read_trace(mlflow_store, result.invocation_id)
+    assert trace.info.tags["fallback_reason"] == "filtered_vector_low_quality"
+    no_evidence = traced().lookup("how to bake sourdough bread")
+    _, trace = read_trace(mlflow_store, no_evidence.invocation_id)
+    assert trace.info.tags["found"] == "false" and trace.info.tags["retrieval_layer"] == "L1"
+
+
+def test_a_failed_lookup_is_an_error_trace(traced, mlflow_store, monkeypatch):
+    service = traced()
+    service.warm_up()
+
+    def broken(**_kwargs):
+        raise RuntimeError("context packer out of paper")
+
+    monkeypatch.setattr(service.pipeline.get_component("context_packer"), "run", broken)
+    result = service.lookup("certificate expiry")
+    assert result.evidence_status == "error"
+    _, trace = read_trace(mlflow_store, result.invocation_id)
+    assert trace.info.tags["status"] == "error"
+    assert str(trace.info.state).endswith("ERROR")
+    failed = next(s for s in trace.data.spans if s.name == "context_packer")
+    assert "out of paper" in failed.status.description
+    row = service.trace_writer.store.get(result.invocation_id)
+    assert row["retrieval_details"]["completed_stages"][:2] == ["query_transformer", "l0_hints"]
+    assert "context_packer" not in row["retrieval_details"]["completed_stages"]
+
+
+def test_unreachable_tracking_server_warns_once_and_changes_nothing(sample_cfg, tmp_path, caplog):
+    uri = "http://127.0.0.1:9"
+    cfg = load_config(
+        state_overrides(
+            tmp_path / "state",
+            *sample_overrides(
+                sample_cfg, f"trace.db_url=sqlite:///{tmp_path}/traces.db", f"mlflow.tracking_uri='{uri}'"
+            ),
+        )
+    )
+    service = LookupService(cfg)
+    with caplog.at_level(logging.WARNING):
+        service.warm_up()
+        started = time.perf_counter()
+        results = [service.lookup(q) for q in ("certificate expiry", "pg replica lag", "disk full on /var")]
+        elapsed = time.perf_counter() - started
+        sink = get_sink(uri, cfg.mlflow.experiment)
+        sink.flush(timeout=30)
+        results += [service.lookup("certificate expiry") for _ in range(3)]
+        sink.flush(timeout=30)
+    assert sink.state == "disabled"
+    assert all(r.found and r.trace_status == "recorded" for r in results)
+    warnings = [r.getMessage() for r in caplog.records if "MLflow tracing disabled" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "127.0.0.1:9" in warnings[0]
+    assert elapsed < 30  # no retry loop against the dead server on the lookup path
+    assert service.trace_writer.store.count() == 6
+
+
+def test_tracking_uri_null_turns_mlflow_off(sample_cfg, tmp_path, mlflow_store, traced):
+    traced().lookup("certificate expiry")  # the session store has traces: none must be added below
+    before = len(traces_of(mlflow_store)[1])
+
+    cfg = load_config(
+        state_overrides(
+            tmp_path / "state",
+            *sample_overrides(
+                sample_cfg,
+                f"trace.db_url=sqlite:///{tmp_path}/traces.db",
+                "mlflow.tracking_uri=null",
+                f"mlflow.experiment={EXPERIMENT}",
+            ),
+        )
+    )
+    service = LookupService(cfg)
+    result = service.lookup("certificate expiry")
+    assert service.trace_writer.tracking_uri is None and service.trace_writer._sink is None
+    assert result.found and result.trace_status == "recorded"
+    assert len(traces_of(mlflow_store)[1]) == before
+
+
+def test_tracing_overhead_comparison_runs_both_modes(sample_cfg, tmp_path, mlflow_store):
+    from pipelines.bench.tracing import compare_tracing_overhead
+
+    cfg = load_config(
+        state_overrides(
+            tmp_path / "state",
+            *sample_overrides(
+                sample_cfg,
+                f"trace.db_url=sqlite:///{tmp_path}/traces.db",
+                f"mlflow.tracking_uri='{mlflow_store}'",
+                f"mlflow.experiment={EXPERIMENT}",
+            ),
+        )
+    )
+    lines: list[str] = []
+    report = compare_tracing_overhead(
+        cfg, queries=("certificate expiry", "pg replica lag"), n=4, block=2, out=lines.append
+    )
+    assert report["off"]["p50_ms"] > 0 and report["on"]["p50_ms"] > 0
+    assert "overhead_p50" in report and report["flushed"]
+    assert len(lines) == 5 and "p50 overhead" in lines[-2] and "export process" in lines[-1]
+
+
+def test_concurrent_lookups_each_get_their_own_trace(traced, mlflow_store):
+    from concurrent.futures import ThreadPoolExecutor
+
+    service = traced()
+    service.warm_up()
+    queries = ["certificate expiry", "pg replica lag", "disk full on /var", "how to bake sourdough bread"]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(service.lookup, queries * 2))
+    for query, result in zip(queries * 2, results, strict=False):
+        _, trace = read_trace(mlflow_store, result.invocation_id)
+        spans = {s.name: s for s in trace.data.spans}
+        assert spans["lookup_knowledge"].inputs["query"] == query
+        assert spans["query_transformer"].inputs == {"query": query}
+        assert spans["trace_writer"].outputs["invocation_id"] == result.invocation_id
+        assert len(trace.data.spans) == 1 + len(COMPONENTS)
+
+
+def test_export_waits_for_a_pause_in_pipeline_runs(traced, mlflow_store):
+    from components.tracing import stage_recorder
+
+    service = traced()
+    service.lookup("certificate expiry")
+    assert flush_all(timeout=180)
+    client = mlflow.MlflowClient(mlflow_store)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+
+    def exported(invocation_id: str) -> bool:
+        return bool(
+            client.search_traces(
+                locations=[experiment.experiment_id], filter_string=f"tags.invocation_id = '{invocation_id}'"
+            )
+        )
+
+    stage_recorder._activity(+1)  # as if another lookup were in progress
+    try:
+        assert stage_recorder.active_runs() == 1
+        result = service.lookup("pg replica lag")
+        assert stage_recorder.active_runs() == 1  # the lookup's own run came and went
+        time.sleep(1.5)
+        assert not exported(result.invocation_id), "no export while a pipeline run is in progress"
+    finally:
+        stage_recorder._activity(-1)
+    deadline = time.monotonic() + 120
+    while not exported(result.invocation_id) and time.monotonic() < deadline:
+        time.sleep(0.2)  # no flush asked: the pause alone lets it through
+    assert exported(result.invocation_id)

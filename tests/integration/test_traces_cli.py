@@ -1,0 +1,124 @@
+"""`knowledge traces list|show|export|replay`, in process: output, and one stderr line + exit 2 on bad input."""
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from components.tracing.trace_store import TraceStore
+from pipelines.cli import main
+from tests.conftest import state_overrides
+
+T0 = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def recorded(sample_service):
+    """Three real rows (evidence, no evidence, error) in the session sample's trace database."""
+    results = [sample_service.lookup(q) for q in ("pg replica lag", "how to bake sourdough bread")]
+    writer = sample_service.trace_writer
+    failure = writer.record_error(
+        "disk full", RuntimeError("vector store did not answer"), T0.timestamp(), component_name="retriever"
+    )
+    return results + [failure]
+
+
+@pytest.fixture
+def overrides(sample_cfg):
+    return state_overrides(sample_cfg.paths.state_dir)
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_list_shows_the_latest_invocations(recorded, overrides, capsys):
+    code, out, err = run(capsys, "traces", "list", "--last", "50", *overrides)
+    assert code == 0 and err == ""
+    for result in recorded:
+        assert result.invocation_id in out
+    assert "pg replica lag" in out and "vector store did not answer" in out
+    code, out, _ = run(capsys, "traces", "list", "--status", "error", *overrides)
+    assert recorded[2].invocation_id in out and recorded[0].invocation_id not in out
+
+
+def test_show_is_readable_with_attempts_rerank_and_evidence(recorded, overrides, capsys):
+    code, out, err = run(capsys, "traces", "show", recorded[0].invocation_id, *overrides)
+    assert code == 0 and err == ""
+    assert f"Invocation {recorded[0].invocation_id}" in out
+    for section in ("Retrieval attempts", "Rerank trace", "Evidence (", "L0 hints", "Context pack"):
+        assert section in out
+    assert "category=database" in out and "selected" in out
+    assert recorded[0].evidence_blocks[0].source in out
+    code, out, _ = run(capsys, "traces", "show", recorded[1].invocation_id[:10], *overrides)
+    assert code == 0 and "Evidence (0 of" in out and "(none)" in out
+    code, out, _ = run(capsys, "traces", "show", recorded[2].invocation_id, *overrides)
+    assert "RuntimeError: vector store did not answer (in retriever)" in out
+    code, out, _ = run(capsys, "traces", "show", recorded[0].invocation_id, "--json", *overrides)
+    assert json.loads(out)["retrieval_details"]["l0_hints"]["entities"] == ["PostgreSQL"]
+
+
+def test_export_jsonl_has_every_row_oldest_first(recorded, overrides, capsys, tmp_path):
+    code, out, _ = run(capsys, "traces", "export", "--format", "jsonl", *overrides)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and {r.invocation_id for r in recorded} <= {row["id"] for row in rows}
+    assert [row["created_at"] for row in rows] == sorted(row["created_at"] for row in rows)
+    target = tmp_path / "traces.jsonl"
+    code, _, err = run(capsys, "traces", "export", "--output", str(target), "--status", "error", *overrides)
+    assert code == 0 and "exported" in err
+    assert recorded[2].invocation_id in target.read_text()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["traces", "show", "00000000-nope"], "no invocation '00000000-nope'"),
+        (["traces", "export", "--format", "csv"], "--format 'csv' is not supported"),
+        (["traces", "list", "--status", "broken"], "--status 'broken' is not one of ok, error"),
+        (["traces", "list", "--last", "-1"], "--last -1"),
+        (["traces", "list", "notakeyvalue"], "overrides look like key=value"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    code, out, err = run(capsys, *argv, *state_overrides(tmp_path / "state"))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("knowledge: error: ") and message in err
+
+
+def test_unreachable_database_is_one_line_and_exit_1(tmp_path, capsys):
+    url = "postgresql+psycopg://postgres@127.0.0.1:9/test"
+    code, out, err = run(capsys, "traces", "list", f"trace.db_url={url}", *state_overrides(tmp_path / "state"))
+    assert code == 1 and err.count("\n") == 1 and "cannot read traces" in err
+
+
+def test_replay_through_the_cli(tmp_path, capsys):
+    overrides = state_overrides(tmp_path / "state")
+    spool = tmp_path / "state" / "trace-spool.jsonl"
+    (tmp_path / "blocked").write_text("")
+    down = TraceStore(f"sqlite:///{tmp_path}/blocked/t.db", str(spool), retry_interval=0)
+    ids = []
+    for n in range(3):
+        record_id = str(uuid.uuid4())
+        ids.append(record_id)
+        down.write(
+            {
+                "id": record_id,
+                "tool_name": "lookup_knowledge",
+                "arguments": {"query": f"q{n}"},
+                "status": "ok",
+                "found": True,
+                "retrieval_layer": "L1",
+                "latency_ms": 1.0,
+                "created_at": T0 + timedelta(seconds=n),
+                "error": None,
+                "retrieval_details": {},
+            }
+        )
+    code, out, _ = run(capsys, "traces", "replay", *overrides)
+    assert code == 0 and "replayed 3 spooled record(s)" in out and "3 new" in out
+    code, out, _ = run(capsys, "traces", "list", *overrides)
+    assert all(i in out for i in ids)
+    assert spool.read_text() == ""

@@ -1,0 +1,113 @@
+"""
+Smoke tests of `knowledge bench` at a tiny scale: the helpers run end to end and return the
+figures they print, with the right keys and positive values. No timing assertions.
+"""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pipelines import bench
+from pipelines.cli import EXIT_BAD_INPUT, main
+
+RUNBOOKS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "prometheus-runbooks"
+# A few runbooks per category that the crafted lookup queries are about.
+TINY_CORPUS = {
+    "etcd": ["etcdBackendQuotaLowSpace.md", "etcdNoLeader.md", "etcdHighFsyncDurations.md"],
+    "node": ["NodeFilesystemSpaceFillingUp.md", "NodeNetworkReceiveErrs.md"],
+    "alertmanager": ["AlertmanagerFailedToSendAlerts.md", "AlertmanagerFailedReload.md"],
+    "kubernetes": ["KubePodCrashLooping.md", "KubePersistentVolumeFillingUp.md"],
+    "prometheus": ["PrometheusRemoteWriteBehind.md", "PrometheusTSDBCompactionsFailing.md"],
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_corpus(tmp_path_factory) -> Path:
+    if not RUNBOOKS.is_dir():
+        pytest.skip(f"runbook corpus not found at {RUNBOOKS}")
+    corpus = tmp_path_factory.mktemp("tiny-corpus")
+    for category, names in TINY_CORPUS.items():
+        (corpus / category).mkdir()
+        for name in names:
+            shutil.copy(RUNBOOKS / category / name, corpus / category / name)
+    return corpus
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def test_vary_markdown_marks_every_section_with_text_outside_fences():
+    text = "# Title\n\n## Empty\n## Meaning\nSome text.\n```shell\n# not a heading\n```\n"
+    varied = bench.vary_markdown(text, 3)
+    line = bench.cluster_line(3)
+    assert varied.count(line) == 1  # only "## Meaning" has text of its own
+    assert "# Title\n\n## Empty\n## Meaning" in varied  # heading-only sections get no line (no extra chunk)
+    assert "# not a heading\n```" in varied  # nothing inserted inside a code fence
+    assert bench.cluster_line(3) != bench.cluster_line(4)
+
+
+def test_percentile_interpolates():
+    assert bench.percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert bench.percentile([5.0], 0.95) == 5.0
+
+
+def test_missing_corpus_is_bad_input(tmp_path, capsys):
+    status = main(["bench", "index", "--corpus", str(tmp_path / "nope"), "--min-chunks", "10", "mlflow=off"])
+    assert status == EXIT_BAD_INPUT
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_bench_index_smoke(make_config, tiny_corpus):
+    printed: list[str] = []
+    figures = bench.bench_index(make_config(), corpus=tiny_corpus, min_chunks=50, rounds=1, echo=printed.append)
+    assert figures["chunks"] >= 50
+    for key in (
+        "pipeline_chunks_per_s",
+        "bare_chunks_per_s",
+        "ratio",
+        "cpu_ratio",
+        "peak_rss_mb",
+        "pipeline_model_load_s",
+        "bare_model_load_s",
+        "copies",
+        "documents",
+    ):
+        assert _positive(figures[key]) or (key.endswith("model_load_s") and figures[key] == 0), key
+    assert len(figures["bare_encode_s"]) == 2 and all(_positive(s) for s in figures["bare_encode_s"])
+    assert len(figures["pipeline_s"]) == 1 and all(_positive(s) for s in figures["pipeline_s"])
+    assert figures["vector_max_abs_diff"] < 1e-3  # the bare side encoded the pipeline's own texts
+    assert isinstance(figures["meets_target"], bool)
+    assert figures["other_cpu_share"] is None or figures["other_cpu_share"] >= 0
+    assert "chunks/s" in printed[-1] and "ratio" in printed[-1]
+
+
+def test_bench_lookup_smoke(make_config, tiny_corpus):
+    printed: list[str] = []
+    figures = bench.bench_lookup(
+        make_config(), corpus=tiny_corpus, min_chunks=50, queries=3, echo=printed.append, tracing_lookups=2
+    )
+    assert figures["chunks"] >= 50
+    assert set(figures["paths"]) <= {"filtered", "fallback"} and figures["paths"]
+    for path, p in figures["paths"].items():
+        assert p["queries"] == 3
+        for side in ("pipeline", "floor"):
+            assert _positive(p[side]["p50_ms"]) and _positive(p[side]["p95_ms"]), (path, side)
+        assert _positive(p["p50_ratio"])
+        assert isinstance(p["meets_target"], bool)
+        assert p["other_cpu_share"] is None or p["other_cpu_share"] >= 0
+    assert "p50 ratio" in printed[-1]
+    tracing = figures["tracing"]  # MLflow tracing off vs on, in the same run
+    assert _positive(tracing["off"]["p50_ms"]) and _positive(tracing["on"]["p50_ms"])
+    assert tracing["tracking_uri"].startswith("sqlite:///") and isinstance(tracing["within_limit"], bool)
+    assert any("tracing off vs on" in line for line in printed)
+
+
+def test_time_lookups_takes_any_service():
+    class Echo:
+        def lookup(self, query):
+            return query
+
+    latencies = bench.time_lookups(Echo(), ["a", "b"])
+    assert len(latencies) == 2 and all(latency >= 0 for latency in latencies)

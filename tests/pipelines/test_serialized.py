@@ -1,0 +1,116 @@
+"""The committed pipelines/indexing.yml and the serialization of every indexing component."""
+
+import pytest
+import yaml
+from haystack import Pipeline
+from haystack.core.errors import DeserializationError
+
+from components.indexing.document_embedder import KnowledgeDocumentEmbedder
+from components.indexing.index_planner import IndexPlanner
+from components.indexing.l0_index_writer import L0IndexWriter
+from components.indexing.markdown_chunker import MarkdownChunker
+from components.indexing.markdown_reader import MarkdownKnowledgeReader
+from components.indexing.milvus_writer import MilvusChunkWriter
+from pipelines.indexing import build_indexing_pipeline, index_fingerprint
+from pipelines.settings import load_config
+from tests.conftest import REPO
+from tests.helpers import assert_round_trips
+
+YAML_PATH = REPO / "pipelines" / "indexing.yml"
+COMPONENT_TYPES = {
+    "reader": MarkdownKnowledgeReader,
+    "planner": IndexPlanner,
+    "chunker": MarkdownChunker,
+    "embedder": KnowledgeDocumentEmbedder,
+    "writer": MilvusChunkWriter,
+    "l0_writer": L0IndexWriter,
+}
+
+
+def without_header(text: str) -> str:
+    lines = text.splitlines(keepends=True)
+    while lines and lines[0].startswith("#"):
+        lines.pop(0)
+    return "".join(lines)
+
+
+def normalized(text: str) -> dict:
+    """The pipeline data with connections in a fixed order (loading may list them differently)."""
+    data = yaml.safe_load(text)
+    data["connections"] = sorted(data["connections"], key=lambda c: (c["sender"], c["receiver"]))
+    return data
+
+
+@pytest.fixture(scope="module")
+def committed() -> str:
+    return YAML_PATH.read_text(encoding="utf-8")
+
+
+def test_committed_yaml_matches_the_default_config(committed):
+    built = build_indexing_pipeline(load_config()).dumps()
+    assert without_header(committed) == built, "pipelines/indexing.yml is stale: regenerate it (see its header)"
+    assert yaml.safe_load(committed) == yaml.safe_load(built)
+
+
+def test_committed_yaml_uses_relative_default_paths(committed):
+    data = yaml.safe_load(committed)
+    components = data["components"]
+    assert components["reader"]["init_parameters"]["kb_path"] == "knowledge/"
+    assert components["writer"]["init_parameters"]["uri"] == ".knowledge/milvus.db"
+    assert components["l0_writer"]["init_parameters"]["index_path"] == ".knowledge/knowledge.l0.json"
+    assert components["planner"]["init_parameters"]["fingerprint"] == index_fingerprint(load_config())
+    assert "/work/" not in committed and "/tmp/" not in committed  # nothing machine-specific
+
+
+def test_committed_yaml_loads_with_the_allowlist(committed):
+    pipeline = Pipeline.loads(committed, allowed_modules=["components"])
+    assert {name: type(pipeline.get_component(name)) for name in COMPONENT_TYPES} == COMPONENT_TYPES
+    assert normalized(pipeline.dumps()) == normalized(committed)  # loads -> dumps is lossless
+    assert len(normalized(committed)["connections"]) == 7
+
+
+def test_committed_yaml_needs_the_allowlist(committed):
+    with pytest.raises(DeserializationError):
+        Pipeline.loads(committed)
+
+
+def test_pipeline_built_from_overrides_round_trips(tmp_path):
+    cfg = load_config([f"paths.state_dir={tmp_path}", "chunking.max_tokens=128", "milvus=server", "mlflow=off"])
+    pipeline = build_indexing_pipeline(cfg)
+    text = pipeline.dumps()
+    assert "max_tokens: 128" in text and "nlist: 128" in text and "IVF_FLAT" in text
+    assert normalized(Pipeline.loads(text, allowed_modules=["components"]).dumps()) == normalized(text)
+
+
+@pytest.mark.parametrize(
+    "instance",
+    [
+        MarkdownKnowledgeReader(kb_path="docs/kb", default_category="misc"),
+        IndexPlanner(uri="/data/kb.db", collection="kb", fingerprint="model=x;chunks=1/2/3"),
+        MarkdownChunker(max_tokens=64, overlap_tokens=8, min_tokens=4, tokenizer_model="packaged:all-MiniLM-L6-v2"),
+        KnowledgeDocumentEmbedder(
+            model="some/model", device="cpu", batch_size=4, progress_bar=True, meta_fields_to_embed=["title"]
+        ),
+        MilvusChunkWriter(
+            uri="http://127.0.0.1:19530", collection="kb", index_type="IVF_FLAT", index_params={"nlist": 64}
+        ),
+        L0IndexWriter(index_path="/data/kb.l0.json", model="some/model", device="cpu"),
+    ],
+    ids=lambda instance: type(instance).__name__,
+)
+def test_component_to_dict_from_dict_round_trip(instance):
+    assert_round_trips(instance)
+
+
+def test_loaded_yaml_pipeline_indexes(committed, small_kb, tmp_path, monkeypatch):
+    """The committed YAML is a working pipeline: run from a folder holding knowledge/, it indexes it."""
+    (tmp_path / "work").mkdir()
+    small_kb.rename(tmp_path / "work" / "knowledge")
+    monkeypatch.chdir(tmp_path / "work")
+    pipeline = Pipeline.loads(committed, allowed_modules=["components"])
+    outputs = pipeline.run({"planner": {"rebuild": False}}, include_outputs_from={"planner", "writer", "l0_writer"})
+    assert len(outputs["planner"]["plan"].added) == 4
+    assert outputs["writer"]["written"] == outputs["writer"]["count"] > 4
+    assert outputs["l0_writer"]["entries"] == 4
+    assert (tmp_path / "work" / ".knowledge" / "milvus.db").exists()
+    assert (tmp_path / "work" / ".knowledge" / "knowledge.l0.json").is_file()
