@@ -1,15 +1,7 @@
 """
-Score semantics, explicit per vector-store path.
-
-Both paths search the same L2 index over unit-length embeddings. Milvus returns the squared
-Euclidean distance d, and for unit vectors d = 2 - 2*cos, so the one normalized similarity
-used by every threshold is
-
-    similarity = clamp(1 - d / 2, 0, 1)      (= cosine similarity, negatives clipped to 0)
-
-The SDK path reports d itself (label `l2_squared_distance`). milvus-haystack reports its own
-`1 - d/4` for an L2 index (label `milvus_haystack_l2_score`); it is mapped back to d first, so
-the same chunk gets the same similarity on either path.
+Score semantics, explicit per vector-store path: one normalized similarity, clamp(1 - d/2, 0, 1)
+for a squared L2 distance d between unit vectors, whichever path returned the candidate
+(docs/milvus.md).
 """
 
 SIMILARITY_LABEL = "normalized_similarity (1 - d/2, d = L2 squared distance)"
