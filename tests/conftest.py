@@ -189,3 +189,17 @@ def mlflow_store(tmp_path_factory) -> str:
     uri = f"sqlite:///{folder}/mlflow.db"
     MlflowClient(uri).search_experiments()
     return uri
+
+
+# --- markers by place: unit tests mirror the source tree, the rest is integration --------------
+
+SLOW_MODULES = {"test_runbooks_corpus.py", "test_bench.py", "test_notebooks.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    tests_root = Path(__file__).resolve().parent
+    for item in items:
+        parts = Path(item.fspath).resolve().relative_to(tests_root).parts
+        item.add_marker(pytest.mark.unit if parts[0] == "components" else pytest.mark.integration)
+        if parts[-1] in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)

@@ -89,3 +89,24 @@ def assert_round_trips(instance) -> None:
     for key, value in data["init_parameters"].items():
         assert getattr(restored, key) == value
     assert yaml.safe_load(yaml.safe_dump(data)) == data  # plain types only
+
+
+def candidate(key: str, source: str, similarity: float, *reasons: str, **fields):
+    """A `Candidate` as the sdk path returns it, with defaults for what a test does not care about."""
+    from components.contracts import Candidate
+
+    return Candidate(
+        evidence_key=key,
+        source=source,
+        content=fields.pop("content", f"content of {key}"),
+        similarity=similarity,
+        raw_score=round(2 - 2 * similarity, 6),
+        raw_score_label="l2_squared_distance",
+        path="sdk",
+        title=fields.pop("title", f"Title of {source}"),
+        breadcrumb=fields.pop("breadcrumb", f"Title of {source} > Section {key}"),
+        category=fields.pop("category", "ops"),
+        hit_reasons=list(reasons),
+        final_score=fields.pop("final_score", similarity),
+        **fields,
+    )

@@ -5,17 +5,15 @@ Query side, post-retrieval: evidence blocks, deduplication, context packing and 
 """
 
 import copy
-import random
 
 import pytest
 
 from components.common.embedding_models import count_tokens
-from components.contracts import Candidate, EvidenceBlock, L0Hints, QueryTransform, RetrievalAttempt, RetrievalTrace
+from components.contracts import EvidenceBlock, L0Hints, QueryTransform, RetrievalAttempt, RetrievalTrace
 from components.lookup.context_packer import ContextPacker
-from components.lookup.evidence_deduper import EvidenceDeduper
 from components.lookup.result_assembler import ResultAssembler, completeness_hint
 from components.lookup.rule_reranker import DEFAULT_WEIGHTS, RuleReranker
-from tests.helpers import MODEL, lookup_with
+from tests.helpers import MODEL, candidate, lookup_with
 
 DISK_QUERY = "disk almost full on a worker node"
 TOMATO_QUERY = "how much should I water tomato plants in the garden"
@@ -35,24 +33,6 @@ BLOCK_KEYS = {
     "content",
     "hitReasons",
 }
-
-
-def candidate(key: str, source: str, similarity: float, *reasons: str, **fields) -> Candidate:
-    return Candidate(
-        evidence_key=key,
-        source=source,
-        content=fields.pop("content", f"content of {key}"),
-        similarity=similarity,
-        raw_score=round(2 - 2 * similarity, 6),
-        raw_score_label="l2_squared_distance",
-        path="sdk",
-        title=fields.pop("title", f"Title of {source}"),
-        breadcrumb=fields.pop("breadcrumb", f"Title of {source} > Section {key}"),
-        category=fields.pop("category", "ops"),
-        hit_reasons=list(reasons),
-        final_score=fields.pop("final_score", similarity),
-        **fields,
-    )
 
 
 def all_keys(value) -> set[str]:
@@ -124,58 +104,6 @@ def test_no_evidence_result_keeps_traceability(sample_service):
 
 
 # deduplication -------------------------------------------------------------------------------
-
-
-def test_chunk_level_dedup_keeps_distinct_chunks_of_one_source():
-    candidates = [
-        candidate(key, "ops/a.md", 0.9 - i / 10, "vector:sdk attempt 0 (unfiltered)") for i, key in enumerate("abc")
-    ]
-    out = EvidenceDeduper(per_document_cap=3).run(candidates=copy.deepcopy(candidates))
-    assert [b.evidence_key for b in out["evidence_blocks"]] == ["a", "b", "c"]
-    assert {b.source for b in out["evidence_blocks"]} == {"ops/a.md"}
-
-    capped = EvidenceDeduper(per_document_cap=2).run(candidates=copy.deepcopy(candidates))
-    assert [b.evidence_key for b in capped["evidence_blocks"]] == ["a", "b"]
-    assert capped["dedup"].capped == 1 and capped["dedup"].final_count == 2
-
-
-def test_same_evidence_key_collapses_and_keeps_hit_reasons_of_both_paths():
-    filtered = candidate("k1", "ops/a.md", 0.8, "vector:sdk attempt 0 (category='ops')", "l0_domain: ops", attempt=0)
-    unfiltered = candidate("k1", "ops/a.md", 0.8, "vector:sdk attempt 1 (unfiltered)", "l0_domain: ops", attempt=1)
-    other = candidate("k2", "ops/b.md", 0.7, "vector:sdk attempt 1 (unfiltered)")
-    out = EvidenceDeduper().run(candidates=[filtered, unfiltered, other])
-    blocks = out["evidence_blocks"]
-    assert [b.evidence_key for b in blocks] == ["k1", "k2"]
-    assert blocks[0].hit_reasons == [
-        "vector:sdk attempt 0 (category='ops')",
-        "l0_domain: ops",
-        "vector:sdk attempt 1 (unfiltered)",
-    ]
-    assert blocks[0].retrieval_layer == "L0+L1" and blocks[1].retrieval_layer == "L1"
-    stats = out["dedup"]
-    assert (stats.candidate_count, stats.final_count, stats.merged) == (3, 2, 1)
-    assert [(e.rank, e.evidence_key) for e in out["rerank_trace"]] == [(1, "k1"), (2, "k2")]
-
-
-def test_dedup_drops_unusable_candidates_and_caps_total():
-    candidates = [candidate(f"k{i}", f"ops/{i}.md", 0.9 - i / 20) for i in range(8)] + [
-        candidate("low", "ops/x.md", 0.2)
-    ]
-    out = EvidenceDeduper(evidence_threshold=0.35, max_evidence=5).run(candidates=candidates)
-    assert [b.evidence_key for b in out["evidence_blocks"]] == ["k0", "k1", "k2", "k3", "k4"]
-    assert out["dedup"].candidate_count == 9 and out["dedup"].final_count == 5
-
-
-def test_dedup_applies_the_evidence_threshold_the_retriever_recorded():
-    """A raised bar (the query names something the KB never mentions) holds in post-processing too."""
-    from components.contracts import RetrievalTrace
-
-    cands = [candidate("a", "ops/a.md", 0.62), candidate("b", "ops/b.md", 0.44)]
-    deduper = EvidenceDeduper(evidence_threshold=0.35)
-    assert [b.evidence_key for b in deduper.run(candidates=copy.deepcopy(cands))["evidence_blocks"]] == ["a", "b"]
-    raised = deduper.run(candidates=copy.deepcopy(cands), retrieval_trace=RetrievalTrace(evidence_threshold=0.5))
-    assert [b.evidence_key for b in raised["evidence_blocks"]] == ["a"]
-    assert raised["dedup"].candidate_count == 2 and raised["dedup"].final_count == 1
 
 
 def test_dedup_in_the_pipeline_merges_attempts_and_records_counts(topics_cfg):
@@ -419,37 +347,6 @@ def test_rerank_weights_from_config_change_the_order(topics_cfg):
     assert by_lexical.rerank_trace[0].boosts["lexical_overlap"] > by_lexical.rerank_trace[1].boosts.get(
         "lexical_overlap", 0
     )
-
-
-def test_rule_reranker_weights_and_determinism(sample_cfg):
-    l0_path = sample_cfg.l0.index_path
-    hints = L0Hints(matched_keywords=["zebra crossing"])
-    qt = QueryTransform(raw="q", normalized="quokka", variants=["quokka"])
-    embedding = [0.0] * 384
-    plain = candidate("a", "elsewhere/a.md", 0.70, content="same text")
-    hinted = candidate("b", "elsewhere/b.md", 0.60, content="same text", keywords=["Zebra Crossing"])
-
-    def order(weights, cands):
-        out = RuleReranker(l0_index_path=l0_path, weights=weights).run(
-            query_transform=qt, hints=hints, candidates=copy.deepcopy(cands), embeddings=[embedding]
-        )["candidates"]
-        return out
-
-    assert [c.evidence_key for c in order({"keyword_match": 0.0}, [plain, hinted])] == ["a", "b"]
-    boosted = order({"keyword_match": 0.5}, [plain, hinted])
-    assert [c.evidence_key for c in boosted] == ["b", "a"]
-    assert boosted[0].boosts == {"keyword_match": 0.25}  # one of its keywords matched: signal 0.5
-    assert "l0_keyword: Zebra Crossing" in boosted[0].hit_reasons
-
-    # Deterministic: the same input in any order gives the same ranking, ties broken by key.
-    twins = [candidate(k, f"elsewhere/{k}.md", 0.5, content="same text") for k in "dcba"]
-    runs = []
-    for seed in range(3):
-        shuffled = twins[:]
-        random.Random(seed).shuffle(shuffled)
-        runs.append([(c.evidence_key, c.final_score, c.boosts) for c in order(None, shuffled)])
-    assert runs[0] == runs[1] == runs[2]
-    assert [key for key, _, _ in runs[0]] == ["a", "b", "c", "d"]
 
 
 def test_a_document_named_in_the_query_is_boosted_with_a_hit_reason(sample_cfg):

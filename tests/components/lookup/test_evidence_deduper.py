@@ -1,0 +1,61 @@
+"""EvidenceDeduper: one block per evidenceKey, hit reasons merged, caps and counts."""
+
+import copy
+
+from components.contracts import RetrievalTrace
+from components.lookup.evidence_deduper import EvidenceDeduper
+from tests.helpers import assert_round_trips, candidate
+
+
+def test_chunk_level_dedup_keeps_distinct_chunks_of_one_source():
+    candidates = [
+        candidate(key, "ops/a.md", 0.9 - i / 10, "vector:sdk attempt 0 (unfiltered)") for i, key in enumerate("abc")
+    ]
+    out = EvidenceDeduper(per_document_cap=3).run(candidates=copy.deepcopy(candidates))
+    assert [b.evidence_key for b in out["evidence_blocks"]] == ["a", "b", "c"]
+    assert {b.source for b in out["evidence_blocks"]} == {"ops/a.md"}
+
+    capped = EvidenceDeduper(per_document_cap=2).run(candidates=copy.deepcopy(candidates))
+    assert [b.evidence_key for b in capped["evidence_blocks"]] == ["a", "b"]
+    assert capped["dedup"].capped == 1 and capped["dedup"].final_count == 2
+
+
+def test_same_evidence_key_collapses_and_keeps_hit_reasons_of_both_paths():
+    filtered = candidate("k1", "ops/a.md", 0.8, "vector:sdk attempt 0 (category='ops')", "l0_domain: ops", attempt=0)
+    unfiltered = candidate("k1", "ops/a.md", 0.8, "vector:sdk attempt 1 (unfiltered)", "l0_domain: ops", attempt=1)
+    other = candidate("k2", "ops/b.md", 0.7, "vector:sdk attempt 1 (unfiltered)")
+    out = EvidenceDeduper().run(candidates=[filtered, unfiltered, other])
+    blocks = out["evidence_blocks"]
+    assert [b.evidence_key for b in blocks] == ["k1", "k2"]
+    assert blocks[0].hit_reasons == [
+        "vector:sdk attempt 0 (category='ops')",
+        "l0_domain: ops",
+        "vector:sdk attempt 1 (unfiltered)",
+    ]
+    assert blocks[0].retrieval_layer == "L0+L1" and blocks[1].retrieval_layer == "L1"
+    stats = out["dedup"]
+    assert (stats.candidate_count, stats.final_count, stats.merged) == (3, 2, 1)
+    assert [(e.rank, e.evidence_key) for e in out["rerank_trace"]] == [(1, "k1"), (2, "k2")]
+
+
+def test_dedup_drops_unusable_candidates_and_caps_total():
+    candidates = [candidate(f"k{i}", f"ops/{i}.md", 0.9 - i / 20) for i in range(8)] + [
+        candidate("low", "ops/x.md", 0.2)
+    ]
+    out = EvidenceDeduper(evidence_threshold=0.35, max_evidence=5).run(candidates=candidates)
+    assert [b.evidence_key for b in out["evidence_blocks"]] == ["k0", "k1", "k2", "k3", "k4"]
+    assert out["dedup"].candidate_count == 9 and out["dedup"].final_count == 5
+
+
+def test_dedup_applies_the_evidence_threshold_the_retriever_recorded():
+    """A raised bar (the query names something the KB never mentions) holds in post-processing too."""
+    cands = [candidate("a", "ops/a.md", 0.62), candidate("b", "ops/b.md", 0.44)]
+    deduper = EvidenceDeduper(evidence_threshold=0.35)
+    assert [b.evidence_key for b in deduper.run(candidates=copy.deepcopy(cands))["evidence_blocks"]] == ["a", "b"]
+    raised = deduper.run(candidates=copy.deepcopy(cands), retrieval_trace=RetrievalTrace(evidence_threshold=0.5))
+    assert [b.evidence_key for b in raised["evidence_blocks"]] == ["a"]
+    assert raised["dedup"].candidate_count == 2 and raised["dedup"].final_count == 1
+
+
+def test_round_trips():
+    assert_round_trips(EvidenceDeduper(evidence_threshold=0.4, per_document_cap=3, max_evidence=7))

@@ -1,0 +1,52 @@
+import pytest
+
+from components.contracts import InvalidQueryError
+from components.lookup.query_transformer import QueryTransformer
+from tests.helpers import assert_round_trips
+
+
+def test_normalises_whitespace_and_control_characters(l0_path):
+    out = QueryTransformer(l0_path).run(query="  disk\tfull\x07 on   node  ")
+    assert out["query"] == "disk full on node"
+    assert out["query_transform"].raw == "  disk\tfull\x07 on   node  "
+    assert out["variants"] == ["disk full on node"]
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+def test_empty_query_is_invalid(l0_path, query):
+    with pytest.raises(InvalidQueryError):
+        QueryTransformer(l0_path).run(query=query)
+
+
+def test_a_query_that_is_not_a_string_is_invalid(l0_path):
+    with pytest.raises(InvalidQueryError, match="string"):
+        QueryTransformer(l0_path).run(query=42)
+
+
+def test_overlong_query_is_truncated_at_a_word_boundary_and_recorded(l0_path):
+    out = QueryTransformer(l0_path, max_chars=20).run(query="replication lag on the standby database")
+    record = out["query_transform"]
+    assert record.truncated and record.original_chars == 39
+    assert len(out["query"]) <= 20 and "replication lag on the standby database".startswith(out["query"])
+    assert not out["query"].endswith(" ")
+
+
+def test_overlong_query_is_rejected_with_on_overlong_error(l0_path):
+    with pytest.raises(InvalidQueryError):
+        QueryTransformer(l0_path, max_chars=10, on_overlong="error").run(query="replication lag on the standby")
+
+
+def test_an_entity_alias_adds_a_variant_naming_the_entity(l0_path):
+    out = QueryTransformer(l0_path).run(query="pg lag is growing")
+    assert out["variants"][0] == "pg lag is growing"
+    assert "PostgreSQL" in out["variants"][-1]
+    assert out["query_transform"].expansions
+
+
+def test_expansion_can_be_turned_off(l0_path):
+    out = QueryTransformer(l0_path, expand_entities=False).run(query="pg lag is growing")
+    assert out["variants"] == ["pg lag is growing"]
+
+
+def test_round_trips(l0_path):
+    assert_round_trips(QueryTransformer(l0_path, max_chars=99, on_overlong="error", expand_entities=False))
