@@ -191,6 +191,27 @@ def mlflow_store(tmp_path_factory) -> str:
     return uri
 
 
+# --- a real Milvus server (PyPI `milvus`, standalone) ---------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory):
+    """One Milvus standalone server per session on a free loopback port, always stopped afterwards."""
+    from pipelines.dev.milvus_server import MilvusServerProcess, MilvusServerUnavailableError
+
+    server = MilvusServerProcess(tmp_path_factory.mktemp("milvus-server"))
+    try:
+        server.start()
+    except MilvusServerUnavailableError as exc:
+        if os.environ.get("KNOWLEDGE_REQUIRE_MILVUS_SERVER"):
+            pytest.fail(f"{exc} (KNOWLEDGE_REQUIRE_MILVUS_SERVER is set)")
+        pytest.skip(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 # --- markers by place: unit tests mirror the source tree, the rest is integration --------------
 
 SLOW_MODULES = {"test_runbooks_corpus.py", "test_bench.py", "test_notebooks.py"}

@@ -1,0 +1,1 @@
+"""Developer tools: a local Milvus server for tests and trials (`knowledge dev milvus-server`)."""

@@ -1,0 +1,69 @@
+"""
+The server path, for real: a Milvus standalone server started by the session fixture, the sample
+KB indexed into it, and lookups compared with the same KB on Milvus Lite.
+"""
+
+import pytest
+
+from pipelines.indexing import run_indexing
+from pipelines.lookup import LookupService
+from tests.conftest import SAMPLE_KB, state_overrides
+from tests.helpers import derived_config
+
+pytestmark = pytest.mark.milvus_server
+
+QUERIES = [
+    "disk almost full on a worker node",
+    "the postgres replica is falling behind the primary",
+    "how do I find a runaway process eating all the CPU",
+    "certificate expires soon on the ingress",
+    "how do I bake sourdough bread",
+]
+
+
+@pytest.fixture(scope="module")
+def server_cfg(milvus_server, tmp_path_factory):
+    from pipelines.settings import load_config
+
+    state = tmp_path_factory.mktemp("server-state")
+    cfg = load_config(state_overrides(state, f"kb.path={SAMPLE_KB}", *server_overrides(milvus_server)))
+    run_indexing(cfg, rebuild=True)
+    return cfg
+
+
+def server_overrides(server) -> list[str]:
+    """The server, with the same exact (FLAT) index as Milvus Lite so that results can be compared."""
+    return ["milvus=server", f"milvus.uri={server.uri}", "milvus.index_type=FLAT"]
+
+
+def evidence(result) -> list[tuple[str, float]]:
+    return [(block.evidence_key, block.score) for block in result.evidence_blocks]
+
+
+@pytest.mark.parametrize("mode", ["sdk", "haystack", "auto"])
+def test_lookups_on_the_server_match_milvus_lite(server_cfg, milvus_server, sample_service, mode):
+    on_server = LookupService(
+        derived_config(server_cfg, *server_overrides(milvus_server), f"retrieval.vector_store_mode={mode}")
+    )
+    on_lite = LookupService(derived_config(sample_service.cfg, f"retrieval.vector_store_mode={mode}"))
+    for query in QUERIES:
+        server_result, lite_result = on_server.lookup(query), on_lite.lookup(query)
+        assert server_result.found == lite_result.found, query
+        server_blocks, lite_blocks = evidence(server_result), evidence(lite_result)
+        assert [key for key, _ in server_blocks] == [key for key, _ in lite_blocks], query
+        for (_, server_score), (_, lite_score) in zip(server_blocks, lite_blocks, strict=True):
+            assert server_score == pytest.approx(lite_score, abs=1e-5), query
+
+
+def test_an_ivf_flat_collection_is_created_with_the_configured_index(milvus_server):
+    from components.stores.milvus_collection import connect, create_collection
+
+    client = connect(milvus_server.uri)
+    create_collection(client, "ivf_probe", dim=8, index_type="IVF_FLAT", index_params={"nlist": 16})
+    try:
+        [index_name] = client.list_indexes("ivf_probe")
+        described = client.describe_index("ivf_probe", index_name)
+        assert described["index_type"] == "IVF_FLAT" and described["metric_type"] == "L2"
+        assert int(described["nlist"]) == 16
+    finally:
+        client.drop_collection("ivf_probe")
