@@ -60,7 +60,9 @@ class MilvusServerProcess:
         try:
             import milvus  # noqa: F401  (only to fail early and clearly)
         except ImportError as exc:
-            raise MilvusServerUnavailableError("the `milvus` package is not installed (pip install milvus==2.3.5)") from exc
+            raise MilvusServerUnavailableError(
+                "the `milvus` package is not installed (pip install milvus==2.3.5)"
+            ) from exc
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir / "server-child.log", "ab")  # noqa: SIM115 (kept open for the child)
         self._process = subprocess.Popen(
