@@ -131,9 +131,7 @@ def test_same_chunk_gets_the_same_similarity_for_every_metric_and_path(existing,
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("metric", METRICS)
-def test_filtered_attempt_works_in_every_mode_and_leaves_the_collection_unchanged(
-    existing, metric, mode, query_vector
-):
+def test_filtered_attempt_works_in_every_mode_and_leaves_the_collection_unchanged(existing, metric, mode, query_vector):
     cfg = existing[0][metric]
     client = MilvusClient(uri=cfg.milvus.uri)
     before = snapshot(client, cfg.milvus.collection)
