@@ -129,7 +129,8 @@ def connect(uri: str, timeout_ms: int | None = None) -> MilvusClient:
                 f"the Milvus Lite database {uri} is held by another process (a running server or index); "
                 "stop it, or use a Milvus server (milvus=server) that several processes can share"
             ) from exc
-        raise MilvusUnavailableError(f"cannot open Milvus at {uri}: {str(exc).splitlines()[0]}") from exc
+        reason = str(getattr(exc, "message", None) or exc).strip() or type(exc).__name__
+        raise MilvusUnavailableError(f"cannot open Milvus at {uri}: {reason.splitlines()[0]}") from exc
 
 
 def index_params_for(index_type: str, extra: dict[str, Any] | None = None, metric: str = METRIC) -> dict[str, Any]:

@@ -79,3 +79,20 @@ def test_index_into_an_unreachable_server_fails_in_one_line(tmp_path):
     lines = stderr_lines(result)
     assert result.returncode == 1, result.stderr
     assert len(lines) == 1 and f"cannot open Milvus at {uri}" in lines[0], result.stderr
+
+
+def test_a_server_that_never_answers_fails_the_connection_at_the_timeout():
+    """A port that accepts connections and never speaks: without a limit the attempt would wait."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(5)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with pytest.raises(MilvusUnavailableError, match=f"cannot open Milvus at {uri}: Fail connecting"):
+            connect(uri, timeout_ms=1000)
+
+
+def test_timeout_reaches_the_client_arguments():
+    from components.stores.milvus_collection import connection_args
+
+    assert connection_args("http://127.0.0.1:19530", 2500)["timeout"] == 2.5
+    assert "timeout" not in connection_args("http://127.0.0.1:19530", 0)
