@@ -12,6 +12,7 @@ from components.stores.milvus_collection import (
     METADATA_FIELD,
     VECTOR_FIELD,
     CollectionLayout,
+    CollectionMismatchError,
     check_dimension,
     connect,
     create_collection,
@@ -127,9 +128,30 @@ class MilvusChunkWriter:
         check_dimension(layout, self.collection, dim)
         counts = Counter(document.meta.get("source") for document in documents)
         rows = [_row(document, layout, counts[document.meta.get("source")]) for document in documents]
+        _check_sizes(rows, layout, self.collection)
         for start in range(0, len(rows), _BATCH):
             client.insert(self.collection, rows[start : start + _BATCH])
         return len(rows)
+
+
+def _check_sizes(rows: list[dict[str, Any]], layout: CollectionLayout, collection: str) -> None:
+    """
+    Refuse, before anything is inserted, a chunk or category longer than the collection's fields
+    (an existing collection may have shorter ones than this schema's): one clear error, not a
+    pymilvus failure halfway through the batches.
+    """
+    for row in rows:
+        source = row[METADATA_FIELD].get("source")
+        if len(row[CONTENT_FIELD]) > layout.content_max_chars:
+            raise CollectionMismatchError(
+                f"a chunk of {source} has {len(row[CONTENT_FIELD])} characters; collection {collection}'s "
+                f"{CONTENT_FIELD} field takes at most {layout.content_max_chars}: lower chunking.max_tokens"
+            )
+        if len(row.get(CATEGORY_FIELD, "")) > layout.category_max_chars:
+            raise CollectionMismatchError(
+                f"the category of {source} is longer than collection {collection}'s {CATEGORY_FIELD} field "
+                f"({layout.category_max_chars} characters)"
+            )
 
 
 def _row(document: Document, layout: CollectionLayout, chunk_count: int) -> dict[str, Any]:

@@ -171,3 +171,28 @@ def test_index_with_another_dimension_is_refused_before_writing(tmp_path):
     with pytest.raises(CollectionMismatchError, match="8-d.*384-d"):
         MilvusChunkWriter(uri=uri, collection="small").run(documents=[chunk], plan=IndexPlan())
     assert row_count(MilvusClient(uri=uri), "small") == 0
+
+
+def test_a_chunk_longer_than_an_existing_content_field_is_refused_before_writing(tmp_path):
+    from haystack import Document
+
+    from components.contracts import IndexPlan
+    from components.indexing.milvus_writer import MilvusChunkWriter
+
+    uri = str(tmp_path / "milvus.db")
+    client = MilvusClient(uri=uri)
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+    schema.add_field("content", DataType.VARCHAR, max_length=100)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=4)
+    schema.add_field("metadata", DataType.JSON)
+    params = client.prepare_index_params()
+    params.add_index("vector", index_type="FLAT", metric_type="L2")
+    client.create_collection("short", schema=schema, index_params=params)
+    chunks = [
+        Document(content="fits", embedding=[0.5] * 4, meta={"evidence_key": "a#0", "source": "a.md"}),
+        Document(content="x" * 101, embedding=[0.5] * 4, meta={"evidence_key": "b#0", "source": "b.md"}),
+    ]
+    with pytest.raises(CollectionMismatchError, match="a chunk of b.md has 101 characters.*at most 100"):
+        MilvusChunkWriter(uri=uri, collection="short").run(documents=chunks, plan=IndexPlan())
+    assert row_count(client, "short") == 0
