@@ -196,3 +196,24 @@ def test_a_chunk_longer_than_an_existing_content_field_is_refused_before_writing
     with pytest.raises(CollectionMismatchError, match="a chunk of b.md has 101 characters.*at most 100"):
         MilvusChunkWriter(uri=uri, collection="short").run(documents=chunks, plan=IndexPlan())
     assert row_count(client, "short") == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_lookup_over_an_existing_cosine_collection_in_every_mode(existing, mode, tmp_path):
+    from pipelines.lookup import LookupService
+
+    cfg = existing[0]["COSINE"]
+    overrides = [
+        f"milvus.uri={cfg.milvus.uri}",
+        f"milvus.collection={cfg.milvus.collection}",
+        f"l0.index_path={cfg.l0.index_path}",
+        f"retrieval.vector_store_mode={mode}",
+        f"trace.db_url=sqlite:///{tmp_path}/traces.db",
+    ]
+    result = LookupService(load_config(state_overrides(tmp_path / "state", *overrides))).lookup(
+        "disk full, no space left on device"
+    )
+    payload = result.to_dict()
+    assert payload["evidenceStatus"] != "error", payload.get("error")
+    assert result.found and payload["evidenceBlocks"][0]["source"] == "disk/disk-full.md"
+    assert "cosine" in payload["evidenceBlocks"][0]["rawScoreLabel"]
