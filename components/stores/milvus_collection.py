@@ -204,13 +204,6 @@ def create_collection(
     logger.info("Created Milvus collection %s (dim=%d, index=%s, metric=%s)", name, dim, index_type, METRIC)
 
 
-def collection_dim(client: MilvusClient, name: str) -> int | None:
-    for field in client.describe_collection(name)["fields"]:
-        if field["name"] == VECTOR_FIELD:
-            return int(field["params"]["dim"])
-    return None
-
-
 def ensure_loaded(client: MilvusClient, name: str) -> None:
     """A reopened Milvus Lite collection starts released; searching it needs a load first."""
     state = client.get_load_state(name)
