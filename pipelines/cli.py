@@ -186,9 +186,23 @@ def _load(overrides: Sequence[str], extra: Sequence[str] = ()):
     return load_config([*extra, *overrides])
 
 
+def _set_literal(cfg, key: str, value: str) -> None:
+    """
+    Set a config string as it is. A path a shell passes can hold anything Hydra's override
+    grammar or OmegaConf's interpolation would parse (`(`, `,`, `'`, `${`): it never goes through
+    an override, and `${` is escaped (with the backslashes before it) so it stays literal.
+    """
+    import re
+
+    from omegaconf import OmegaConf
+
+    OmegaConf.update(cfg, key, re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value))
+
+
 def cmd_index(args: argparse.Namespace) -> int:
-    extra = [f"kb.path={args.kb}"] if args.kb else []
-    cfg = _load(args.overrides, extra)  # a bad config fails before the slow imports below
+    cfg = _load(args.overrides)  # a bad config fails before the slow imports below
+    if args.kb:
+        _set_literal(cfg, "kb.path", args.kb)
 
     from pipelines.indexing import run_indexing
 
@@ -214,22 +228,36 @@ def format_report(report, cfg) -> str:
     return "\n".join(lines)
 
 
-def _read_batch(path: str) -> list[str]:
-    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+def _read_batch(path: str) -> list[tuple[int, str | None, str | None]]:
+    """
+    The batch's queries as (line number, query, error): a JSONL line whose `query` is not a
+    string is an error of that line; invalid UTF-8 stops the batch, naming the file and line.
+    """
+    stream = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
     with stream:
-        queries = []
-        for number, line in enumerate(stream, start=1):
-            line = line.strip()
+        queries: list[tuple[int, str | None, str | None]] = []
+        for number, raw in enumerate(stream, start=1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"{path}:{number}: invalid UTF-8 at byte {exc.start} of the line") from exc
             if not line:
                 continue
             if line.startswith("{"):
-                try:
-                    queries.append(str(json.loads(line)["query"]))
-                except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise UsageError(f"{path}:{number}: not a JSON object with a 'query' field ({exc})") from exc
+                queries.append((number, *_json_query(line)))
             else:
-                queries.append(line)
+                queries.append((number, line, None))
     return queries
+
+
+def _json_query(line: str) -> tuple[str | None, str | None]:
+    try:
+        query = json.loads(line)["query"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        return None, f"not a JSON object with a 'query' field ({exc})"
+    if not isinstance(query, str):
+        return None, f"'query' must be a string, not {'null' if query is None else type(query).__name__}"
+    return query, None
 
 
 def cmd_lookup(args: argparse.Namespace) -> int:
@@ -248,7 +276,11 @@ def cmd_lookup(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot read {args.batch}: {exc.strerror or exc}") from exc
         service = LookupService(cfg)
         invalid = errors = 0
-        for query in queries:
+        for number, query, problem in queries:
+            if problem is not None:
+                invalid += 1
+                print(json.dumps({"line": number, "error": f"{args.batch}:{number}: {problem}"}), flush=True)
+                continue
             try:
                 result = service.lookup(query)
                 line = result.to_dict()

@@ -4,6 +4,7 @@ plus the L0 index, as one Haystack pipeline built from the Hydra config.
 
     reader -> planner -> chunker -> embedder -> writer
     reader, embedder -> l0_writer   (a document's summary vector is its first chunk's vector)
+    writer -> l0_writer             (the L0 index is written after the vector store)
 """
 
 import logging
@@ -41,7 +42,13 @@ def build_indexing_pipeline(cfg: DictConfig, progress_bar: bool = False) -> Pipe
     pipeline = Pipeline()
     pipeline.add_component("reader", MarkdownKnowledgeReader(kb_path=cfg.kb.path))
     pipeline.add_component(
-        "planner", IndexPlanner(uri=milvus.uri, collection=milvus.collection, fingerprint=index_fingerprint(cfg))
+        "planner",
+        IndexPlanner(
+            uri=milvus.uri,
+            collection=milvus.collection,
+            fingerprint=index_fingerprint(cfg),
+            timeout_ms=milvus.get("timeout_ms"),
+        ),
     )
     pipeline.add_component(
         "chunker",
@@ -68,6 +75,7 @@ def build_indexing_pipeline(cfg: DictConfig, progress_bar: bool = False) -> Pipe
             collection=milvus.collection,
             index_type=milvus.index_type,
             index_params=dict(milvus.index_params),
+            timeout_ms=milvus.get("timeout_ms"),
         ),
     )
     pipeline.add_component(
@@ -80,6 +88,8 @@ def build_indexing_pipeline(cfg: DictConfig, progress_bar: bool = False) -> Pipe
     pipeline.connect("embedder.documents", "writer.documents")
     pipeline.connect("embedder.documents", "l0_writer.chunks")
     pipeline.connect("planner.plan", "writer.plan")
+    # The L0 index is written only once the vector store holds every chunk.
+    pipeline.connect("writer.written", "l0_writer.chunks_written")
     return pipeline
 
 

@@ -94,6 +94,7 @@ def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
             index_type=milvus.index_type,
             search_params=dict(milvus.search_params),
             uncovered_evidence_threshold=retrieval.uncovered_evidence_threshold,
+            timeout_ms=milvus.get("timeout_ms"),
         ),
     )
     if cfg.sidecar.enabled:

@@ -40,6 +40,7 @@ class MilvusConfig:
     index_type: str = "FLAT"
     index_params: dict[str, Any] = field(default_factory=dict)
     search_params: dict[str, Any] = field(default_factory=dict)
+    timeout_ms: int = 10000
 
 
 @dataclass

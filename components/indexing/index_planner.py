@@ -21,7 +21,9 @@ class IndexPlanner:
     Decides what an indexing run changes by comparing the documents with the collection.
 
     A document whose content hash (combined with the index fingerprint: embedding model and
-    chunking settings) is already stored is unchanged and is not re-embedded; a changed one has
+    chunking settings) is already stored with all its chunks (as many as each chunk's
+    `chunk_count` says) is unchanged and is not re-embedded; an incomplete one (a run interrupted
+    between two insert batches) is re-indexed like a changed one; a changed one has
     its old chunks replaced; a source no longer in the knowledge base has its chunks removed.
 
     Usage example:
@@ -33,15 +35,17 @@ class IndexPlanner:
     ```
     """
 
-    def __init__(self, uri: str, collection: str, fingerprint: str = "") -> None:
+    def __init__(self, uri: str, collection: str, fingerprint: str = "", timeout_ms: int | None = None) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
         :param collection: Collection name.
         :param fingerprint: Everything besides the file content that changes the chunks or vectors.
+        :param timeout_ms: Limit of the connection attempt to a Milvus server (None: no limit).
         """
         self.uri = uri
         self.collection = collection
         self.fingerprint = fingerprint
+        self.timeout_ms = timeout_ms
 
     @component.output_types(documents=list[Document], plan=IndexPlan)
     def run(self, documents: list[Document], rebuild: bool = False) -> dict[str, Any]:
@@ -65,7 +69,7 @@ class IndexPlanner:
             if previous is None:
                 plan.added.append(source)
                 to_index.append(document)
-            elif previous["hashes"] == {document.meta["index_hash"]}:
+            elif previous["hashes"] == {document.meta["index_hash"]} and _complete(previous):
                 plan.unchanged.append(source)
             else:
                 plan.updated.append(source)
@@ -86,7 +90,7 @@ class IndexPlanner:
 
     def _stored_state(self) -> dict[str, dict[str, Any]]:
         """Per source: the ids of its chunks and the hashes they were indexed from."""
-        client = connect(self.uri)
+        client = connect(self.uri, self.timeout_ms)
         if not client.has_collection(self.collection):
             return {}
         ensure_loaded(client, self.collection)
@@ -98,9 +102,21 @@ class IndexPlanner:
             while rows := iterator.next():
                 for row in rows:
                     meta = row[METADATA_FIELD] or {}
-                    entry = state.setdefault(meta.get("source", ""), {"ids": [], "hashes": set()})
+                    entry = state.setdefault(meta.get("source", ""), {"ids": [], "hashes": set(), "counts": set()})
                     entry["ids"].append(row[ID_FIELD])
                     entry["hashes"].add(meta.get("index_hash"))
+                    entry["counts"].add(meta.get("chunk_count"))
         finally:
             iterator.close()
         return state
+
+
+def _complete(previous: dict[str, Any]) -> bool:
+    """
+    Whether a stored document has all its chunks. Chunks written before `chunk_count` existed
+    carry none and are taken as complete.
+    """
+    counts = previous["counts"] - {None}
+    if not counts:
+        return True
+    return len(counts) == 1 and len(previous["ids"]) == next(iter(counts))

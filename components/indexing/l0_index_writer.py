@@ -52,10 +52,14 @@ class L0IndexWriter:
         self._embedder.warm_up()
 
     @component.output_types(entries=int, path=str, summaries_embedded=int)
-    def run(self, documents: list[Document], chunks: list[Document] | None = None) -> dict[str, Any]:
+    def run(
+        self, documents: list[Document], chunks: list[Document] | None = None, chunks_written: int | None = None
+    ) -> dict[str, Any]:
         """
         :param documents: All readable documents (not only the changed ones).
         :param chunks: The chunks embedded in this run (with `embedding`), if any.
+        :param chunks_written: What the vector-store writer wrote; connected, it makes this writer run
+            after the vector store is complete, so a failed run leaves the previous L0 index.
         :returns: The number of entries, the saved path and how many summaries had to be embedded
             here (neither a fresh first chunk nor a previous vector).
         """

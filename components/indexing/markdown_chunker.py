@@ -7,6 +7,7 @@ from haystack import Document, component
 from components.common.embedding_models import load_tokenizer
 from components.common.markdown_sections import Section, section_kind, split_sections
 from components.common.text import is_cjk, terms
+from components.stores.milvus_collection import MAX_CONTENT_CHARS
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +50,16 @@ class MarkdownChunker:
         overlap_tokens: int = 32,
         min_tokens: int = 8,
         tokenizer_model: str = "packaged:all-MiniLM-L6-v2",
+        max_chars: int = MAX_CONTENT_CHARS,
     ) -> None:
         """
         :param max_tokens: Largest chunk, in tokens.
         :param overlap_tokens: Tokens repeated from the end of a window at the start of the next.
         :param min_tokens: A trailing window shorter than this is merged into the previous chunk.
         :param tokenizer_model: Model whose tokenizer counts tokens (the embedding model).
+        :param max_chars: Longest chunk in characters (the `content` field's limit): a window of few
+            tokens can still be longer, since the tokenizer counts a word of over 100 characters as
+            one unknown token; such a window is cut into pieces of at most this many characters.
         """
         if max_tokens < 16 or not 0 <= overlap_tokens < max_tokens:
             raise ValueError("MarkdownChunker needs max_tokens >= 16 and 0 <= overlap_tokens < max_tokens")
@@ -62,6 +67,7 @@ class MarkdownChunker:
         self.overlap_tokens = overlap_tokens
         self.min_tokens = min_tokens
         self.tokenizer_model = tokenizer_model
+        self.max_chars = max_chars
         self._tokenizer = None
 
     def warm_up(self) -> None:
@@ -122,9 +128,16 @@ class MarkdownChunker:
             return []
         self.warm_up()
         offsets = self._tokenizer.encode(text, add_special_tokens=False).offsets
-        if len(offsets) <= self.max_tokens:
+        windows = [text] if len(offsets) <= self.max_tokens else self._windows(text, offsets)
+        if any(len(window) > self.max_chars for window in windows):
+            # Words of over 100 characters count as one token each: the token windows can exceed the field.
+            logger.warning(
+                "Text of %d characters has a window over %d characters: cut by characters", len(text), self.max_chars
+            )
+            windows = [piece for window in windows for piece in split_by_characters(window, self.max_chars)]
+        elif len(windows) == 1:
             return [(text, len(offsets))]
-        return [(window, self._count(window)) for window in self._windows(text, offsets)]
+        return [(window, self._count(window)) for window in windows]
 
     def _count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
@@ -188,3 +201,16 @@ def _embed_header(title: str, section: Section) -> str:
     """
     below_top = section.headings[1:] if section.headings else []
     return " > ".join([title, *below_top]) if title else " > ".join(section.headings)
+
+
+def split_by_characters(text: str, max_chars: int) -> list[str]:
+    """`text` in pieces of at most `max_chars` characters, each cut at the last whitespace when there is one."""
+    pieces = []
+    while len(text) > max_chars:
+        cut = text.rfind(" ", max_chars // 2, max_chars)
+        cut = cut if cut > 0 else max_chars
+        pieces.append(text[:cut].strip())
+        text = text[cut:].strip()
+    if text:
+        pieces.append(text)
+    return [piece for piece in pieces if piece]

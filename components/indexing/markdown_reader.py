@@ -1,6 +1,8 @@
+import errno
 import hashlib
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ from haystack import Document, component
 from components.common.markdown_sections import first_heading, is_blank_document
 from components.common.text import clean
 from components.contracts import SkippedFile
+from components.stores.milvus_collection import MAX_CATEGORY_CHARS
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +49,9 @@ class MarkdownKnowledgeReader:
     Frontmatter gives `title`, `category`, `keywords` and `entities`; without it the title comes
     from the first heading (else the file name) and the category from the top-level folder.
     Files that cannot be used are skipped with a reason, never silently: unreadable files,
-    invalid UTF-8, broken YAML frontmatter, empty documents, and symlinks that lead outside the
-    knowledge base (which are not followed).
+    invalid UTF-8, broken YAML frontmatter or frontmatter that is not a mapping, a category that
+    is a list or longer than the `category` column, empty documents, FIFOs and other files that
+    are not regular, symlink loops, and symlinks that lead outside the knowledge base.
 
     Usage example:
 
@@ -111,13 +115,18 @@ class MarkdownKnowledgeReader:
                     continue
                 path = base / name
                 source = _relative(root, path)
-                if path.is_symlink() and not _is_within(path.resolve(), root):
-                    skipped.append(SkippedFile(source, "symlink points outside the knowledge base"))
-                    continue
+                if path.is_symlink():
+                    problem = _symlink_problem(path, root)
+                    if problem:
+                        skipped.append(SkippedFile(source, problem))
+                        continue
                 yield path, source
 
     def _read(self, root: Path, path: Path, source: str) -> tuple[Document | None, str | None]:
         try:
+            # A FIFO would block the read for good, a device could be endless.
+            if not stat.S_ISREG(path.stat().st_mode):
+                return None, "not a regular file (a FIFO, socket or device)"
             raw = path.read_bytes()
         except OSError as exc:
             return None, f"unreadable: {exc.strerror or exc}"
@@ -129,13 +138,17 @@ class MarkdownKnowledgeReader:
         text = text.removeprefix("\ufeff")
         try:
             post = frontmatter.loads(text)
+            problem = _frontmatter_problem(text)
         except yaml.YAMLError as exc:
             return None, f"invalid YAML frontmatter: {_first_line(exc)}"
-        if not isinstance(post.metadata, dict):
-            return None, "invalid YAML frontmatter: not a mapping"
+        if problem or not isinstance(post.metadata, dict):
+            return None, f"invalid YAML frontmatter: {problem or 'frontmatter is not a mapping'}"
         body = post.content
         if not body.strip() or is_blank_document(body):
             return None, "empty document"
+        problem = _category_problem(post.metadata.get("category"))
+        if problem:
+            return None, problem
         meta = self._metadata(post.metadata, body, path, source, raw)
         return Document(id=meta["doc_hash"], content=body, meta=meta), None
 
@@ -152,6 +165,43 @@ class MarkdownKnowledgeReader:
             "has_frontmatter": bool(front),
             "doc_hash": hashlib.sha256(raw).hexdigest(),
         }
+
+
+def _symlink_problem(path: Path, root: Path) -> str | None:
+    """Why a symlinked markdown file cannot be read (a loop, or a target outside the knowledge base), if so."""
+    try:
+        target = path.resolve(strict=True)
+    except (RuntimeError, OSError) as exc:  # Python 3.11 raises RuntimeError on a loop, later ones OSError
+        looped = isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP
+        return "symlink loop" if looped else f"broken symlink: {getattr(exc, 'strerror', None) or exc}"
+    return None if _is_within(target, root) else "symlink points outside the knowledge base"
+
+
+def _frontmatter_problem(text: str) -> str | None:
+    """
+    python-frontmatter reads a fenced block that is a list or a scalar as no metadata at all;
+    such a file is skipped rather than indexed without what its author wrote.
+    """
+    handler = frontmatter.YAMLHandler()
+    if not handler.detect(text):
+        return None
+    try:
+        fm, _content = handler.split(text)
+    except ValueError:
+        return None
+    loaded = yaml.safe_load(fm)
+    if loaded is None or isinstance(loaded, dict):
+        return None
+    return f"frontmatter is not a mapping (a {type(loaded).__name__})"
+
+
+def _category_problem(value: Any) -> str | None:
+    """A category must be one value that fits the `category` column."""
+    if isinstance(value, (list, tuple, dict, set)):
+        return f"category must be a single value, not a {type(value).__name__}"
+    if value is not None and len(_text(value)) > MAX_CATEGORY_CHARS:
+        return f"category longer than {MAX_CATEGORY_CHARS} characters"
+    return None
 
 
 def _relative(root: Path, path: Path) -> str:

@@ -1,4 +1,5 @@
 import logging
+from collections import Counter
 from typing import Any
 
 from haystack import Document, component
@@ -10,10 +11,12 @@ from components.stores.milvus_collection import (
     ID_FIELD,
     METADATA_FIELD,
     VECTOR_FIELD,
+    CollectionLayout,
     CollectionMismatchError,
-    collection_dim,
+    check_dimension,
     connect,
     create_collection,
+    describe_layout,
     ensure_loaded,
     quote_string,
     row_count,
@@ -37,6 +40,7 @@ _METADATA_KEYS = (
     "has_frontmatter",
     "terms",
     "tokens",
+    "chunk_count",
 )
 _BATCH = 500
 
@@ -49,6 +53,11 @@ class MilvusChunkWriter:
 
     Creates the collection (schema of `components.stores.milvus_collection`) on first use, and drops and
     recreates it for a rebuild. Refuses to mix vectors of another dimension into a collection.
+    An existing collection without the `category` column gets its chunks without it.
+
+    Each chunk records how many chunks its document has (`chunk_count`): a run interrupted between
+    two insert batches leaves a document with fewer chunks than that, and the next run's planner
+    re-indexes it instead of taking it as unchanged.
 
     Usage example:
 
@@ -58,17 +67,26 @@ class MilvusChunkWriter:
     ```
     """
 
-    def __init__(self, uri: str, collection: str, index_type: str = "FLAT", index_params: dict | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        collection: str,
+        index_type: str = "FLAT",
+        index_params: dict | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
         :param collection: Collection name.
         :param index_type: Vector index type used when the collection is created (FLAT, IVF_FLAT, AUTOINDEX).
         :param index_params: Index build parameters, e.g. {"nlist": 128}.
+        :param timeout_ms: Limit of the connection attempt to a Milvus server (None: no limit).
         """
         self.uri = uri
         self.collection = collection
         self.index_type = index_type
         self.index_params = dict(index_params or {})
+        self.timeout_ms = timeout_ms
 
     @component.output_types(written=int, deleted=int, count=int)
     def run(self, documents: list[Document], plan: IndexPlan) -> dict[str, Any]:
@@ -77,7 +95,7 @@ class MilvusChunkWriter:
         :param plan: What to delete, and whether to rebuild.
         :returns: Chunks written, chunks deleted, and the collection's row count afterwards.
         """
-        client = connect(self.uri)
+        client = connect(self.uri, self.timeout_ms)
         if plan.rebuild and client.has_collection(self.collection):
             client.drop_collection(self.collection)
             logger.info("Dropped collection %s for a rebuild", self.collection)
@@ -106,25 +124,44 @@ class MilvusChunkWriter:
         dim = len(documents[0].embedding)
         if not client.has_collection(self.collection):
             create_collection(client, self.collection, dim, self.index_type, self.index_params)
-        else:
-            existing = collection_dim(client, self.collection)
-            if existing != dim:
-                raise CollectionMismatchError(
-                    f"collection {self.collection} holds {existing}-d vectors but the embedder gives {dim}-d: "
-                    "run `knowledge index --rebuild` (or choose another milvus.collection)"
-                )
-        rows = [_row(document) for document in documents]
+        layout = describe_layout(client, self.collection)
+        check_dimension(layout, self.collection, dim)
+        counts = Counter(document.meta.get("source") for document in documents)
+        rows = [_row(document, layout, counts[document.meta.get("source")]) for document in documents]
+        _check_sizes(rows, layout, self.collection)
         for start in range(0, len(rows), _BATCH):
             client.insert(self.collection, rows[start : start + _BATCH])
         return len(rows)
 
 
-def _row(document: Document) -> dict[str, Any]:
-    meta = document.meta
-    return {
+def _check_sizes(rows: list[dict[str, Any]], layout: CollectionLayout, collection: str) -> None:
+    """
+    Refuse, before anything is inserted, a chunk or category longer than the collection's fields
+    (an existing collection may have shorter ones than this schema's): one clear error, not a
+    pymilvus failure halfway through the batches.
+    """
+    for row in rows:
+        source = row[METADATA_FIELD].get("source")
+        if len(row[CONTENT_FIELD]) > layout.content_max_chars:
+            raise CollectionMismatchError(
+                f"a chunk of {source} has {len(row[CONTENT_FIELD])} characters; collection {collection}'s "
+                f"{CONTENT_FIELD} field takes at most {layout.content_max_chars}: lower chunking.max_tokens"
+            )
+        if len(row.get(CATEGORY_FIELD, "")) > layout.category_max_chars:
+            raise CollectionMismatchError(
+                f"the category of {source} is longer than collection {collection}'s {CATEGORY_FIELD} field "
+                f"({layout.category_max_chars} characters)"
+            )
+
+
+def _row(document: Document, layout: CollectionLayout, chunk_count: int) -> dict[str, Any]:
+    meta = {**document.meta, "chunk_count": chunk_count}
+    row = {
         ID_FIELD: meta["evidence_key"],
         CONTENT_FIELD: document.content,
         VECTOR_FIELD: list(map(float, document.embedding)),
         METADATA_FIELD: {key: meta.get(key) for key in _METADATA_KEYS},
-        CATEGORY_FIELD: meta.get("category") or "",
     }
+    if layout.has_category:
+        row[CATEGORY_FIELD] = meta.get("category") or ""
+    return row

@@ -12,7 +12,7 @@ from components.contracts import (
     RetrievalAttempt,
     RetrievalTrace,
 )
-from components.stores.vector_search import QueryEmbeddings, VectorSearch, make_search
+from components.stores.vector_search import QueryEmbeddings, UnsupportedFilterError, VectorSearch, make_search
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +65,7 @@ class FallbackRetriever:
         index_type: str = "FLAT",
         search_params: dict | None = None,
         uncovered_evidence_threshold: float | None = None,
+        timeout_ms: int | None = None,
     ) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
@@ -78,6 +79,7 @@ class FallbackRetriever:
         :param search_params: Search parameters, e.g. {"nprobe": 16} for IVF_FLAT.
         :param uncovered_evidence_threshold: Minimum similarity of a usable candidate when the query
             names something the knowledge base never mentions (None: `evidence_threshold` always).
+        :param timeout_ms: Limit of a Milvus connection attempt and of one search (None: no limit).
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -91,11 +93,14 @@ class FallbackRetriever:
         self.index_type = index_type
         self.search_params = dict(search_params or {})
         self.uncovered_evidence_threshold = uncovered_evidence_threshold
+        self.timeout_ms = timeout_ms
         self._searches: dict[str, VectorSearch] = {}
 
     def _search(self, path: str) -> VectorSearch:
         if path not in self._searches:
-            self._searches[path] = make_search(path, self.uri, self.collection, self.index_type, self.search_params)
+            self._searches[path] = make_search(
+                path, self.uri, self.collection, self.index_type, self.search_params, self.timeout_ms
+            )
         return self._searches[path]
 
     @component.output_types(candidates=list[Candidate], retrieval_trace=RetrievalTrace)
@@ -173,7 +178,12 @@ class FallbackRetriever:
     ) -> tuple[list[Candidate], str, str | None]:
         if self.vector_store_mode != "auto":
             path = self.vector_store_mode
-            return self._search(path).search(embedding, self.top_k, category), path, None
+            try:
+                return self._search(path).search(embedding, self.top_k, category), path, None
+            except UnsupportedFilterError as exc:  # this collection's filter needs the SDK path
+                note = f"{path} path cannot filter, used sdk: {exc}"
+                logger.info("Vector store %s mode: %s", path, note)
+                return self._search("sdk").search(embedding, self.top_k, category), "sdk", note
         try:
             return self._search("haystack").search(embedding, self.top_k, category), "haystack", None
         except Exception as exc:  # auto mode: any failure of the framework path falls back to the SDK

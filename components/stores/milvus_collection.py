@@ -3,9 +3,13 @@ The Milvus collection of lookup-knowledge: connection, schema and filter express
 
 One schema serves both vector-store paths: `id` VARCHAR primary key, `content` VARCHAR,
 `vector` FLOAT_VECTOR(dim), `metadata` JSON and `category` VARCHAR (the filter column), metric L2.
+An existing collection with only the first four fields, or another metric (IP, COSINE), is
+reused as it is: `describe_layout` reads what it has, and nothing here ever alters it.
 """
 
 import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pymilvus import DataType, MilvusClient
@@ -43,12 +47,22 @@ class CollectionMismatchError(RuntimeError):
     """The existing collection does not fit the configured embedder (another dimension)."""
 
 
-def _is_lock_error(exc: BaseException) -> bool:
-    while exc is not None:
-        if type(exc).__name__ == "DataDirLockedError" or "holds the lock" in str(exc):
-            return True
+def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """
+    An exception and its causes (or contexts), each once: some errors are their own cause
+    (grpc's `_InactiveRpcError` inside pymilvus), so a plain walk would never end.
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
         exc = exc.__cause__ or exc.__context__
-    return False
+
+
+def _is_lock_error(exc: BaseException) -> bool:
+    return any(
+        type(link).__name__ == "DataDirLockedError" or "holds the lock" in str(link) for link in exception_chain(exc)
+    )
 
 
 def _is_locked_elsewhere(uri: str) -> bool:
@@ -81,35 +95,98 @@ def is_local_uri(uri: str) -> bool:
     return "://" not in uri
 
 
-def connection_args(uri: str) -> dict[str, Any]:
+def timeout_seconds(timeout_ms: int | None) -> float | None:
+    """`milvus.timeout_ms` as pymilvus takes it (None or 0: no limit)."""
+    return timeout_ms / 1000.0 if timeout_ms else None
+
+
+def connection_args(uri: str, timeout_ms: int | None = None) -> dict[str, Any]:
     """Arguments for MilvusClient (and milvus-haystack's connection_args) for a URI."""
-    return {"uri": uri, "grpc_options": dict(LITE_GRPC_OPTIONS)} if is_local_uri(uri) else {"uri": uri}
+    args: dict[str, Any] = {"uri": uri}
+    if is_local_uri(uri):
+        args["grpc_options"] = dict(LITE_GRPC_OPTIONS)
+    if timeout_ms:
+        args["timeout"] = timeout_seconds(timeout_ms)
+    return args
 
 
-def connect(uri: str) -> MilvusClient:
+def connect(uri: str, timeout_ms: int | None = None) -> MilvusClient:
     """
     Open a client, turning Milvus Lite's file lock into an error that says what to do.
 
     Milvus Lite lets one process hold a db file; clients in the same process share it.
+    `timeout_ms` bounds the connection attempt to a server.
     """
     if is_local_uri(uri):
         from pathlib import Path
 
         Path(uri).parent.mkdir(parents=True, exist_ok=True)
     try:
-        return MilvusClient(**connection_args(uri))
+        return MilvusClient(**connection_args(uri, timeout_ms))
     except Exception as exc:
         if _is_lock_error(exc) or (is_local_uri(uri) and _is_locked_elsewhere(uri)):
             raise MilvusUnavailableError(
-                f"the Milvus Lite database {uri} is held by another process (a running `knowledge serve` "
-                "or another command); stop it, or use a Milvus server (milvus=server) that several processes can share"
+                f"the Milvus Lite database {uri} is held by another process (a running server or index); "
+                "stop it, or use a Milvus server (milvus=server) that several processes can share"
             ) from exc
-        raise MilvusUnavailableError(f"cannot open Milvus at {uri}: {str(exc).splitlines()[0]}") from exc
+        reason = str(getattr(exc, "message", None) or exc).strip() or type(exc).__name__
+        raise MilvusUnavailableError(f"cannot open Milvus at {uri}: {reason.splitlines()[0]}") from exc
 
 
-def index_params_for(index_type: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def index_params_for(index_type: str, extra: dict[str, Any] | None = None, metric: str = METRIC) -> dict[str, Any]:
     """Index parameters in the shape milvus-haystack and pymilvus both accept."""
-    return {"index_type": index_type, "metric_type": METRIC, "params": dict(extra or {})}
+    return {"index_type": index_type, "metric_type": metric, "params": dict(extra or {})}
+
+
+@dataclass(frozen=True)
+class CollectionLayout:
+    """What an existing collection has: vector dimension, metric, index type, a `category` column or not."""
+
+    dim: int
+    metric: str = METRIC
+    index_type: str = "FLAT"
+    has_category: bool = True
+    content_max_chars: int = MAX_CONTENT_CHARS
+    category_max_chars: int = MAX_CATEGORY_CHARS
+
+
+def describe_layout(client: MilvusClient, name: str) -> CollectionLayout:
+    """
+    Read an existing collection's layout. Refuses one without the `id`, `content`, `vector` and
+    `metadata` fields, or with a metric the scores cannot be normalized from.
+    """
+    fields = {field["name"]: field for field in client.describe_collection(name)["fields"]}
+    missing = [f for f in (ID_FIELD, CONTENT_FIELD, VECTOR_FIELD, METADATA_FIELD) if f not in fields]
+    if missing:
+        raise CollectionMismatchError(
+            f"collection {name} lacks the field(s) {', '.join(missing)}: "
+            f"it needs {ID_FIELD}, {CONTENT_FIELD}, {VECTOR_FIELD} and {METADATA_FIELD}"
+        )
+    metric, index_type = METRIC, "FLAT"
+    for index_name in client.list_indexes(name, field_name=VECTOR_FIELD) or []:
+        described = client.describe_index(name, index_name)
+        metric = str(described.get("metric_type") or METRIC).upper()
+        index_type = str(described.get("index_type") or index_type)
+    if metric not in ("L2", "IP", "COSINE"):
+        raise CollectionMismatchError(f"collection {name} uses metric {metric}; supported: L2, IP, COSINE")
+    category = fields.get(CATEGORY_FIELD)
+    return CollectionLayout(
+        dim=int(fields[VECTOR_FIELD]["params"]["dim"]),
+        metric=metric,
+        index_type=index_type,
+        has_category=category is not None,
+        content_max_chars=int(fields[CONTENT_FIELD].get("params", {}).get("max_length") or MAX_CONTENT_CHARS),
+        category_max_chars=int((category or {}).get("params", {}).get("max_length") or MAX_CATEGORY_CHARS),
+    )
+
+
+def check_dimension(layout: CollectionLayout, name: str, dim: int) -> None:
+    """Refuse an embedder whose vectors do not fit the collection, naming both dimensions."""
+    if layout.dim != dim:
+        raise CollectionMismatchError(
+            f"collection {name} holds {layout.dim}-d vectors but the embedder gives {dim}-d: "
+            "run `knowledge index --rebuild` (or choose another milvus.collection or embedder)"
+        )
 
 
 def create_collection(
@@ -125,13 +202,6 @@ def create_collection(
     params.add_index(VECTOR_FIELD, index_type=index_type, metric_type=METRIC, params=dict(index_params or {}))
     client.create_collection(name, schema=schema, index_params=params)
     logger.info("Created Milvus collection %s (dim=%d, index=%s, metric=%s)", name, dim, index_type, METRIC)
-
-
-def collection_dim(client: MilvusClient, name: str) -> int | None:
-    for field in client.describe_collection(name)["fields"]:
-        if field["name"] == VECTOR_FIELD:
-            return int(field["params"]["dim"])
-    return None
 
 
 def ensure_loaded(client: MilvusClient, name: str) -> None:
@@ -158,5 +228,7 @@ def quote_string(value: str) -> str:
     return f'"{escaped}"'
 
 
-def category_filter(category: str) -> str:
-    return f"{CATEGORY_FIELD} == {quote_string(category)}"
+def category_filter(category: str, has_column: bool = True) -> str:
+    """The filter on a category: the `category` column, or the JSON key of a collection without it."""
+    field = CATEGORY_FIELD if has_column else f'{METADATA_FIELD}["{CATEGORY_FIELD}"]'
+    return f"{field} == {quote_string(category)}"

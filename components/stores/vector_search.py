@@ -1,11 +1,13 @@
 """
 The two vector-store paths behind one result shape.
 
-- `sdk`: pymilvus `MilvusClient.search`, raw score = L2 squared distance.
+- `sdk`: pymilvus `MilvusClient.search`, raw score = what Milvus returns for the collection's
+  metric (L2 squared distance, or the IP / COSINE score).
 - `haystack`: milvus-haystack `MilvusEmbeddingRetriever` over `MilvusDocumentStore` attached to
-  the same collection, raw score = milvus-haystack's `1 - d/4`.
+  the same collection, raw score = milvus-haystack's own (`1 - d/4` for L2).
 
 Both return `Candidate`s with the same normalized similarity (see `components.common.scoring`).
+Each reads the collection's layout (`describe_layout`) when it opens it and never alters it.
 """
 
 import logging
@@ -14,10 +16,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from components.common.scoring import (
-    HAYSTACK_SCORE_LABEL,
-    SDK_SCORE_LABEL,
-    similarity_from_haystack_score,
-    similarity_from_l2,
+    haystack_score_label,
+    sdk_score_label,
+    similarity_from_haystack,
+    similarity_from_sdk,
 )
 from components.contracts import Candidate
 from components.stores.milvus_collection import (
@@ -26,11 +28,15 @@ from components.stores.milvus_collection import (
     ID_FIELD,
     METADATA_FIELD,
     VECTOR_FIELD,
+    CollectionLayout,
     category_filter,
+    check_dimension,
     connect,
     connection_args,
+    describe_layout,
     ensure_loaded,
     index_params_for,
+    timeout_seconds,
 )
 
 logger = logging.getLogger(__name__)
@@ -45,6 +51,20 @@ QueryEmbeddings = np.ndarray | list[list[float]]
 def as_float_list(vector: Any) -> list[float]:
     """A vector as the plain list of floats that pymilvus and milvus-haystack take."""
     return vector.tolist() if isinstance(vector, np.ndarray) else [float(x) for x in vector]
+
+
+class UnsupportedFilterError(LookupError):
+    """This path cannot express the filter on this collection (another path can)."""
+
+
+def _open_collection(uri: str, collection: str, timeout_ms: int | None):
+    """A client on an existing, loaded collection and its layout; never creates or alters it."""
+    client = connect(uri, timeout_ms)
+    if not client.has_collection(collection):
+        raise LookupError(f"collection {collection} does not exist at {uri}: run `knowledge index`")
+    layout = describe_layout(client, collection)
+    ensure_loaded(client, collection)
+    return client, layout
 
 
 class VectorSearch(Protocol):
@@ -86,38 +106,54 @@ def _candidate(
 
 
 class SdkVectorSearch:
-    """pymilvus `MilvusClient.search` on the `category` column filter."""
+    """
+    pymilvus `MilvusClient.search`, filtered on the `category` column, or on `metadata["category"]`
+    in a collection without that column.
+    """
 
     path = "sdk"
 
-    def __init__(self, uri: str, collection: str, search_params: dict | None = None) -> None:
+    def __init__(
+        self, uri: str, collection: str, search_params: dict | None = None, timeout_ms: int | None = None
+    ) -> None:
         self.uri = uri
         self.collection = collection
         self.search_params = dict(search_params or {})
+        self.timeout_ms = timeout_ms
         self._client = None
+        self._layout: CollectionLayout | None = None
 
     def _ready_client(self):
         if self._client is None:
-            client = connect(self.uri)
-            if not client.has_collection(self.collection):
-                raise LookupError(f"collection {self.collection} does not exist at {self.uri}: run `knowledge index`")
-            ensure_loaded(client, self.collection)
-            self._client = client
+            self._client, self._layout = _open_collection(self.uri, self.collection, self.timeout_ms)
         return self._client
 
+    @property
+    def layout(self) -> CollectionLayout:
+        self._ready_client()
+        return self._layout
+
     def describe_filter(self, category: str | None) -> str | None:
-        return category_filter(category) if category is not None else None
+        if category is None:
+            return None
+        has_column = self._layout.has_category if self._layout is not None else True
+        return category_filter(category, has_column)
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
         client = self._ready_client()
+        vector = as_float_list(embedding)
+        layout = self.layout
+        check_dimension(layout, self.collection, len(vector))
+        fields = [CONTENT_FIELD, METADATA_FIELD] + ([CATEGORY_FIELD] if layout.has_category else [])
         hits = client.search(
             self.collection,
-            data=[as_float_list(embedding)],
+            data=[vector],
             limit=top_k,
             filter=self.describe_filter(category) or "",
-            output_fields=[CONTENT_FIELD, METADATA_FIELD, CATEGORY_FIELD],
-            search_params={"metric_type": "L2", "params": self.search_params},
+            output_fields=fields,
+            search_params={"metric_type": layout.metric, "params": self.search_params},
             anns_field=VECTOR_FIELD,
+            timeout=timeout_seconds(self.timeout_ms),
         )[0]
         candidates = []
         for hit in hits:
@@ -130,8 +166,8 @@ class SdkVectorSearch:
                     entity.get(METADATA_FIELD) or {},
                     entity.get(CATEGORY_FIELD),
                     distance,
-                    SDK_SCORE_LABEL,
-                    similarity_from_l2(distance),
+                    sdk_score_label(layout.metric),
+                    similarity_from_sdk(distance, layout.metric),
                     self.path,
                 )
             )
@@ -143,12 +179,21 @@ class HaystackVectorSearch:
 
     path = "haystack"
 
-    def __init__(self, uri: str, collection: str, index_type: str = "FLAT", search_params: dict | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        collection: str,
+        index_type: str = "FLAT",
+        search_params: dict | None = None,
+        timeout_ms: int | None = None,
+    ) -> None:
         self.uri = uri
         self.collection = collection
         self.index_type = index_type
         self.search_params = dict(search_params or {})
+        self.timeout_ms = timeout_ms
         self._retriever = None
+        self._layout: CollectionLayout | None = None
 
     def _ready_retriever(self):
         if self._retriever is None:
@@ -156,31 +201,43 @@ class HaystackVectorSearch:
 
             # The collection exists already; checking first keeps milvus-haystack from creating
             # one with its own default schema.
-            client = connect(self.uri)
-            if not client.has_collection(self.collection):
-                raise LookupError(f"collection {self.collection} does not exist at {self.uri}: run `knowledge index`")
-            ensure_loaded(client, self.collection)
+            _, layout = _open_collection(self.uri, self.collection, self.timeout_ms)
             store = MilvusDocumentStore(
-                connection_args=connection_args(self.uri),
+                connection_args=connection_args(self.uri, self.timeout_ms),
                 collection_name=self.collection,
                 primary_field=ID_FIELD,
                 text_field=CONTENT_FIELD,
                 vector_field=VECTOR_FIELD,
                 enable_dynamic_field=False,
-                # Explicit, so Document.score follows the real L2 metric (1 - d/4).
-                index_params=index_params_for(self.index_type),
-                search_params={"metric_type": "L2", "params": self.search_params},
+                # Explicit and read from the collection, so Document.score follows its real metric.
+                index_params=index_params_for(layout.index_type, metric=layout.metric),
+                search_params={"metric_type": layout.metric, "params": self.search_params},
+                timeout=timeout_seconds(self.timeout_ms),
             )
             self._retriever = MilvusEmbeddingRetriever(document_store=store)
+            self._layout = layout
         return self._retriever
 
     def describe_filter(self, category: str | None) -> str | None:
-        return None if category is None else category_filter(category)
+        if category is None:
+            return None
+        if self._layout is not None and not self._layout.has_category:
+            return None  # unsupported on this path: see `search`
+        return category_filter(category)
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
         retriever = self._ready_retriever()
+        layout = self._layout
+        vector = as_float_list(embedding)
+        check_dimension(layout, self.collection, len(vector))
+        if category is not None and not layout.has_category:
+            # milvus-haystack filters cannot address a key inside the JSON column.
+            raise UnsupportedFilterError(
+                f"collection {self.collection} has no {CATEGORY_FIELD} column and milvus-haystack cannot filter "
+                f"on {METADATA_FIELD}[{CATEGORY_FIELD!r}]"
+            )
         filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
-        documents = retriever.run(query_embedding=as_float_list(embedding), filters=filters, top_k=top_k)["documents"]
+        documents = retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]
         candidates = []
         for document in documents:
             meta = document.meta or {}
@@ -192,17 +249,24 @@ class HaystackVectorSearch:
                     metadata,
                     meta.get(CATEGORY_FIELD),
                     float(document.score),
-                    HAYSTACK_SCORE_LABEL,
-                    similarity_from_haystack_score(float(document.score)),
+                    haystack_score_label(layout.metric),
+                    similarity_from_haystack(float(document.score), layout.metric),
                     self.path,
                 )
             )
         return candidates
 
 
-def make_search(path: str, uri: str, collection: str, index_type: str, search_params: dict | None) -> VectorSearch:
+def make_search(
+    path: str,
+    uri: str,
+    collection: str,
+    index_type: str,
+    search_params: dict | None,
+    timeout_ms: int | None = None,
+) -> VectorSearch:
     if path == "sdk":
-        return SdkVectorSearch(uri, collection, search_params)
+        return SdkVectorSearch(uri, collection, search_params, timeout_ms)
     if path == "haystack":
-        return HaystackVectorSearch(uri, collection, index_type, search_params)
+        return HaystackVectorSearch(uri, collection, index_type, search_params, timeout_ms)
     raise ValueError(f"unknown vector store path {path!r}; one of {', '.join(PATHS)}")

@@ -233,8 +233,10 @@ def held_db(tmp_path_factory):
 
 def test_connect_names_the_lock_holder(held_db):
     """Regression: the lock error stayed in Milvus Lite's log; the raised message named no cause."""
-    with pytest.raises(MilvusUnavailableError, match="held by another process"):
+    with pytest.raises(MilvusUnavailableError, match="held by another process") as raised:
         connect(str(held_db))
+    # It names what can hold a db, and no command that does not exist.
+    assert "(a running server or index)" in str(raised.value) and "knowledge serve" not in str(raised.value)
 
 
 def test_cli_index_on_a_held_db_exits_1(held_db, small_kb, tmp_path):
