@@ -106,6 +106,7 @@ class TraceConfig:
     spool_path: str = "${paths.state_dir}/trace-spool.jsonl"
     summary_chars: int = 200
     retry_interval_s: float = 5.0
+    timeout_s: float = 5.0
 
 
 @dataclass
