@@ -170,6 +170,8 @@ def _validate_values(cfg: DictConfig) -> None:
         raise ConfigError(f"trace.summary_chars={cfg.trace.summary_chars} must be at least 0")
     if cfg.trace.retry_interval_s < 0:
         raise ConfigError(f"trace.retry_interval_s={cfg.trace.retry_interval_s} must be at least 0")
+    if cfg.trace.timeout_s < 0:
+        raise ConfigError(f"trace.timeout_s={cfg.trace.timeout_s} must be at least 0 (0: no deadline)")
     if cfg.context.budget_tokens < 16:
         raise ConfigError(f"context.budget_tokens={cfg.context.budget_tokens} must be at least 16")
     chunking = cfg.chunking

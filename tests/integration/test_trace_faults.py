@@ -142,3 +142,9 @@ def test_a_retriever_failure_keeps_the_attempts_that_ran(config_for, tmp_path, m
     details = service.trace_writer.store.get(result.invocation_id)["retrieval_details"]
     assert [a["index"] for a in details["retrieval_trace"]["attempts"]] == [0]
     assert details["l0_hints"]["entities"] == ["PostgreSQL"]
+
+
+def test_a_negative_trace_timeout_is_bad_input(tmp_path, capsys):
+    assert main(["traces", "list", *state_overrides(tmp_path / "state", "trace.timeout_s=-1")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "trace.timeout_s" in err
