@@ -456,6 +456,8 @@ class LookupResult:
     invocation_id: str | None = None
     trace_status: str | None = None
     error: dict[str, Any] | None = None
+    # Error results only: the result fields that stages finished before the failure filled in.
+    completed_parts: list[str] | None = None
 
     @classmethod
     def failure(
@@ -502,6 +504,7 @@ class LookupResult:
                 "message": self.message,
                 "error": self.error,
                 "evidenceBlocks": [],
+                **self._finished_parts(),
                 "invocationId": self.invocation_id,
             }
             if self.trace_status is not None:
@@ -531,6 +534,20 @@ class LookupResult:
         data["invocationId"] = self.invocation_id
         if self.trace_status is not None:
             data["traceStatus"] = self.trace_status
+        return data
+
+    def _finished_parts(self) -> dict[str, Any]:
+        """What the stages before a failure produced: the spec's traceability holds for errors too."""
+        parts = set(self.completed_parts or ())
+        data: dict[str, Any] = {}
+        if "query_transform" in parts:
+            data["queryTransform"] = self.query_transform.to_record()
+        if "l0_hints" in parts:
+            data["l0Hints"] = self.l0_hints.to_record()
+        if "retrieval_trace" in parts:
+            data["retrievalTrace"] = self.retrieval_trace.to_dict()
+        if "rerank_trace" in parts:
+            data["rerankTrace"] = [r.to_dict() for r in self.rerank_trace]
         return data
 
     def retrieval_details(self, content_chars: int) -> dict[str, Any]:

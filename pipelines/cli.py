@@ -370,11 +370,7 @@ def cmd_traces(args: argparse.Namespace) -> int:
         else:
             traces.export_jsonl(rows, sys.stdout)
     else:
-        pending, inserted = store.replay()
-        print(
-            f"replayed {pending} spooled record(s) into {traces.redact_url(cfg.trace.db_url)}: {inserted} new, "
-            f"{pending - inserted} already present"
-        )
+        print(traces.format_replay(store.replay(), store, cfg.trace.db_url))
     return EXIT_OK
 
 

@@ -107,6 +107,7 @@ class TraceConfig:
     spool_path: str = "${paths.state_dir}/trace-spool.jsonl"
     summary_chars: int = 200
     retry_interval_s: float = 5.0
+    timeout_s: float = 5.0
 
 
 @dataclass
@@ -170,6 +171,8 @@ def _validate_values(cfg: DictConfig) -> None:
         raise ConfigError(f"trace.summary_chars={cfg.trace.summary_chars} must be at least 0")
     if cfg.trace.retry_interval_s < 0:
         raise ConfigError(f"trace.retry_interval_s={cfg.trace.retry_interval_s} must be at least 0")
+    if cfg.trace.timeout_s < 0:
+        raise ConfigError(f"trace.timeout_s={cfg.trace.timeout_s} must be at least 0 (0: no deadline)")
     if cfg.context.budget_tokens < 16:
         raise ConfigError(f"context.budget_tokens={cfg.context.budget_tokens} must be at least 16")
     chunking = cfg.chunking

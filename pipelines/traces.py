@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from omegaconf import DictConfig
 
-from components.tracing.trace_store import TraceStore, redact, to_jsonable
+from components.tracing.trace_store import ReplayReport, TraceStore, redact, to_jsonable
 
 EXPORT_FORMATS = ("jsonl",)
 STATUSES = ("ok", "error")
@@ -23,7 +23,25 @@ def redact_url(db_url: str) -> str:
 
 def open_store(cfg: DictConfig) -> TraceStore:
     """The trace store of a config, without building the lookup pipeline."""
-    return TraceStore(cfg.trace.db_url, cfg.trace.spool_path, retry_interval=float(cfg.trace.retry_interval_s))
+    return TraceStore(
+        cfg.trace.db_url,
+        cfg.trace.spool_path,
+        retry_interval=float(cfg.trace.retry_interval_s),
+        timeout_s=float(cfg.trace.timeout_s),
+    )
+
+
+def format_replay(report: ReplayReport, store: TraceStore, db_url: str) -> str:
+    """The one-line summary of `knowledge traces replay`."""
+    line = (
+        f"replayed {report.pending} spooled record(s) into {redact_url(db_url)}: {report.inserted} new, "
+        f"{report.already_present} already present"
+    )
+    if report.rejected or report.torn:
+        line += f"; {report.rejected} refused and {report.torn} torn line(s) moved to {store.dead_letter_path}"
+    if report.kept_for_others:
+        line += f"; {report.kept_for_others} record(s) for other trace databases kept in {store.spool_path}"
+    return line
 
 
 def _when(value: Any) -> str:

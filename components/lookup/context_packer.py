@@ -28,7 +28,8 @@ class ContextPacker:
 
     Each block keeps a header with its source, title, breadcrumb and hit reasons, whole; when the
     budget runs short, block content is truncated (never the header), and blocks that no longer
-    fit are omitted. The pack records included and omitted sources, the evidence keys of omitted
+    fit are omitted. The top-ranked block is never omitted: its content is cut to what fits (and,
+    with a budget smaller than its header alone, the header too), so evidence always has a pack. The pack records included and omitted sources, the evidence keys of omitted
     blocks (a source can be included through one block and lose another) and whether it truncated.
 
     Usage example:
@@ -77,6 +78,14 @@ class ContextPacker:
             header_tokens = self._count_header(header)
             room = self.budget_tokens - used - header_tokens - (separator_tokens if parts else 0)
             encoding = None
+            if number == 1 and room < _MIN_CONTENT_TOKENS:
+                # The top-ranked block is always packed, its content cut to what fits.
+                text, truncated, tokens = self._fit_top_block(header, header_tokens, block, room)
+                used += tokens
+                parts.append(text)
+                truncated_any = truncated_any or truncated
+                packed.append(_packed(block, tokens, truncated))
+                continue
             # Omitted when room < min(_MIN_CONTENT_TOKENS, content tokens): only possible, and
             # only worth counting, when room < _MIN_CONTENT_TOKENS.
             if room < _MIN_CONTENT_TOKENS:
@@ -95,17 +104,7 @@ class ContextPacker:
             used += tokens + (separator_tokens if parts else 0)
             parts.append(text)
             truncated_any = truncated_any or truncated
-            packed.append(
-                PackedBlock(
-                    evidence_key=block.evidence_key,
-                    source=block.source,
-                    title=block.title,
-                    breadcrumb=block.breadcrumb,
-                    hit_reasons=list(block.hit_reasons),
-                    tokens=tokens,
-                    truncated=truncated,
-                )
-            )
+            packed.append(_packed(block, tokens, truncated))
         text = "\n\n".join(parts)
         included = unique(b.source for b in packed)
         pack = ContextPack(
@@ -120,6 +119,20 @@ class ContextPacker:
             omitted_evidence_keys=omitted_keys,
         )
         return {"context_pack": pack}
+
+    def _fit_top_block(self, header: str, header_tokens: int, block: EvidenceBlock, room: int) -> tuple[str, bool, int]:
+        """
+        The top block within the budget however small: its header whole and its content cut to the
+        room left; only a header longer than the whole budget is cut itself.
+        """
+        if room > 0:
+            content, truncated, _ = self._fit(block.content, room, None, block.tokens)
+            text = f"{header}\n{content}"
+            tokens = self._count(text)
+            if tokens <= self.budget_tokens:
+                return text, truncated, tokens
+        text, _, _ = self._fit(f"{header}\n{block.content}", self.budget_tokens)
+        return text, True, self._count(text)
 
     def _encode(self, text: str):
         return self._tokenizer.encode(text, add_special_tokens=False)
@@ -195,3 +208,15 @@ def _header(number: int, block: EvidenceBlock) -> str:
     where = f" › {block.breadcrumb}" if block.breadcrumb and block.breadcrumb != title else ""
     reasons = "; ".join(block.hit_reasons)
     return f"[{number}] {title}{where}\nsource: {block.source} | score {block.score:.3f} | why: {reasons}"
+
+
+def _packed(block: EvidenceBlock, tokens: int, truncated: bool) -> PackedBlock:
+    return PackedBlock(
+        evidence_key=block.evidence_key,
+        source=block.source,
+        title=block.title,
+        breadcrumb=block.breadcrumb,
+        hit_reasons=list(block.hit_reasons),
+        tokens=tokens,
+        truncated=truncated,
+    )

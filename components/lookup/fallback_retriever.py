@@ -119,6 +119,15 @@ class FallbackRetriever:
         if not self.l1_enabled:
             return {"candidates": [], "retrieval_trace": trace}
 
+        try:
+            return self._attempts(query_transform, hints, embeddings, bar, trace)
+        except Exception as exc:
+            exc.retrieval_trace = trace  # the attempts that ran, for the error's record
+            raise
+
+    def _attempts(
+        self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryEmbeddings, bar: float, trace
+    ) -> dict[str, Any]:
         category = hints.single_domain
         first, first_attempt = self._attempt(0, category, query_transform.retrieval_query, embeddings[-1], bar)
         trace.attempts.append(first_attempt)

@@ -1,4 +1,5 @@
 import dataclasses
+import hashlib
 import logging
 import time
 import uuid
@@ -10,26 +11,86 @@ from haystack import component, default_from_dict, default_to_dict
 from components.contracts import STATUS_ERROR, LookupResult
 from components.tracing import stage_recorder
 from components.tracing.mlflow_sink import MlflowTraceSink, TraceJob, get_sink
-from components.tracing.trace_store import STATUS_OK, TRACE_LOST, TraceStore
+from components.tracing.trace_store import DEFAULT_TIMEOUT_S, STATUS_OK, TRACE_LOST, TraceStore
 
 logger = logging.getLogger(__name__)
 
-# The raw query kept in retrieval_details.query_transform (the `arguments` column keeps it whole).
+# The raw query kept in retrieval_details.query_transform.
 RAW_QUERY_CHARS = 2000
+# The most of a query the `arguments` column keeps; a longer one keeps its length and sha256 beside it.
+ARGUMENT_QUERY_CHARS = 4000
 
 
 def new_invocation_id() -> str:
     return str(uuid.uuid4())
 
 
+def bounded_arguments(arguments: dict[str, Any], used_query: str | None = None) -> dict[str, Any]:
+    """
+    The call's arguments as recorded: a query longer than the pipeline used (`used_query`, the
+    query cut to `query.max_chars`) or than `ARGUMENT_QUERY_CHARS` is stored cut, with
+    `query_chars` (its original length) and `query_sha256` (of its UTF-8 text) beside it.
+    """
+    query = arguments.get("query")
+    if not isinstance(query, str):
+        return arguments
+    stored = used_query if used_query is not None and len(used_query) < len(query) else query
+    stored = stored[:ARGUMENT_QUERY_CHARS]
+    if stored == query:
+        return arguments
+    digest = hashlib.sha256(query.encode("utf-8", errors="surrogatepass")).hexdigest()
+    return {**arguments, "query": stored, "query_chars": len(query), "query_sha256": digest}
+
+
 def error_info(exc: BaseException, component_name: str | None = None) -> dict[str, Any]:
     """The `error` of a failed call, as recorded and returned: type, one-line message, component."""
-    text = str(exc).strip()
+    # Whole, on one line: a message cut at its first line can stop mid-sentence.
+    text = " ".join(str(exc).split())
     return {
         "type": type(exc).__name__,
-        "message": text.splitlines()[0] if text else type(exc).__name__,
+        "message": text or type(exc).__name__,
         "component": component_name,
     }
+
+
+# What each stage contributes to a result, and the retrieval_details keys it fills.
+_STAGE_PARTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "query_transformer": {"query_transform": ("query_transform",)},
+    "l0_hints": {"hints": ("l0_hints",)},
+    "retriever": {"retrieval_trace": ("retrieval_trace", "fallback_reason")},
+    "deduper": {
+        "rerank_trace": ("rerank_trace",),
+        "evidence_blocks": ("evidence_blocks", "final_evidence_count"),
+        "dedup": ("candidate_count",),
+    },
+    "context_packer": {"context_pack": ("context_pack_summary",)},
+}
+_RESULT_FIELDS = {"hints": "l0_hints", "dedup": "dedup"}
+
+
+def with_finished_stages(
+    failure: LookupResult, recording: stage_recorder.StageRecording | None, error: BaseException | None = None
+) -> tuple[LookupResult, set[str]]:
+    """
+    The error result with the outputs of every stage that finished before the failure, and the
+    `retrieval_details` keys they fill. A retriever that failed after some attempts ran hands its
+    partial trace on the exception (`retrieval_trace`): those attempts are kept too.
+    """
+    changes: dict[str, Any] = {}
+    keys: set[str] = set()
+    for stage in recording.stages if recording else []:
+        parts = _STAGE_PARTS.get(stage.name)
+        if not parts or not stage.end_ns or stage.error or not isinstance(stage.outputs, dict):
+            continue
+        for output, detail_keys in parts.items():
+            if output in stage.outputs:
+                changes[_RESULT_FIELDS.get(output, output)] = stage.outputs[output]
+                keys.update(detail_keys)
+    partial_trace = getattr(error, "retrieval_trace", None)
+    if "retrieval_trace" not in changes and partial_trace is not None:
+        changes["retrieval_trace"] = partial_trace
+        keys.update(("retrieval_trace", "fallback_reason"))
+    return dataclasses.replace(failure, **changes, completed_parts=sorted(changes)), keys
 
 
 @component
@@ -71,6 +132,7 @@ class TraceWriter:
         experiment: str = "lookup-knowledge",
         artifact_location: str | None = None,
         retry_interval: float = 5.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         """
         :param db_url: SQLAlchemy URL of the `tool_invocation` database (SQLite file, PostgreSQL ...).
@@ -82,6 +144,7 @@ class TraceWriter:
         :param artifact_location: Artifact folder of the experiment when it is created (else
             MLflow would use the current directory).
         :param retry_interval: Seconds to spool without retrying after the database failed.
+        :param timeout_s: Longest wait on a server trace database per call before spooling.
         """
         if summary_chars < 0:
             raise ValueError(f"summary_chars must be >= 0, not {summary_chars}")
@@ -93,7 +156,8 @@ class TraceWriter:
         self.experiment = experiment
         self.artifact_location = artifact_location
         self.retry_interval = retry_interval
-        self.store = TraceStore(db_url, spool_path, retry_interval=retry_interval)
+        self.timeout_s = timeout_s
+        self.store = TraceStore(db_url, spool_path, retry_interval=retry_interval, timeout_s=timeout_s)
         self._sink: MlflowTraceSink | None = None
         self._warm = False
 
@@ -106,13 +170,12 @@ class TraceWriter:
             return
         try:
             self.store.ensure_schema()
-        except Exception as exc:
-            logger.warning(
-                "Trace database not ready at start-up (%s): lookups will spool their records until it is",
-                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-            )
+        except Exception as exc:  # one warning per outage, whether warm-up or a write meets it first
+            self.store.mark_down(exc)
+        # The recorder keeps each finished stage's outputs (references only), so that a failed
+        # lookup still records and returns what ran before the failure.
+        stage_recorder.install()
         if self.tracking_uri:
-            stage_recorder.install()
             self._sink = get_sink(self.tracking_uri, self.experiment, self.artifact_location)
             self._sink.start()
         self._warm = True
@@ -128,6 +191,7 @@ class TraceWriter:
             experiment=self.experiment,
             artifact_location=self.artifact_location,
             retry_interval=self.retry_interval,
+            timeout_s=self.timeout_s,
         )
 
     @classmethod
@@ -148,6 +212,8 @@ class TraceWriter:
         self.warm_up()
         invocation_id = new_invocation_id()
         arguments = dict(arguments) if arguments else {"query": result.query_transform.raw}
+        transform = result.query_transform
+        arguments = bounded_arguments(arguments, transform.normalized if transform.truncated else None)
         started = started_at if started_at is not None else writer_started_ns / 1e9
         try:
             details = self.details(result)
@@ -212,9 +278,13 @@ class TraceWriter:
         invocation_id = new_invocation_id()
         info = error_info(error, component_name)
         arguments = dict(arguments) if arguments else {"query": query if isinstance(query, str) else repr(query)}
+        arguments = bounded_arguments(arguments)
         recording = stage_recorder.last_recording()
         completed = [s.name for s in recording.stages if s.end_ns and not s.error] if recording else []
+        failure = LookupResult.failure(query if isinstance(query, str) else "", info)
+        failure, finished_keys = with_finished_stages(failure, recording, error)
         details = {
+            **{k: v for k, v in self.details(failure).items() if k in finished_keys},
             "error": info,
             "completed_stages": completed,
             "evidence_status": STATUS_ERROR,
@@ -232,8 +302,13 @@ class TraceWriter:
             "retrieval_details": details,
         }
         trace_status = self.store.write(record)
-        failure = LookupResult.failure(
-            query if isinstance(query, str) else "", info, invocation_id=invocation_id, trace_status=trace_status
+        # Evidence of a failed lookup is never returned as evidence: its summaries stay in the row only.
+        failure = dataclasses.replace(
+            failure,
+            evidence_blocks=[],
+            completed_parts=[p for p in failure.completed_parts or [] if p != "evidence_blocks"],
+            invocation_id=invocation_id,
+            trace_status=trace_status,
         )
         try:
             self._submit_trace(

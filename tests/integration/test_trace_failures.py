@@ -113,6 +113,15 @@ class TcpProxy:
         self._listener: socket.socket | None = None
         self._connections: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._forwarding = threading.Event()
+        self._forwarding.set()
+
+    def pause(self) -> None:
+        """Stop forwarding but keep every connection open: a server that no longer answers."""
+        self._forwarding.clear()
+
+    def resume(self) -> None:
+        self._forwarding.set()
 
     def start(self) -> None:
         listener = socket.socket()
@@ -123,6 +132,7 @@ class TcpProxy:
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
     def stop(self) -> None:
+        self._forwarding.set()  # paused pipes wake up and end
         if self._listener is not None:
             try:
                 self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept() (close alone does not)
@@ -153,10 +163,10 @@ class TcpProxy:
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
 
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self._forwarding.wait()
                 sink.sendall(data)
         except OSError:
             pass

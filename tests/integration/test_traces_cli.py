@@ -95,10 +95,11 @@ def test_unreachable_database_is_one_line_and_exit_1(tmp_path, capsys):
 
 
 def test_replay_through_the_cli(tmp_path, capsys):
-    overrides = state_overrides(tmp_path / "state")
+    url = f"sqlite:///{tmp_path}/blocked/t.db"
+    overrides = state_overrides(tmp_path / "state", f"trace.db_url={url}")
     spool = tmp_path / "state" / "trace-spool.jsonl"
     (tmp_path / "blocked").write_text("")
-    down = TraceStore(f"sqlite:///{tmp_path}/blocked/t.db", str(spool), retry_interval=0)
+    down = TraceStore(url, str(spool), retry_interval=0)
     ids = []
     for n in range(3):
         record_id = str(uuid.uuid4())
@@ -117,6 +118,7 @@ def test_replay_through_the_cli(tmp_path, capsys):
                 "retrieval_details": {},
             }
         )
+    (tmp_path / "blocked").unlink()  # the database is back
     code, out, _ = run(capsys, "traces", "replay", *overrides)
     assert code == 0 and "replayed 3 spooled record(s)" in out and "3 new" in out
     code, out, _ = run(capsys, "traces", "list", *overrides)

@@ -1,11 +1,13 @@
 """TraceWriter as a Haystack component: serialization, place in the pipeline, warm-up, compaction."""
 
+import hashlib
 import json
 import time
 
 from haystack import Pipeline
 
-from components.tracing.trace_writer import RAW_QUERY_CHARS, TraceWriter
+from components.tracing import stage_recorder
+from components.tracing.trace_writer import ARGUMENT_QUERY_CHARS, RAW_QUERY_CHARS, TraceWriter, bounded_arguments
 from pipelines.lookup import ALLOWED_MODULES, build_lookup_pipeline
 
 
@@ -18,6 +20,7 @@ def test_trace_writer_serializes_with_plain_init_parameters(tmp_path):
         experiment="e",
         artifact_location="/tmp/a",
         retry_interval=1.5,
+        timeout_s=2.5,
     )
     data = writer.to_dict()
     assert data["type"] == "components.tracing.trace_writer.TraceWriter"
@@ -30,6 +33,7 @@ def test_trace_writer_serializes_with_plain_init_parameters(tmp_path):
         "experiment": "e",
         "artifact_location": "/tmp/a",
         "retry_interval": 1.5,
+        "timeout_s": 2.5,
     }
     assert TraceWriter.from_dict(data).to_dict() == data
 
@@ -59,7 +63,7 @@ def test_warm_up_is_idempotent_and_tolerates_a_database_that_is_down(tmp_path):
     ok.warm_up()
 
 
-def test_a_long_query_is_cut_in_retrieval_details_but_kept_in_arguments(sample_service, tmp_path):
+def test_a_long_query_is_stored_as_the_pipeline_used_it_with_its_length_and_hash(sample_service, tmp_path):
     query = "disk full " * 400
     result = sample_service.lookup(query)
     writer = TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s.jsonl"))
@@ -67,7 +71,11 @@ def test_a_long_query_is_cut_in_retrieval_details_but_kept_in_arguments(sample_s
     row = writer.store.get(out.invocation_id)
     transform = row["retrieval_details"]["query_transform"]
     assert len(transform["raw"]) == RAW_QUERY_CHARS and transform["raw_truncated"] is True
-    assert row["arguments"]["query"] == query
+    assert row["arguments"] == {
+        "query": result.query_transform.normalized,
+        "query_chars": len(query),
+        "query_sha256": hashlib.sha256(query.encode()).hexdigest(),
+    }
     assert len(json.dumps(row["retrieval_details"]).encode()) < 16 * 1024
     assert out is not result and out.invocation_id and result.invocation_id != out.invocation_id
 
@@ -82,3 +90,15 @@ def test_a_record_that_cannot_be_built_never_costs_the_lookup(sample_service, tm
     monkeypatch.setattr(writer, "details", broken)
     out = writer.run(result=result, arguments={"query": "certificate expiry"}, started_at=time.time())["result"]
     assert out.trace_status == "lost" and out.found and out.evidence_blocks == result.evidence_blocks
+
+
+def test_a_megabyte_query_is_stored_within_the_bound(sample_service, tmp_path):
+    query = "x" * 1_000_000
+    stage_recorder.clear_last_recording()
+    writer = TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s.jsonl"))
+    error = writer.record_error(query, RuntimeError("boom"), time.time(), component_name="retriever")
+    row = writer.store.get(error.invocation_id)
+    assert len(row["arguments"]["query"]) == ARGUMENT_QUERY_CHARS
+    assert row["arguments"]["query_chars"] == 1_000_000
+    assert row["arguments"]["query_sha256"] == hashlib.sha256(query.encode()).hexdigest()
+    assert bounded_arguments({"query": "short"}) == {"query": "short"}
