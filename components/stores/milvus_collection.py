@@ -102,7 +102,8 @@ def connect(uri: str) -> MilvusClient:
         if _is_lock_error(exc) or (is_local_uri(uri) and _is_locked_elsewhere(uri)):
             raise MilvusUnavailableError(
                 f"the Milvus Lite database {uri} is held by another process (a running `knowledge serve` "
-                "or another command); stop it, or use a Milvus server (milvus=server) that several processes can share"
+                "or another command); ask the server instead (`knowledge lookup --url http://127.0.0.1:1416 QUERY`), "
+                "stop it, or use a Milvus server (milvus=server) that several processes can share"
             ) from exc
         raise MilvusUnavailableError(f"cannot open Milvus at {uri}: {str(exc).splitlines()[0]}") from exc
 
