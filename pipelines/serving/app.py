@@ -34,20 +34,20 @@ def check_ready(report: dict[str, Any]) -> None:
 
 def _configure_hayhooks(overrides: list[str]) -> None:
     os.environ[OVERRIDES_ENV] = json.dumps(overrides)
-    from hayhooks.settings import settings
+    from hayhooks.settings import StartupDeployStrategy, settings
 
     settings.pipelines_dir = str(WRAPPERS_DIR)
     # The parallel start-up deployment failed to import wrappers here; one wrapper gains nothing from it.
-    settings.startup_deploy_strategy = "sequential"
+    settings.startup_deploy_strategy = StartupDeployStrategy.SEQUENTIAL
     settings.show_tracebacks = False
 
 
 def _health_route(health):
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
     from starlette.responses import JSONResponse
 
-    async def health_endpoint(_request) -> JSONResponse:
-        from starlette.concurrency import run_in_threadpool
-
+    async def health_endpoint(request: Request) -> JSONResponse:  # noqa: ARG001 (the signature FastAPI wants)
         report = await run_in_threadpool(health.report)
         return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
 
@@ -63,7 +63,6 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
     from pipelines.serving.guard import RequestGuard
 
     app = create_app()
-    app.router.routes = [r for r in app.router.routes if not getattr(r, "path", "").startswith(DEPLOY_ROUTE_PREFIXES)]
     app.add_api_route("/health", _health_route(health), methods=["GET"], tags=["status"], include_in_schema=True)
 
     @app.exception_handler(HTTPException)
@@ -72,7 +71,13 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
         body = exc.detail if isinstance(exc.detail, dict) else {"error": "http_error", "detail": str(exc.detail)}
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
-    return RequestGuard(app, api_key=api_key, max_body_bytes=cfg.serve.max_body_bytes, validated_paths=(RUN_PATH,))
+    return RequestGuard(
+        app,
+        api_key=api_key,
+        max_body_bytes=cfg.serve.max_body_bytes,
+        validated_paths=(RUN_PATH,),
+        blocked_prefixes=DEPLOY_ROUTE_PREFIXES,
+    )
 
 
 def _load_wrapper():

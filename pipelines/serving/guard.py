@@ -49,7 +49,7 @@ def check_lookup_body(body: bytes, fields: Iterable[str] = ("query",)) -> None:
 
 class RequestGuard:
     """
-    Checks each HTTP request: `Authorization: Bearer <key>` when a key is set (401, constant-time
+    Checks each HTTP request: paths it does not serve (404), `Authorization: Bearer <key>` when a key is set (401, constant-time
     compare), the body size (413 over `max_body_bytes`), and for `validated_paths` the lookup body
     (422). The key is never logged.
 
@@ -66,8 +66,10 @@ class RequestGuard:
         api_key: str | None,
         max_body_bytes: int,
         validated_paths: Iterable[str] = (),
+        blocked_prefixes: Iterable[str] = (),
     ) -> None:
         self.app = app
+        self.blocked_prefixes = tuple(blocked_prefixes)
         self._expected = f"Bearer {api_key}".encode() if api_key else None
         self.max_body_bytes = max_body_bytes
         self.validated_paths = tuple(validated_paths)
@@ -77,6 +79,8 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         try:
+            if self.blocked_prefixes and scope["path"].startswith(self.blocked_prefixes):
+                raise RequestRefused(404, "not_found", f"{scope['path']} is not served here")
             self._authorize(scope)
             body = await self._read_body(scope, receive)
             if body is not None and scope["method"] == "POST" and scope["path"] in self.validated_paths:
