@@ -47,7 +47,7 @@ def _health_route(health):
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
-    async def health_endpoint(request: Request) -> JSONResponse:  # noqa: ARG001 (the signature FastAPI wants)
+    async def health_endpoint(request: Request) -> JSONResponse:
         report = await run_in_threadpool(health.report)
         return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
 
