@@ -7,22 +7,21 @@ carry (e.g. `message` on a found result) are left out of the JSON, as in `knowle
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 
-class _SameKeys(BaseModel):
-    """Serializes only the keys the result carried: no `null` for an absent optional key."""
+def _absent(value: Any) -> bool:
+    return value is None
 
+
+def omitted_if_none(description: str | None = None) -> Any:
+    """A key `to_dict()` leaves out when it has no value: left out of the JSON too."""
+    return Field(default=None, description=description, exclude_if=_absent)
+
+
+class EvidenceBlockModel(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    @model_serializer(mode="wrap")
-    def _only_given_keys(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)
-        given = set(self.model_fields_set) | set(self.model_extra or {})
-        return {key: value for key, value in data.items() if key in given}
-
-
-class EvidenceBlockModel(_SameKeys):
     evidenceKey: str = Field(description="Stable chunk identity (hash of source, breadcrumb, text)")
     source: str = Field(description="Knowledge base path of the document")
     title: str | None = None
@@ -38,7 +37,9 @@ class EvidenceBlockModel(_SameKeys):
     hitReasons: list[str] = Field(default_factory=list, description="Why this chunk was retrieved and ranked")
 
 
-class ContextPackModel(_SameKeys):
+class ContextPackModel(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
     text: str = Field(description="Evidence packed under the token budget, with source headers")
     budgetTokens: int | None = None
     usedTokens: int | None = None
@@ -47,33 +48,28 @@ class ContextPackModel(_SameKeys):
     truncated: bool | None = None
 
 
-class LookupResponse(_SameKeys):
+class LookupResponse(BaseModel):
     """The evidence-first result of one lookup_knowledge call (`knowledge lookup` prints the same JSON)."""
+
+    model_config = ConfigDict(extra="allow")
 
     found: bool = Field(description="True when the knowledge base holds evidence for the query")
     evidenceStatus: str = Field(description="evidence, no_evidence, or error when the lookup failed")
-    message: str | None = Field(default=None, description="Why nothing was found, or what failed")
-    retrievalLayer: str | None = None
+    message: str | None = omitted_if_none("Why nothing was found, or what failed")
+    retrievalLayer: str | None = omitted_if_none()
     evidenceBlocks: list[EvidenceBlockModel] = Field(default_factory=list)
-    contextPack: ContextPackModel | None = None
-    retrievalTrace: dict[str, Any] | None = None
-    rerankTrace: list[dict[str, Any]] | None = None
-    relevanceLevel: str | None = None
-    completenessHint: str | None = None
-    queryTransform: dict[str, Any] | None = None
-    l0Hints: dict[str, Any] | None = None
-    sidecar: dict[str, Any] | None = None
-    error: dict[str, Any] | None = Field(default=None, description="type, message, component of a failed lookup")
+    contextPack: ContextPackModel | None = omitted_if_none()
+    retrievalTrace: dict[str, Any] | None = omitted_if_none()
+    rerankTrace: list[dict[str, Any]] | None = omitted_if_none()
+    relevanceLevel: str | None = omitted_if_none()
+    completenessHint: str | None = omitted_if_none()
+    queryTransform: dict[str, Any] | None = omitted_if_none()
+    l0Hints: dict[str, Any] | None = omitted_if_none()
+    sidecar: dict[str, Any] | None = omitted_if_none()
+    error: dict[str, Any] | None = omitted_if_none("type, message, component of a failed lookup")
     invocationId: str | None = Field(default=None, description="Id of the tool_invocation trace row")
-    traceStatus: str | None = None
+    traceStatus: str | None = omitted_if_none()
 
     def __str__(self) -> str:
         # hayhooks' MCP transport sends str(result) as the tool's text content: make that the JSON.
         return self.model_dump_json()
-
-
-class ErrorResponse(BaseModel):
-    """A request the server refused: `error` is a short code, `detail` the reason."""
-
-    error: str
-    detail: str
