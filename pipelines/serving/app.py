@@ -3,7 +3,6 @@ Building and running the server of `knowledge serve`: hayhooks REST (or MCP with
 the `lookup_knowledge` wrapper, behind `RequestGuard`, with `GET /health`.
 """
 
-import importlib.util
 import json
 import logging
 import os
@@ -81,13 +80,10 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
 
 
 def _load_wrapper():
-    path = WRAPPERS_DIR / TOOL_NAME / "pipeline_wrapper.py"
-    spec = importlib.util.spec_from_file_location(f"{TOOL_NAME}_wrapper", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    wrapper = module.PipelineWrapper()
-    wrapper.setup()
-    return wrapper
+    """The wrapper loaded the way hayhooks deploys it (setup run, capability flags set)."""
+    from hayhooks.server.utils.module_loader import create_pipeline_wrapper_instance, load_pipeline_module
+
+    return create_pipeline_wrapper_instance(load_pipeline_module(TOOL_NAME, WRAPPERS_DIR / TOOL_NAME))
 
 
 def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
