@@ -157,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     bench_serve = bench_sub.add_parser(
         "serve",
         help="HTTP load on a running `knowledge serve`: requests/s, p50/p95/p99, errors, overhead",
+        description="Give the server's overrides too (paths.state_dir=...): the overhead reads its trace rows.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -360,7 +361,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     elif args.bench == "serve":
         from pipelines.bench.serve_bench import bench_serve
 
-        bench_serve(args.url, clients=args.clients, seconds=args.seconds, single_seconds=args.single_seconds)
+        bench_serve(cfg, args.url, clients=args.clients, seconds=args.seconds, single_seconds=args.single_seconds)
     else:
         bench.bench_lookup(
             cfg,
