@@ -239,3 +239,23 @@ def test_serving_with_nothing_indexed_fails_fast_and_says_what_to_do(tmp_path):
     assert done.returncode == 2
     assert "run `knowledge index` first" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_pipeline_failure_gives_503_with_its_trace_row_and_the_server_recovers(server):
+    index_file = server["state"] / "knowledge.l0.json"
+    moved = index_file.with_suffix(".json.away")
+    index_file.rename(moved)
+    try:
+        failed = run(server, {"query": "disk almost full"})
+        health = httpx.get(f"{server['url']}/health", timeout=30.0)
+    finally:
+        moved.rename(index_file)
+    assert failed.status_code == 503
+    body = failed.json()
+    assert body["evidenceStatus"] == "error" and body["found"] is False and body["error"]["type"]
+    assert "Traceback" not in failed.text
+    assert [row[1] for row in trace_rows(server["state"], "WHERE id = ?", (body["invocationId"],))] == ["error"]
+    assert health.status_code == 503 and health.json()["checks"]["l0Index"]["ok"] is False
+    again = run(server, {"query": "disk almost full"})
+    assert again.status_code == 200 and again.json()["result"]["found"] is True
+    assert httpx.get(f"{server['url']}/health", timeout=30.0).status_code == 200
