@@ -26,7 +26,10 @@ class RequestRefused(Exception):
 
 
 def check_lookup_body(body: bytes, fields: Iterable[str] = ("query",)) -> None:
-    """Refuse (422) a body that is not a JSON object with exactly a non-blank string `query`."""
+    """
+    Refuse (422) a body that is not a JSON object with exactly a string `query`. A blank query is a
+    tool call with a bad argument: the service refuses it after recording it (its trace row).
+    """
     try:
         payload = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -43,8 +46,6 @@ def check_lookup_body(body: bytes, fields: Iterable[str] = ("query",)) -> None:
     query = payload["query"]
     if not isinstance(query, str):
         raise RequestRefused(422, "invalid_query", f"query must be a string, not {type(query).__name__}")
-    if not query.strip():
-        raise RequestRefused(422, "invalid_query", "query is empty: give the question or alert text to look up")
 
 
 class RequestGuard:

@@ -83,6 +83,18 @@ def test_bad_request_bodies_get_422_with_a_reason(server, body, error):
     assert response.json()["error"] == error and response.json()["detail"]
 
 
+@pytest.mark.parametrize("query", ["", " \t\n "])
+def test_an_empty_query_gets_422_and_leaves_its_trace_row(server, query):
+    before = len(trace_rows(server["state"], "WHERE status = 'error'"))
+    response = run(server, {"query": query})
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": "invalid_query",
+        "detail": "query is empty: give the question or alert text to look up",
+    }
+    assert len(trace_rows(server["state"], "WHERE status = 'error'")) == before + 1
+
+
 def test_a_body_that_is_not_json_gets_422(server):
     response = run(server, None, headers={**AUTH, "Content-Type": "application/json"}, content=b"query=disk")
     assert response.status_code == 422
