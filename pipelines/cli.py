@@ -4,8 +4,10 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge index [--kb DIR] [--rebuild] [key=value ...]
     knowledge lookup "QUERY" [key=value ...]
     knowledge lookup --batch FILE [key=value ...]
+    knowledge lookup --url http://127.0.0.1:1416 "QUERY"
+    knowledge serve [--host H] [--port P] [--mcp] [key=value ...]
     knowledge eval --queries FILE [key=value ...]
-    knowledge bench index|lookup [options] [key=value ...]
+    knowledge bench index|lookup|serve [options] [key=value ...]
     knowledge traces list [--last N] [--status ok|error] [key=value ...]
     knowledge traces show ID [--json] [key=value ...]
     knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
@@ -81,7 +83,24 @@ def _parser() -> argparse.ArgumentParser:
         "--batch", metavar="FILE", help="one query per line, or JSONL with a 'query' field; '-' for stdin"
     )
     lookup.add_argument("--compact", action="store_true", help="one-line JSON")
+    lookup.add_argument(
+        "--url", metavar="URL", help="ask a running `knowledge serve` (e.g. http://127.0.0.1:1416) instead"
+    )
     lookup.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve lookup_knowledge over HTTP (hayhooks REST) or, with --mcp, over MCP",
+        description="Serve POST /lookup_knowledge/run and GET /health (REST, default port serve.port=1416), or "
+        "the MCP tool lookup_knowledge at /mcp and /sse (--mcp, serve.mcp_port=1417). Binds to 127.0.0.1; "
+        "any other address needs an API key (KNOWLEDGE_API_KEY or serve.api_key).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--host", help="address to bind (default serve.host, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default serve.port, or serve.mcp_port with --mcp)")
+    serve.add_argument("--mcp", action="store_true", help="serve the MCP tool instead of the REST endpoint")
+    serve.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     evaluate = sub.add_parser(
         "eval",
@@ -135,6 +154,18 @@ def _parser() -> argparse.ArgumentParser:
         "--tracing-lookups", type=int, default=60, help="timed lookups per mode for MLflow tracing off vs on (0: skip)"
     )
     bench_lookup.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    bench_serve = bench_sub.add_parser(
+        "serve",
+        help="HTTP load on a running `knowledge serve`: requests/s, p50/p95/p99, errors, overhead",
+        description="Give the server's overrides too (paths.state_dir=...): the overhead reads its trace rows.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench_serve.add_argument("--url", default="http://127.0.0.1:1416", help="the running server")
+    bench_serve.add_argument("--clients", type=int, default=8, help="concurrent clients")
+    bench_serve.add_argument("--seconds", type=float, default=60.0, help="duration of the concurrent phase")
+    bench_serve.add_argument("--single-seconds", type=float, default=15.0, help="duration of the one-client phase")
+    bench_serve.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     traces = sub.add_parser(
         "traces",
@@ -266,6 +297,8 @@ def cmd_lookup(args: argparse.Namespace) -> int:
     from pipelines.lookup import LookupService
 
     overrides = list(args.overrides)
+    if args.url:
+        return _lookup_remote(args)
     if args.batch:
         if args.query is not None:
             overrides.insert(0, args.query)
@@ -303,6 +336,38 @@ def cmd_lookup(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _lookup_remote(args: argparse.Namespace) -> int:
+    from pipelines.serving.client import RemoteLookupError, remote_lookup
+
+    if args.query is None or args.batch or args.overrides:
+        raise UsageError("--url takes one QUERY (the server's config applies: no overrides, no --batch)")
+    try:
+        status, result = remote_lookup(args.url, args.query)
+    except RemoteLookupError as exc:
+        if exc.bad_input:
+            raise UsageError(str(exc)) from exc
+        raise
+    print(json.dumps(result, ensure_ascii=False, indent=None if args.compact else 2))
+    if status != 200:
+        print(f"knowledge: error: {result.get('message')} (invocation {result.get('invocationId')})", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from pipelines.serving.bind import check_bind, resolve_api_key
+
+    cfg = _load(args.overrides)
+    host = args.host or cfg.serve.host
+    check_bind(host, resolve_api_key(cfg))  # before the slow imports and long before binding
+
+    from pipelines.serving.app import serve
+
+    port = args.port if args.port is not None else cfg.serve.mcp_port if args.mcp else cfg.serve.port
+    serve(cfg, list(args.overrides), host=host, port=port, mcp=args.mcp)
+    return EXIT_OK
+
+
 def _report_failure(result) -> None:
     """The one stderr line of a lookup that failed inside the pipeline (its JSON is on stdout)."""
     print(f"knowledge: error: {result.message} (invocation {result.invocation_id})", file=sys.stderr)
@@ -325,6 +390,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     cfg = _load(args.overrides)
     if args.bench == "index":
         bench.bench_index(cfg, corpus=args.corpus, min_chunks=args.min_chunks)
+    elif args.bench == "serve":
+        from pipelines.bench.serve_bench import bench_serve
+
+        bench_serve(cfg, args.url, clients=args.clients, seconds=args.seconds, single_seconds=args.single_seconds)
     else:
         bench.bench_lookup(
             cfg,
@@ -379,6 +448,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "lookup": cmd_lookup,
     "eval": cmd_eval,
     "bench": cmd_bench,
+    "serve": cmd_serve,
     "traces": cmd_traces,
 }
 
@@ -386,11 +456,12 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def _exit_code(exc: BaseException) -> int:
     from components.contracts import InvalidQueryError
     from components.indexing.markdown_reader import KnowledgeBaseError
+    from pipelines.serving.bind import ServeError
     from pipelines.settings import ConfigError
 
     return (
         EXIT_BAD_INPUT
-        if isinstance(exc, (UsageError, ConfigError, InvalidQueryError, KnowledgeBaseError))
+        if isinstance(exc, (UsageError, ConfigError, InvalidQueryError, KnowledgeBaseError, ServeError))
         else EXIT_FAILURE
     )
 

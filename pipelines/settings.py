@@ -118,6 +118,15 @@ class MlflowConfig:
 
 
 @dataclass
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 1416
+    mcp_port: int = 1417
+    api_key: str | None = None
+    max_body_bytes: int = 16384
+
+
+@dataclass
 class KnowledgeConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     kb: KbConfig = field(default_factory=KbConfig)
@@ -132,6 +141,7 @@ class KnowledgeConfig:
     sidecar: SidecarConfig = field(default_factory=SidecarConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
 
 _CHOICES = {

@@ -127,6 +127,7 @@ def connect(uri: str, timeout_ms: int | None = None) -> MilvusClient:
         if _is_lock_error(exc) or (is_local_uri(uri) and _is_locked_elsewhere(uri)):
             raise MilvusUnavailableError(
                 f"the Milvus Lite database {uri} is held by another process (a running server or index); "
+                "ask the server instead (`knowledge lookup --url http://127.0.0.1:1416 QUERY`), "
                 "stop it, or use a Milvus server (milvus=server) that several processes can share"
             ) from exc
         reason = str(getattr(exc, "message", None) or exc).strip() or type(exc).__name__

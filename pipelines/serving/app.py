@@ -1,0 +1,124 @@
+"""
+Building and running the server of `knowledge serve`: hayhooks REST (or MCP with `--mcp`) around
+the `lookup_knowledge` wrapper, behind `RequestGuard`, with `GET /health`.
+"""
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pipelines.agent import TOOL_DESCRIPTION, TOOL_NAME
+from pipelines.serving.bind import ServeError, check_bind, resolve_api_key
+from pipelines.serving.service import OVERRIDES_ENV, shared_service
+
+logger = logging.getLogger(__name__)
+
+WRAPPERS_DIR = Path(__file__).resolve().parent / "wrappers"
+RUN_PATH = f"/{TOOL_NAME}/run"
+# hayhooks routes that deploy code into the process: a lookup server does not offer them.
+DEPLOY_ROUTE_PREFIXES = ("/deploy", "/undeploy")
+
+
+def check_ready(report: dict[str, Any]) -> None:
+    """Fail start-up with what to do when the index or the vector store is not there."""
+    for name in ("l0Index", "vectorStore"):
+        check = report["checks"][name]
+        if not check["ok"]:
+            raise ServeError(f"cannot serve: {check['detail']}")
+
+
+def _configure_hayhooks(overrides: list[str]) -> None:
+    os.environ[OVERRIDES_ENV] = json.dumps(overrides)
+    from hayhooks.settings import StartupDeployStrategy, settings
+
+    settings.pipelines_dir = str(WRAPPERS_DIR)
+    # The parallel start-up deployment failed to import wrappers here; one wrapper gains nothing from it.
+    settings.startup_deploy_strategy = StartupDeployStrategy.SEQUENTIAL
+    settings.show_tracebacks = False
+
+
+def _health_route(health):
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    async def health_endpoint(request: Request) -> JSONResponse:
+        report = await run_in_threadpool(health.report)
+        return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
+
+    return health_endpoint
+
+
+def build_rest_app(cfg: DictConfig, health, api_key: str | None):
+    """hayhooks' FastAPI app with the wrapper deployed at start-up, `/health`, and the guard in front."""
+    from fastapi import HTTPException
+    from fastapi.responses import JSONResponse
+    from hayhooks import create_app
+
+    from pipelines.serving.guard import RequestGuard
+
+    app = create_app()
+    app.add_api_route("/health", _health_route(health), methods=["GET"], tags=["status"], include_in_schema=True)
+
+    @app.exception_handler(HTTPException)
+    async def structured_http_error(_request, exc: HTTPException) -> JSONResponse:
+        # The wrapper raises with a dict: the refusal reason, or the failed lookup's result.
+        body = exc.detail if isinstance(exc.detail, dict) else {"error": "http_error", "detail": str(exc.detail)}
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    return RequestGuard(
+        app,
+        api_key=api_key,
+        max_body_bytes=cfg.serve.max_body_bytes,
+        validated_paths=(RUN_PATH,),
+        blocked_prefixes=DEPLOY_ROUTE_PREFIXES,
+    )
+
+
+def _load_wrapper():
+    """The wrapper loaded the way hayhooks deploys it (setup run, capability flags set)."""
+    from hayhooks.server.utils.module_loader import create_pipeline_wrapper_instance, load_pipeline_module
+
+    return create_pipeline_wrapper_instance(load_pipeline_module(TOOL_NAME, WRAPPERS_DIR / TOOL_NAME))
+
+
+def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
+    """
+    hayhooks' MCP app (streamable HTTP at `/mcp`, SSE at `/sse`) serving `lookup_knowledge` only:
+    a fixed registry, so the deploy/undeploy tools of hayhooks are not offered.
+    """
+    from hayhooks.server.pipelines.models import create_pipeline_metadata
+    from hayhooks.server.pipelines.registry import ImmutablePipelineRegistry, PipelineRegistration
+    from hayhooks.server.utils.mcp_utils import create_mcp_server, create_starlette_app
+
+    from pipelines.serving.guard import RequestGuard
+
+    wrapper = _load_wrapper()
+    metadata = {**create_pipeline_metadata(TOOL_NAME, wrapper), "description": TOOL_DESCRIPTION}
+    registry = ImmutablePipelineRegistry([PipelineRegistration(name=TOOL_NAME, wrapper=wrapper, metadata=metadata)])
+    app = create_starlette_app(create_mcp_server(name="lookup-knowledge", registry=registry))
+    app.add_route("/health", _health_route(health), methods=["GET"])
+    return RequestGuard(app, api_key=api_key, max_body_bytes=cfg.serve.max_body_bytes)
+
+
+def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool = False) -> None:
+    """Check, warm, then serve until interrupted. Raises `ServeError` before binding when it must not start."""
+    import uvicorn
+
+    from pipelines.serving.health import HealthCheck
+
+    api_key = resolve_api_key(cfg)
+    check_bind(host, api_key)
+    _configure_hayhooks(overrides)
+    health = HealthCheck(cfg, trace_store=None, auth=api_key is not None)
+    check_ready(health.report())  # before the model loads: a missing index fails in a second
+    service = shared_service(cfg)  # the wrapper's setup() gets this same warmed service
+    health.trace_store = service.trace_writer.store if service.trace_writer else None
+    app = build_mcp_app(cfg, health, api_key) if mcp else build_rest_app(cfg, health, api_key)
+    kind = "MCP (streamable HTTP /mcp, SSE /sse)" if mcp else f"REST (POST {RUN_PATH})"
+    logger.warning("lookup_knowledge %s on http://%s:%d (auth %s)", kind, host, port, "on" if api_key else "off")
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -1,0 +1,77 @@
+"""Helpers of the serving tests: child-process environment, free ports, servers always stopped."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+START_TIMEOUT_S = 300.0
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "KNOWLEDGE_API_KEY"}
+    env.update(HF_HUB_OFFLINE="1", HAYSTACK_TELEMETRY_ENABLED="False", HF_HUB_DISABLE_PROGRESS_BARS="1")
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def copy_state(indexed: Path, tmp_path_factory, name: str) -> Path:
+    """A private copy of an indexed state folder: each server process needs its own Milvus Lite db."""
+    target = tmp_path_factory.mktemp(name) / "state"
+    shutil.copytree(indexed, target)
+    return target
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=15)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=15)
+
+
+@contextmanager
+def running(command: list[str], ready_url: str, log_path: Path, env: dict[str, str]) -> Iterator[subprocess.Popen]:
+    """Start `command` in its own process group; yield once `ready_url` answers 200; always stop it."""
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                raise AssertionError(f"server exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(ready_url, timeout=2.0).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"server not ready after {START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield process
+    finally:
+        stop(process)

@@ -1,0 +1,273 @@
+"""
+`knowledge serve` over HTTP, against a real server process on a free loopback port: results and
+trace rows, every refusal (422, 413, 401, 404), health, 8 concurrent clients, `lookup --url`, and
+the start-up refusals (off loopback without a key, nothing indexed).
+"""
+
+import json
+import sqlite3
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tests.integration.serving_helpers import PYTHON, REPO, child_env, copy_state, free_port, running
+
+API_KEY = "test-key-5f1c9a"  # not a secret: a throwaway key of this test server
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+@pytest.fixture(scope="module")
+def server(served_index, tmp_path_factory):
+    """One REST server for the module (start-up loads the model): key set, overlong queries rejected."""
+    state = copy_state(served_index, tmp_path_factory, "rest")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log_path = state.parent / "server.log"
+    command = [PYTHON, "-m", "pipelines.cli", "serve", "--port", str(port)]
+    command += [f"paths.state_dir={state}", "mlflow=off", "query.on_overlong=error", "query.max_chars=300"]
+    with running(command, f"{url}/health", log_path, child_env(KNOWLEDGE_API_KEY=API_KEY)):
+        yield {"url": url, "state": state, "log": log_path}
+
+
+def run(server, body, headers=AUTH, **kwargs) -> httpx.Response:
+    if body is not None:
+        kwargs["json"] = body
+    return httpx.post(f"{server['url']}/lookup_knowledge/run", headers=headers, timeout=60.0, **kwargs)
+
+
+def trace_rows(state, where: str = "", params=()) -> list[tuple]:
+    with sqlite3.connect(state / "traces.db") as connection:
+        return connection.execute(
+            f"SELECT id, status, found, arguments FROM tool_invocation {where}", params
+        ).fetchall()
+
+
+def test_lookup_returns_the_evidence_first_result_and_its_trace_row(server):
+    response = run(server, {"query": "disk almost full on a worker node"})
+    assert response.status_code == 200
+    result = response.json()["result"]
+    assert result["found"] is True and result["evidenceStatus"] == "evidence"
+    assert result["evidenceBlocks"][0]["source"].startswith("disk/")
+    assert {"contextPack", "retrievalTrace", "queryTransform", "invocationId"} <= set(result)
+    assert "message" not in result  # absent keys stay absent, as in `knowledge lookup`
+    rows = trace_rows(server["state"], "WHERE id = ?", (result["invocationId"],))
+    assert [row[1:3] for row in rows] == [("ok", 1)]
+
+
+def test_found_false_is_a_success(server):
+    response = run(server, {"query": "chocolate cake recipe with vanilla frosting"})
+    assert response.status_code == 200
+    result = response.json()["result"]
+    assert result["found"] is False and result["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({}, "missing_query"),
+        ({"query": ""}, "invalid_query"),
+        ({"query": " \t\n "}, "invalid_query"),
+        ({"query": 42}, "invalid_query"),
+        ({"query": ["disk full"]}, "invalid_query"),
+        ({"query": None}, "invalid_query"),
+        ({"query": "disk full", "top_k": 3}, "unknown_field"),
+        (["disk full"], "invalid_body"),
+    ],
+)
+def test_bad_request_bodies_get_422_with_a_reason(server, body, error):
+    response = run(server, body)
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json()["error"] == error and response.json()["detail"]
+
+
+@pytest.mark.parametrize("query", ["", " \t\n "])
+def test_an_empty_query_gets_422_and_leaves_its_trace_row(server, query):
+    before = len(trace_rows(server["state"], "WHERE status = 'error'"))
+    response = run(server, {"query": query})
+    assert response.status_code == 422
+    assert response.json() == {
+        "error": "invalid_query",
+        "detail": "query is empty: give the question or alert text to look up",
+    }
+    assert len(trace_rows(server["state"], "WHERE status = 'error'")) == before + 1
+
+
+def test_a_body_that_is_not_json_gets_422(server):
+    response = run(server, None, headers={**AUTH, "Content-Type": "application/json"}, content=b"query=disk")
+    assert response.status_code == 422
+    assert response.json()["error"] == "invalid_json"
+
+
+def test_an_overlong_query_is_rejected_with_its_trace_row(server):
+    before = len(trace_rows(server["state"], "WHERE status = 'error'"))
+    response = run(server, {"query": "disk full " * 40})
+    assert response.status_code == 422
+    assert "300" in response.json()["detail"]
+    assert len(trace_rows(server["state"], "WHERE status = 'error'")) == before + 1
+
+
+def test_a_body_over_the_limit_gets_413(server):
+    response = run(server, {"query": "disk " * 5000})
+    assert response.status_code == 413
+    assert response.json()["error"] == "body_too_large"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong-key"}, {"Authorization": API_KEY}, {"Authorization": f"Basic {API_KEY}"}],
+)
+def test_requests_without_the_key_get_401(server, headers):
+    response = run(server, {"query": "disk full"}, headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"] == "unauthorized"
+    assert API_KEY not in response.text
+
+
+def test_deploy_routes_are_not_served(server):
+    response = httpx.post(f"{server['url']}/deploy-yaml", json={"name": "x", "source_code": "{}"}, headers=AUTH)
+    assert response.status_code == 404
+
+
+def test_health_reports_the_stores_and_the_config_without_the_key(server):
+    response = httpx.get(f"{server['url']}/health", timeout=30.0)  # open without a key
+    assert response.status_code == 200
+    report = response.json()
+    assert report["status"] == "ok"
+    assert report["checks"]["vectorStore"]["ok"] and report["checks"]["vectorStore"]["rows"] > 0
+    assert report["checks"]["l0Index"]["documents"] == 36
+    assert report["checks"]["traceStore"]["ok"]
+    config = report["config"]
+    assert config["collection"] == "knowledge" and config["vectorStoreMode"] == "sdk"
+    assert config["thresholds"]["evidence"] == 0.35 and config["auth"] is True
+    assert API_KEY not in response.text
+
+
+def test_openapi_describes_request_and_response_models(server):
+    schema = httpx.get(f"{server['url']}/openapi.json", headers=AUTH).json()
+    operation = schema["paths"]["/lookup_knowledge/run"]["post"]
+    assert "requestBody" in operation
+    components = schema["components"]["schemas"]
+    assert components["lookup_knowledgeRunRequest"]["required"] == ["query"]
+    assert components["lookup_knowledgeRunResponse"]["properties"]["result"]["$ref"].endswith("/LookupResponse")
+    assert {"found", "evidenceBlocks", "invocationId"} <= set(components["LookupResponse"]["properties"])
+
+
+def test_eight_concurrent_clients_get_independent_results_and_one_row_each(server):
+    before = len(trace_rows(server["state"]))
+    topics = ["disk full", "replication lag", "certificate expiry", "high cpu", "memory leak", "dns", "inode", "oom"]
+
+    def client(number: int) -> list[tuple[str, int, dict]]:
+        answers = []
+        with httpx.Client(headers=AUTH, timeout=120.0) as http:
+            for call in range(25):
+                query = f"{topics[number]} {call}"
+                response = http.post(f"{server['url']}/lookup_knowledge/run", json={"query": query})
+                answers.append((query, response.status_code, response.json()))
+        return answers
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = [answer for batch in pool.map(client, range(8)) for answer in batch]
+    assert len(answers) == 200
+    assert all(status == 200 for _, status, _ in answers), [a for a in answers if a[1] != 200][:1]
+    assert all(body["result"]["queryTransform"]["raw"] == query for query, _, body in answers)
+    ids = {body["result"]["invocationId"] for _, _, body in answers}
+    assert len(ids) == 200
+    assert len(trace_rows(server["state"])) == before + 200
+    recorded = {row[0]: json.loads(row[3])["query"] for row in trace_rows(server["state"])}
+    assert all(recorded[body["result"]["invocationId"]] == query for query, _, body in answers)
+
+
+def test_lookup_url_asks_the_server_and_a_local_lookup_says_what_to_do(server):
+    remote = subprocess.run(
+        [PYTHON, "-m", "pipelines.cli", "lookup", "--url", server["url"], "--compact", "disk almost full"],
+        cwd=REPO,
+        env=child_env(KNOWLEDGE_API_KEY=API_KEY),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert remote.returncode == 0, remote.stderr
+    assert json.loads(remote.stdout)["found"] is True
+    local = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "pipelines.cli",
+            "lookup",
+            "disk almost full",
+            f"paths.state_dir={server['state']}",
+            "mlflow=off",
+        ],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert local.returncode == 1
+    assert "held by another process" in local.stderr and "--url" in local.stderr
+
+
+def test_the_key_never_reaches_the_log_or_the_trace_rows(server):
+    assert API_KEY not in server["log"].read_text(errors="replace")
+    assert not [row for row in trace_rows(server["state"]) if API_KEY in str(row)]
+
+
+def test_serving_off_loopback_without_a_key_is_refused_before_binding(tmp_path):
+    done = subprocess.run(
+        [PYTHON, "-m", "pipelines.cli", "serve", "--host", "0.0.0.0", f"paths.state_dir={tmp_path}", "mlflow=off"],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert "refusing to serve on 0.0.0.0 without an API key" in done.stderr
+
+
+def test_serving_with_nothing_indexed_fails_fast_and_says_what_to_do(tmp_path):
+    done = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "pipelines.cli",
+            "serve",
+            "--port",
+            str(free_port()),
+            f"paths.state_dir={tmp_path}",
+            "mlflow=off",
+        ],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2
+    assert "run `knowledge index` first" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_pipeline_failure_gives_503_with_its_trace_row_and_the_server_recovers(server):
+    index_file = server["state"] / "knowledge.l0.json"
+    moved = index_file.with_suffix(".json.away")
+    index_file.rename(moved)
+    try:
+        failed = run(server, {"query": "disk almost full"})
+        health = httpx.get(f"{server['url']}/health", timeout=30.0)
+    finally:
+        moved.rename(index_file)
+    assert failed.status_code == 503
+    body = failed.json()
+    assert body["evidenceStatus"] == "error" and body["found"] is False and body["error"]["type"]
+    assert "Traceback" not in failed.text
+    assert [row[1] for row in trace_rows(server["state"], "WHERE id = ?", (body["invocationId"],))] == ["error"]
+    assert health.status_code == 503 and health.json()["checks"]["l0Index"]["ok"] is False
+    again = run(server, {"query": "disk almost full"})
+    assert again.status_code == 200 and again.json()["result"]["found"] is True
+    assert httpx.get(f"{server['url']}/health", timeout=30.0).status_code == 200

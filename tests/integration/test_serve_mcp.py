@@ -1,0 +1,69 @@
+"""`knowledge serve --mcp`: a real MCP client session (streamable HTTP) against a real server process."""
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+
+from tests.integration.serving_helpers import PYTHON, child_env, copy_state, free_port, running
+
+API_KEY = "mcp-test-key-27b1"  # not a secret: a throwaway key of this test server
+
+
+@pytest.fixture(scope="module")
+def mcp_server(served_index, tmp_path_factory):
+    state = copy_state(served_index, tmp_path_factory, "mcp")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [PYTHON, "-m", "pipelines.cli", "serve", "--mcp", "--port", str(port), f"paths.state_dir={state}"]
+    command.append("mlflow=off")
+    with running(command, f"{url}/health", state.parent / "mcp.log", child_env(KNOWLEDGE_API_KEY=API_KEY)):
+        yield url
+
+
+async def _session(url: str, calls):
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    async with (
+        streamablehttp_client(f"{url}/mcp/", headers=headers) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        return await calls(session)
+
+
+def test_list_tools_shows_lookup_knowledge_with_its_schema(mcp_server):
+    tools = asyncio.run(_session(mcp_server, lambda s: s.list_tools())).tools
+    assert [tool.name for tool in tools if not tool.name.startswith("get_")] == ["lookup_knowledge"]
+    tool = next(tool for tool in tools if tool.name == "lookup_knowledge")
+    assert tool.inputSchema["required"] == ["query"]
+    assert tool.inputSchema["properties"]["query"]["type"] == "string"
+    assert "found=false" in tool.description
+
+
+def test_call_tool_returns_evidence(mcp_server):
+    async def call(session):
+        return await session.call_tool("lookup_knowledge", {"query": "disk almost full on a worker node"})
+
+    outcome = asyncio.run(_session(mcp_server, call))
+    assert not outcome.isError
+    result = json.loads(outcome.content[0].text)
+    assert result["found"] is True
+    assert result["evidenceBlocks"][0]["source"].startswith("disk/")
+    assert result["invocationId"]
+
+
+def test_an_empty_query_is_a_tool_error(mcp_server):
+    async def call(session):
+        return await session.call_tool("lookup_knowledge", {"query": "  "})
+
+    outcome = asyncio.run(_session(mcp_server, call))
+    assert outcome.isError
+    assert "query is empty" in outcome.content[0].text
+
+
+def test_mcp_requests_without_the_key_get_401(mcp_server):
+    response = httpx.post(f"{mcp_server}/mcp/", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert response.status_code == 401

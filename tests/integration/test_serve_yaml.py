@@ -1,0 +1,45 @@
+"""The serialized lookup pipeline deployed to a running hayhooks with `hayhooks pipeline deploy-yaml`."""
+
+import os
+import sys
+from pathlib import Path
+
+import httpx
+import yaml
+
+from pipelines.serving.deploy_yaml import ALLOWLIST_ENV, deployable_yaml
+from pipelines.settings import load_config
+from tests.integration.serving_helpers import REPO, child_env, copy_state, free_port, running
+
+HAYHOOKS = str(Path(sys.executable).parent / "hayhooks")
+
+
+def test_the_dumped_lookup_pipeline_deploys_with_hayhooks_deploy_yaml(served_index, tmp_path_factory, tmp_path):
+    state = copy_state(served_index, tmp_path_factory, "yaml")
+    pipeline_file = tmp_path / "lookup_knowledge.yml"
+    pipeline_file.write_text(deployable_yaml(load_config([f"paths.state_dir={state}", "mlflow=off"])))
+    assert {"inputs", "outputs", "components"} <= set(yaml.safe_load(pipeline_file.read_text()))
+    pipelines_dir = tmp_path / "hayhooks-pipelines"
+    pipelines_dir.mkdir()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = child_env(**ALLOWLIST_ENV, HAYHOOKS_HOST="127.0.0.1", HAYHOOKS_PORT=str(port))
+    command = [HAYHOOKS, "run", "--host", "127.0.0.1", "--port", str(port), "--pipelines-dir", str(pipelines_dir)]
+    command += ["--additional-python-path", str(REPO)]
+    with running(command, f"{url}/status", tmp_path / "hayhooks.log", env):
+        deploy = _run(
+            [HAYHOOKS, "pipeline", "deploy-yaml", "--name", "lookup_yaml", "--no-save-file", str(pipeline_file)], env
+        )
+        assert deploy.returncode == 0 and "successfully deployed" in deploy.stdout, deploy.stdout + deploy.stderr
+        response = httpx.post(f"{url}/lookup_yaml/run", json={"query": "disk almost full"}, timeout=120.0)
+    assert response.status_code == 200, response.text
+    result = response.json()["result"]["trace_writer"]["result"]
+    assert result["found"] is True
+    assert result["evidence_blocks"][0]["source"].startswith("disk/")
+    assert result["invocation_id"]
+
+
+def _run(command: list[str], env: dict[str, str]):
+    import subprocess
+
+    return subprocess.run(command, cwd=os.fspath(REPO), env=env, capture_output=True, text=True, timeout=300)
