@@ -116,6 +116,14 @@ class MlflowConfig:
 
 
 @dataclass
+class PipelineConfig:
+    """The YAML pipelines to load: names under pipelines/yaml/ or absolute paths."""
+
+    lookup: str = "lookup_knowledge.yml"
+    indexing: str = "indexing.yml"
+
+
+@dataclass
 class KnowledgeConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     kb: KbConfig = field(default_factory=KbConfig)
@@ -130,6 +138,7 @@ class KnowledgeConfig:
     sidecar: SidecarConfig = field(default_factory=SidecarConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
 
 _CHOICES = {

@@ -65,6 +65,7 @@ class FallbackRetriever:
         index_type: str = "FLAT",
         search_params: dict | None = None,
         uncovered_evidence_threshold: float | None = None,
+        category_filter: bool = True,
     ) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
@@ -78,6 +79,8 @@ class FallbackRetriever:
         :param search_params: Search parameters, e.g. {"nprobe": 16} for IVF_FLAT.
         :param uncovered_evidence_threshold: Minimum similarity of a usable candidate when the query
             names something the knowledge base never mentions (None: `evidence_threshold` always).
+        :param category_filter: False never filters on the L0 domain (one unfiltered attempt); the
+            hints still set the evidence bar. For ablations.
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -91,6 +94,7 @@ class FallbackRetriever:
         self.index_type = index_type
         self.search_params = dict(search_params or {})
         self.uncovered_evidence_threshold = uncovered_evidence_threshold
+        self.category_filter = category_filter
         self._searches: dict[str, VectorSearch] = {}
 
     def _search(self, path: str) -> VectorSearch:
@@ -114,7 +118,7 @@ class FallbackRetriever:
         if not self.l1_enabled:
             return {"candidates": [], "retrieval_trace": trace}
 
-        category = hints.single_domain
+        category = hints.single_domain if self.category_filter else None
         first, first_attempt = self._attempt(0, category, query_transform.retrieval_query, embeddings[-1], bar)
         trace.attempts.append(first_attempt)
         reason = None
