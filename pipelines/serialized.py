@@ -168,6 +168,10 @@ def _check_left_out_fed_only_optional_inputs(pipeline: Pipeline, full: Mapping[s
 
 
 def _first_line(exc: BaseException) -> str:
+    """The first line of the error, or of its cause when there is one (Haystack wraps the useful one)."""
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        exc = cause
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
