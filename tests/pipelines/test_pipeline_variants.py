@@ -4,6 +4,8 @@ variant, each variant answers a real lookup and differs from the default the way
 a file or a value that does not load fails with one clear line.
 """
 
+import json
+
 import pytest
 import yaml
 from haystack import Pipeline
@@ -236,3 +238,24 @@ def test_without_components_drops_their_connections():
     assert "sidecar" not in pruned["components"]
     assert not [c for c in pruned["connections"] if "sidecar" in c["sender"] + c["receiver"]]
     assert len(data["connections"]) - len(pruned["connections"]) == 4
+
+
+# the CLI --------------------------------------------------------------------------------------
+
+
+def test_cli_lookup_selects_a_variant(topics_cfg, capsys):
+    from pipelines.cli import main as cli_main
+
+    state = [f"paths.state_dir={topics_cfg.paths.state_dir}", "mlflow=off"]
+    assert cli_main(["lookup", TOMATO_QUERY, *state, "pipeline=no_l0_filter", "--compact"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["found"] is True and [a["category"] for a in data["retrievalTrace"]["attempts"]] == [None]
+
+
+def test_cli_lookup_with_a_missing_pipeline_file_is_one_line_exit_2(topics_cfg, capsys):
+    from pipelines.cli import main as cli_main
+
+    state = [f"paths.state_dir={topics_cfg.paths.state_dir}", "mlflow=off"]
+    assert cli_main(["lookup", TOMATO_QUERY, *state, "pipeline.lookup=no_such.yml"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pipeline.lookup=no_such.yml: cannot read" in err
