@@ -259,3 +259,13 @@ def test_cli_lookup_with_a_missing_pipeline_file_is_one_line_exit_2(topics_cfg, 
     assert cli_main(["lookup", TOMATO_QUERY, *state, "pipeline.lookup=no_such.yml"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pipeline.lookup=no_such.yml: cannot read" in err
+
+
+@pytest.mark.parametrize(("variant", "ranker"), [("default", "reranker"), ("no_rerank", "retriever")])
+def test_evaluation_ranks_a_variant_by_what_feeds_the_deduper(sample_cfg, variant, ranker):
+    from pipelines.evaluation import PipelineSystem
+
+    system = PipelineSystem(derived_config(sample_cfg, f"pipeline={variant}"))
+    assert (system.ranker, system.ranker_socket) == (ranker, "candidates")
+    ranked = system.rank(QUERY)
+    assert ranked.answered and ranked.sources[0] == "disk/disk-full.md"
