@@ -194,7 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             target.write_text(header + text, encoding="utf-8")
             print(f"wrote {target}")
     except (ConfigError, OSError) as exc:
-        print(f"error: {_first_line(exc)}", file=sys.stderr)
+        message = str(exc).strip().splitlines()[0] if isinstance(exc, ConfigError) else _first_line(exc)
+        print(f"error: {message}", file=sys.stderr)
         return 2
     return 0
 
