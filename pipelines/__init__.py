@@ -1,4 +1,4 @@
-"""Pipeline builders, serialized pipelines, the `knowledge` CLI, evaluation and benchmarks."""
+"""The YAML pipelines (yaml/) and their loader, the `knowledge` CLI, evaluation and benchmarks."""
 
 import os
 

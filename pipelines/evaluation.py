@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from haystack import Pipeline
 from omegaconf import DictConfig
 
 from components.common.text import unique
@@ -93,6 +94,15 @@ def load_queries(path: str | Path) -> list[EvalQuery]:
 # systems
 
 
+def sender_of(pipeline: Pipeline, receiver: str) -> tuple[str, str]:
+    """The (component, output socket) connected to `receiver` ("component.input")."""
+    name, socket = receiver.split(".", 1)
+    for sender, _, data in pipeline.graph.in_edges(name, data=True):
+        if data["to_socket"].name == socket:
+            return sender, data["from_socket"].name
+    raise ValueError(f"nothing is connected to {receiver}")
+
+
 class PipelineSystem:
     """The full pipeline; the ranking is the reranked usable candidates' sources."""
 
@@ -104,12 +114,14 @@ class PipelineSystem:
         self.cfg = cfg
         self.pipeline = build_lookup_pipeline(cfg, record=False)
         self.pipeline.warm_up()
+        # The reranker, or whatever a variant wires into the deduper in its place (pipeline=no_rerank).
+        self.ranker, self.ranker_socket = sender_of(self.pipeline, "deduper.candidates")
 
     def rank(self, query: str) -> Ranked:
-        outputs = self.pipeline.run({"query_transformer": {"query": query}}, include_outputs_from={"reranker"})
+        outputs = self.pipeline.run({"query_transformer": {"query": query}}, include_outputs_from={self.ranker})
         result = outputs["assembler"]["result"]
         threshold = self.cfg.retrieval.evidence_threshold
-        ranked = [c.source for c in outputs["reranker"]["candidates"] if c.similarity >= threshold]
+        ranked = [c.source for c in outputs[self.ranker][self.ranker_socket] if c.similarity >= threshold]
         sources = unique([b.source for b in result.evidence_blocks] + ranked) if result.found else []
         return Ranked(
             sources=sources,

@@ -1,6 +1,7 @@
 """
 The indexing pipeline: markdown -> frontmatter -> heading-aware chunks -> embeddings -> Milvus,
-plus the L0 index, as one Haystack pipeline built from the Hydra config.
+plus the L0 index, as one Haystack pipeline wired in pipelines/yaml/indexing.yml and resolved
+against the Hydra config.
 
     reader -> planner -> chunker -> embedder -> writer
     reader, embedder -> l0_writer   (a document's summary vector is its first chunk's vector)
@@ -14,13 +15,9 @@ from haystack import Pipeline
 from omegaconf import DictConfig
 
 from components.contracts import IndexReport
-from components.indexing.document_embedder import KnowledgeDocumentEmbedder
-from components.indexing.index_planner import IndexPlanner
-from components.indexing.l0_index_writer import L0IndexWriter
-from components.indexing.markdown_chunker import MarkdownChunker
-from components.indexing.markdown_reader import MarkdownKnowledgeReader, check_knowledge_base
-from components.indexing.milvus_writer import MilvusChunkWriter
+from components.indexing.markdown_reader import check_knowledge_base
 from pipelines.errors import unwrap_pipeline_error
+from pipelines.serialized import derived_values, load_pipeline
 
 logger = logging.getLogger(__name__)
 
@@ -38,59 +35,8 @@ def index_fingerprint(cfg: DictConfig) -> str:
 
 
 def build_indexing_pipeline(cfg: DictConfig, progress_bar: bool = False) -> Pipeline:
-    milvus = cfg.milvus
-    pipeline = Pipeline()
-    pipeline.add_component("reader", MarkdownKnowledgeReader(kb_path=cfg.kb.path))
-    pipeline.add_component(
-        "planner",
-        IndexPlanner(
-            uri=milvus.uri,
-            collection=milvus.collection,
-            fingerprint=index_fingerprint(cfg),
-            timeout_ms=milvus.get("timeout_ms"),
-        ),
-    )
-    pipeline.add_component(
-        "chunker",
-        MarkdownChunker(
-            max_tokens=cfg.chunking.max_tokens,
-            overlap_tokens=cfg.chunking.overlap_tokens,
-            min_tokens=cfg.chunking.min_tokens,
-            tokenizer_model=cfg.embedder.model,
-        ),
-    )
-    pipeline.add_component(
-        "embedder",
-        KnowledgeDocumentEmbedder(
-            model=cfg.embedder.model,
-            device=cfg.embedder.device,
-            batch_size=cfg.embedder.batch_size,
-            progress_bar=progress_bar,
-        ),
-    )
-    pipeline.add_component(
-        "writer",
-        MilvusChunkWriter(
-            uri=milvus.uri,
-            collection=milvus.collection,
-            index_type=milvus.index_type,
-            index_params=dict(milvus.index_params),
-            timeout_ms=milvus.get("timeout_ms"),
-        ),
-    )
-    pipeline.add_component(
-        "l0_writer", L0IndexWriter(index_path=cfg.l0.index_path, model=cfg.embedder.model, device=cfg.embedder.device)
-    )
-    pipeline.connect("reader.documents", "planner.documents")
-    pipeline.connect("reader.documents", "l0_writer.documents")
-    pipeline.connect("planner.documents", "chunker.documents")
-    pipeline.connect("chunker.documents", "embedder.documents")
-    pipeline.connect("embedder.documents", "writer.documents")
-    pipeline.connect("embedder.documents", "l0_writer.chunks")
-    pipeline.connect("planner.plan", "writer.plan")
-    # The L0 index is written only once the vector store holds every chunk.
-    pipeline.connect("writer.written", "l0_writer.chunks_written")
-    return pipeline
+    """The indexing pipeline of a config: the YAML file `cfg.pipeline.indexing` resolved against `cfg`."""
+    return load_pipeline(cfg, "indexing", derived=derived_values(cfg, progress_bar=progress_bar))
 
 
 def run_indexing(cfg: DictConfig, rebuild: bool = False, progress_bar: bool = False) -> IndexReport:

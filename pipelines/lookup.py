@@ -1,11 +1,11 @@
 """
-The `lookup_knowledge` query pipeline, in the spec's order:
+The `lookup_knowledge` query pipeline (wired in pipelines/yaml/lookup_knowledge.yml), in the spec's order:
 
     query -> QueryTransformer -> L0HintExtractor -> KnowledgeQueryEmbedder -> FallbackRetriever
           -> (SidecarComparator, when enabled) -> RuleReranker -> EvidenceDeduper -> ContextPacker -> ResultAssembler
           -> TraceWriter
 
-built from the Hydra config, and `LookupService`, which runs it for one query or many.
+loaded from the YAML file the Hydra config names, and `LookupService`, which runs it for one query or many.
 """
 
 import logging
@@ -17,162 +17,24 @@ from haystack import Pipeline
 from omegaconf import DictConfig
 
 from components.contracts import InvalidQueryError, LookupResult
-from components.lookup.context_packer import ContextPacker
-from components.lookup.evidence_deduper import EvidenceDeduper
-from components.lookup.fallback_retriever import FallbackRetriever
-from components.lookup.l0_hint_extractor import L0HintExtractor
-from components.lookup.query_embedder import KnowledgeQueryEmbedder
-from components.lookup.query_transformer import QueryTransformer
-from components.lookup.result_assembler import ResultAssembler
-from components.lookup.rule_reranker import RuleReranker
-from components.lookup.sidecar_comparator import SidecarComparator
 from components.stores.l0_index_file import L0IndexHandle
 from components.tracing import stage_recorder
 from components.tracing.trace_writer import TraceWriter
 from pipelines.errors import unwrap_pipeline_error
+from pipelines.serialized import ALLOWED_MODULES, load_pipeline
+
+__all__ = ["ALLOWED_MODULES", "LookupService", "build_lookup_pipeline"]
 
 logger = logging.getLogger(__name__)
-
-# Module allowlist for Pipeline.loads of the serialized YAML.
-ALLOWED_MODULES = ["components", "pipelines", "milvus_haystack", "haystack_integrations"]
-
-
-def build_trace_writer(cfg: DictConfig) -> TraceWriter:
-    """The TraceWriter of the config (also used alone by `knowledge traces`)."""
-    return TraceWriter(
-        db_url=cfg.trace.db_url,
-        spool_path=cfg.trace.spool_path,
-        summary_chars=cfg.trace.summary_chars,
-        tracking_uri=cfg.mlflow.tracking_uri,
-        experiment=cfg.mlflow.experiment,
-        artifact_location=cfg.mlflow.artifact_location,
-        retry_interval=float(cfg.trace.retry_interval_s),
-        timeout_s=float(cfg.trace.timeout_s),
-    )
 
 
 def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:
     """
-    The lookup pipeline of a config. `record=False` leaves out the TraceWriter, for measurement
-    runs (evaluation) that are not agent calls and must not fill the tool_invocation table.
+    The lookup pipeline of a config: the YAML file `cfg.pipeline.lookup` resolved against `cfg`
+    (the sidecar only when `sidecar.enabled`). `record=False` leaves out the TraceWriter, for
+    measurement runs (evaluation) that are not agent calls and must not fill the tool_invocation table.
     """
-    retrieval = cfg.retrieval
-    milvus = cfg.milvus
-    l0_path = cfg.l0.index_path
-    pipeline = Pipeline()
-    pipeline.add_component(
-        "query_transformer",
-        QueryTransformer(
-            l0_index_path=l0_path,
-            max_chars=cfg.query.max_chars,
-            on_overlong=cfg.query.on_overlong,
-            expand_entities=cfg.query.expand_entities,
-        ),
-    )
-    pipeline.add_component(
-        "l0_hints",
-        L0HintExtractor(
-            l0_index_path=l0_path,
-            title_min_overlap=cfg.l0.title_min_overlap,
-            domain_from_matches=cfg.l0.domain_from_matches,
-            domain_min_precision=cfg.l0.domain_min_precision,
-            tokenizer_model=cfg.embedder.model,
-        ),
-    )
-    pipeline.add_component(
-        "query_embedder", KnowledgeQueryEmbedder(model=cfg.embedder.model, device=cfg.embedder.device)
-    )
-    pipeline.add_component(
-        "retriever",
-        FallbackRetriever(
-            uri=milvus.uri,
-            collection=milvus.collection,
-            top_k=retrieval.top_k,
-            reference_threshold=retrieval.reference_threshold,
-            evidence_threshold=retrieval.evidence_threshold,
-            l1_enabled=retrieval.l1_enabled,
-            vector_store_mode=retrieval.vector_store_mode,
-            index_type=milvus.index_type,
-            search_params=dict(milvus.search_params),
-            uncovered_evidence_threshold=retrieval.uncovered_evidence_threshold,
-            timeout_ms=milvus.get("timeout_ms"),
-        ),
-    )
-    if cfg.sidecar.enabled:
-        # Disabled (the default), the sidecar is not part of the runtime path at all; the
-        # assembler then reports it as disabled.
-        pipeline.add_component(
-            "sidecar",
-            SidecarComparator(
-                enabled=cfg.sidecar.enabled,
-                path=cfg.sidecar.path,
-                uri=milvus.uri,
-                collection=milvus.collection,
-                top_k=retrieval.top_k,
-                index_type=milvus.index_type,
-                search_params=dict(milvus.search_params),
-            ),
-        )
-    pipeline.add_component(
-        "reranker",
-        RuleReranker(
-            l0_index_path=l0_path, weights=dict(cfg.rerank.weights), evidence_threshold=retrieval.evidence_threshold
-        ),
-    )
-    pipeline.add_component(
-        "deduper",
-        EvidenceDeduper(
-            evidence_threshold=retrieval.evidence_threshold,
-            per_document_cap=retrieval.per_document_cap,
-            max_evidence=retrieval.max_evidence,
-        ),
-    )
-    pipeline.add_component(
-        "context_packer", ContextPacker(budget_tokens=cfg.context.budget_tokens, tokenizer_model=cfg.embedder.model)
-    )
-    pipeline.add_component(
-        "assembler",
-        ResultAssembler(
-            high_relevance=retrieval.high_relevance,
-            reference_threshold=retrieval.reference_threshold,
-            evidence_threshold=retrieval.evidence_threshold,
-        ),
-    )
-    if record:
-        pipeline.add_component("trace_writer", build_trace_writer(cfg))
-    connections = [
-        ("query_transformer.query", "l0_hints.query"),
-        ("query_transformer.variants", "query_embedder.texts"),
-        ("query_transformer.query_transform", "retriever.query_transform"),
-        ("l0_hints.hints", "retriever.hints"),
-        ("query_embedder.embeddings", "retriever.embeddings"),
-        ("query_transformer.query_transform", "reranker.query_transform"),
-        ("l0_hints.hints", "reranker.hints"),
-        ("retriever.candidates", "reranker.candidates"),
-        ("query_embedder.embeddings", "reranker.embeddings"),
-        ("reranker.candidates", "deduper.candidates"),
-        ("retriever.retrieval_trace", "deduper.retrieval_trace"),
-        ("deduper.evidence_blocks", "context_packer.evidence_blocks"),
-        ("query_transformer.query_transform", "assembler.query_transform"),
-        ("l0_hints.hints", "assembler.hints"),
-        ("retriever.retrieval_trace", "assembler.retrieval_trace"),
-        ("deduper.rerank_trace", "assembler.rerank_trace"),
-        ("deduper.evidence_blocks", "assembler.evidence_blocks"),
-        ("deduper.dedup", "assembler.dedup"),
-        ("context_packer.context_pack", "assembler.context_pack"),
-    ]
-    if cfg.sidecar.enabled:
-        connections += [
-            ("query_embedder.embeddings", "sidecar.embeddings"),
-            ("retriever.candidates", "sidecar.candidates"),
-            ("retriever.retrieval_trace", "sidecar.retrieval_trace"),
-            ("sidecar.sidecar", "assembler.sidecar"),
-        ]
-    if record:
-        connections.append(("assembler.result", "trace_writer.result"))
-    for sender, receiver in connections:
-        pipeline.connect(sender, receiver)
-    return pipeline
+    return load_pipeline(cfg, "lookup", leave_out=() if record else ("trace_writer",))
 
 
 class LookupService:

@@ -1,44 +1,204 @@
 """
-The committed YAML pipelines: what the default configuration builds, serialized by Haystack.
+The YAML pipelines of pipelines/yaml/, the wiring that runs: one is loaded resolved against a
+composed Hydra config (`load_pipeline`), or rendered as a concrete YAML for hayhooks
+`deploy-yaml` (`render_pipeline_yaml`, and the command below).
 
-Regenerate after changing a builder or a default: `python -m pipelines.serialized` from the
-repository root (so paths keep their relative defaults). Tests fail while a file is stale.
+    python -m pipelines.serialized --output DIR [overrides]
+
+How a file is resolved, how to write an ablation and the shipped variants: docs/pipelines.md.
 """
 
+import argparse
+import logging
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from pipelines.settings import load_config
+import yaml
+from haystack import Pipeline
+from haystack.core.errors import DeserializationError, PipelineError
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-PIPELINES_DIR = Path(__file__).resolve().parent
-HEADER = """\
-# The {name} pipeline of the default configuration, as Haystack serializes it: the output of
-# {builder}(load_config()).dumps() (run from the repository root) below this header.
-# Do not edit by hand: regenerate with `python -m pipelines.serialized`; tests fail when it is stale.
-# Load it with Pipeline.loads(text, allowed_modules=["components"]).
-"""
+from pipelines.settings import ConfigError, load_config
+
+logger = logging.getLogger(__name__)
+
+YAML_DIR = Path(__file__).resolve().parent / "yaml"
+# Pipeline.from_dict imports component classes only from these packages (and Haystack's own).
+ALLOWED_MODULES = ["components", "milvus_haystack", "haystack_integrations"]
+PIPELINE_NAMES = ("lookup", "indexing")
+RENDERED_FILE_NAMES = {"lookup": "lookup_knowledge.yml", "indexing": "indexing.yml"}
+# Haystack ignores these top-level keys; hayhooks `deploy-yaml` reads them.
+HAYHOOKS_IO_KEYS = ("inputs", "outputs")
+# The pipeline data sits under this key of the resolution root, beside the config and `derived`.
+_PIPELINE_KEY = "__pipeline__"
 
 
-def serialized_pipelines() -> dict[str, str]:
-    """File name -> YAML text (with its header) for every committed pipeline."""
-    from pipelines.indexing import build_indexing_pipeline
-    from pipelines.lookup import build_lookup_pipeline
+def pipeline_path(cfg: DictConfig, name: str) -> Path:
+    """The YAML file `cfg.pipeline.<name>` names: relative to pipelines/yaml/, or absolute."""
+    if name not in PIPELINE_NAMES:
+        raise ValueError(f"unknown pipeline {name!r}: one of {', '.join(PIPELINE_NAMES)}")
+    configured = Path(cfg.pipeline[name])
+    return configured if configured.is_absolute() else YAML_DIR / configured
 
-    cfg = load_config()
-    builders = {
-        "indexing.yml": ("indexing", "build_indexing_pipeline", build_indexing_pipeline),
-        "lookup_knowledge.yml": ("lookup_knowledge", "build_lookup_pipeline", build_lookup_pipeline),
-    }
+
+def derived_values(cfg: DictConfig, **overrides: Any) -> dict[str, Any]:
+    """
+    Values the code computes for a call, reachable in the YAML as `${derived.<key>}`: the index
+    fingerprint and whether the embedder shows a progress bar (`progress_bar=True` overrides).
+    """
+    from pipelines.indexing import index_fingerprint
+
+    return {"index_fingerprint": index_fingerprint(cfg), "progress_bar": False, **overrides}
+
+
+def resolve_pipeline_data(
+    data: Mapping[str, Any], cfg: DictConfig, derived: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """
+    The pipeline data with every `${...}` resolved: the data is attached beside the config (and
+    `derived`) under one root, so `${retrieval.top_k}` means the config's key.
+    """
+    root = OmegaConf.create(
+        {
+            **OmegaConf.to_container(cfg, resolve=True),
+            "derived": dict(derived or {}),
+            _PIPELINE_KEY: dict(data),
+        }
+    )
+    return OmegaConf.to_container(root[_PIPELINE_KEY], resolve=True)  # type: ignore[return-value]
+
+
+def without_components(data: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """
+    The pipeline data without the named components and every connection to or from them.
+
+    For side branches only (the sidecar, the trace writer): what a left-out component sent may
+    only have fed optional inputs; `load_pipeline` checks this. A component in the middle of the
+    graph is left out by a variant file instead, which reconnects its neighbours explicitly.
+    """
+    names = set(names)
     return {
-        file_name: HEADER.format(name=name, builder=builder_name) + builder(cfg).dumps()
-        for file_name, (name, builder_name, builder) in builders.items()
+        **data,
+        "components": {name: spec for name, spec in data["components"].items() if name not in names},
+        "connections": [
+            c
+            for c in data.get("connections", [])
+            if c["sender"].split(".")[0] not in names and c["receiver"].split(".")[0] not in names
+        ],
     }
 
 
-def main() -> None:
-    for file_name, text in serialized_pipelines().items():
-        (PIPELINES_DIR / file_name).write_text(text, encoding="utf-8")
-        print(f"wrote pipelines/{file_name}")
+def left_out_by_config(cfg: DictConfig) -> set[str]:
+    """Components the config turns off: the sidecar, unless `sidecar.enabled`."""
+    return set() if cfg.sidecar.enabled else {"sidecar"}
+
+
+def pipeline_data(
+    cfg: DictConfig, name: str, leave_out: Iterable[str] = (), derived: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """
+    The resolved data of pipeline `name` ("lookup" or "indexing") of `cfg`, without the components
+    the config turns off and those in `leave_out`.
+
+    :raises ConfigError: The file is missing or no YAML mapping, or a `${...}` names no config key.
+    """
+    path = pipeline_path(cfg, name)
+    try:
+        template = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: cannot read {path}: {_first_line(exc)}") from exc
+    if not isinstance(template, dict) or not isinstance(template.get("components"), dict):
+        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {path} is not a pipeline (no components mapping)")
+    try:
+        resolved = resolve_pipeline_data(template, cfg, derived if derived is not None else derived_values(cfg))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {_first_line(exc)}") from exc
+    return without_components(resolved, left_out_by_config(cfg) | set(leave_out))
+
+
+def load_pipeline(
+    cfg: DictConfig, name: str, leave_out: Iterable[str] = (), derived: Mapping[str, Any] | None = None
+) -> Pipeline:
+    """
+    Pipeline `name` ("lookup" or "indexing") of `cfg`, built from its YAML file.
+
+    :param leave_out: Side-branch components to leave out, e.g. `["trace_writer"]`.
+    :param derived: `${derived.*}` values (default: `derived_values(cfg)`).
+    :raises ConfigError: A file, interpolation, component type or init parameter that does not load.
+    """
+    leave_out = set(leave_out)
+    full = pipeline_data(cfg, name, derived=derived)
+    data = without_components(full, leave_out)
+    try:
+        pipeline = Pipeline.from_dict(data, allowed_modules=ALLOWED_MODULES)
+    except (DeserializationError, PipelineError, TypeError, ValueError) as exc:
+        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {_first_line(exc)}") from exc
+    _check_left_out_fed_only_optional_inputs(pipeline, full, leave_out)
+    logger.debug("Loaded pipeline %s from %s without %s", name, pipeline_path(cfg, name), sorted(leave_out))
+    return pipeline
+
+
+def render_pipeline_yaml(cfg: DictConfig, name: str) -> str:
+    """
+    Pipeline `name` of `cfg` as a concrete YAML (every value resolved), with the `inputs` and
+    `outputs` declarations hayhooks `deploy-yaml` needs. Load it with the module allowlist.
+    """
+    pipeline = load_pipeline(cfg, name)
+    template = yaml.safe_load(pipeline_path(cfg, name).read_text(encoding="utf-8"))
+    present = set(pipeline.graph.nodes)
+    io = {
+        key: {io_name: target for io_name, target in template[key].items() if target.split(".")[0] in present}
+        for key in HAYHOOKS_IO_KEYS
+        if template.get(key)
+    }
+    return pipeline.dumps() + (yaml.safe_dump(io, sort_keys=True) if io else "")
+
+
+def _check_left_out_fed_only_optional_inputs(pipeline: Pipeline, full: Mapping[str, Any], leave_out: set[str]) -> None:
+    for connection in full.get("connections", []):
+        sender = connection["sender"].split(".")[0]
+        receiver, socket = connection["receiver"].split(".", 1)
+        if sender not in leave_out or receiver in leave_out or receiver not in pipeline.graph.nodes:
+            continue
+        if pipeline.graph.nodes[receiver]["input_sockets"][socket].is_mandatory:
+            raise ConfigError(f"cannot leave out {sender}: {receiver}.{socket} needs its output")
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of the error, or of its cause when there is one (Haystack wraps the useful one)."""
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        exc = cause
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.serialized",
+        description="Write the lookup and indexing pipelines resolved against a config, for hayhooks deploy-yaml.",
+    )
+    parser.add_argument("--output", required=True, type=Path, help="folder to write the YAML files into")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. pipeline=no_rerank retrieval.top_k=7")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.overrides)
+        rendered = {name: render_pipeline_yaml(cfg, name) for name in PIPELINE_NAMES}
+        args.output.mkdir(parents=True, exist_ok=True)
+        for name, text in rendered.items():
+            target = args.output / RENDERED_FILE_NAMES[name]
+            header = f"# Rendered from {pipeline_path(cfg, name).name} with overrides {args.overrides}: do not edit.\n"
+            target.write_text(header + text, encoding="utf-8")
+            print(f"wrote {target}")
+    except (ConfigError, OSError) as exc:
+        message = str(exc).strip().splitlines()[0] if isinstance(exc, ConfigError) else _first_line(exc)
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

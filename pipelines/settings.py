@@ -127,6 +127,14 @@ class ServeConfig:
 
 
 @dataclass
+class PipelineConfig:
+    """The YAML pipelines to load: names under pipelines/yaml/ or absolute paths."""
+
+    lookup: str = "lookup_knowledge.yml"
+    indexing: str = "indexing.yml"
+
+
+@dataclass
 class KnowledgeConfig:
     paths: PathsConfig = field(default_factory=PathsConfig)
     kb: KbConfig = field(default_factory=KbConfig)
@@ -142,6 +150,7 @@ class KnowledgeConfig:
     trace: TraceConfig = field(default_factory=TraceConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
 
 _CHOICES = {

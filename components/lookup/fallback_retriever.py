@@ -66,6 +66,7 @@ class FallbackRetriever:
         search_params: dict | None = None,
         uncovered_evidence_threshold: float | None = None,
         timeout_ms: int | None = None,
+        category_filter: bool = True,
     ) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
@@ -80,6 +81,8 @@ class FallbackRetriever:
         :param uncovered_evidence_threshold: Minimum similarity of a usable candidate when the query
             names something the knowledge base never mentions (None: `evidence_threshold` always).
         :param timeout_ms: Limit of a Milvus connection attempt and of one search (None: no limit).
+        :param category_filter: False never filters on the L0 domain (one unfiltered attempt); the
+            hints still set the evidence bar. For ablations.
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -94,6 +97,7 @@ class FallbackRetriever:
         self.search_params = dict(search_params or {})
         self.uncovered_evidence_threshold = uncovered_evidence_threshold
         self.timeout_ms = timeout_ms
+        self.category_filter = category_filter
         self._searches: dict[str, VectorSearch] = {}
 
     def _search(self, path: str) -> VectorSearch:
@@ -128,7 +132,7 @@ class FallbackRetriever:
     def _attempts(
         self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryEmbeddings, bar: float, trace
     ) -> dict[str, Any]:
-        category = hints.single_domain
+        category = hints.single_domain if self.category_filter else None
         first, first_attempt = self._attempt(0, category, query_transform.retrieval_query, embeddings[-1], bar)
         trace.attempts.append(first_attempt)
         reason = None

@@ -1,6 +1,6 @@
 """
-The lookup_knowledge pipeline as a whole: component order (Haystack tracing), the committed
-pipelines/lookup_knowledge.yml, component serialization, and the explicit agent tool boundary.
+The lookup_knowledge pipeline as a whole: component order (Haystack tracing), its YAML rendered
+for the default config, component serialization, and the explicit agent tool boundary.
 """
 
 import contextlib
@@ -24,13 +24,12 @@ from components.lookup.rule_reranker import RuleReranker
 from components.lookup.sidecar_comparator import SidecarComparator
 from components.tracing.trace_writer import TraceWriter
 from pipelines.agent import TOOL_NAME, lookup_knowledge_tool
-from pipelines.lookup import LookupService, build_lookup_pipeline
+from pipelines.lookup import LookupService
+from pipelines.serialized import render_pipeline_yaml
 from pipelines.settings import load_config
-from tests.conftest import REPO
 from tests.helpers import assert_round_trips, derived_config
-from tests.pipelines.test_serialized import normalized, without_header
+from tests.pipelines.test_serialized import normalized
 
-YAML_PATH = REPO / "pipelines" / "lookup_knowledge.yml"
 QUERY = "disk almost full on a worker node"
 COMPONENT_TYPES = {
     "query_transformer": QueryTransformer,
@@ -112,32 +111,31 @@ def test_enabled_sidecar_runs_after_retrieval_and_before_assembly(sample_cfg):
     assert ran.index("retriever") < ran.index("sidecar") < ran.index("assembler")
 
 
-# committed YAML ------------------------------------------------------------------------------
+# rendered YAML ------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def committed() -> str:
-    return YAML_PATH.read_text(encoding="utf-8")
+def rendered() -> str:
+    return render_pipeline_yaml(load_config(), "lookup")
 
 
-def test_committed_yaml_matches_the_default_config(committed):
-    built = build_lookup_pipeline(load_config()).dumps()
-    assert without_header(committed) == built, "pipelines/lookup_knowledge.yml is stale: regenerate it (see its header)"
-    data = yaml.safe_load(committed)
+def test_rendered_yaml_of_the_default_config(rendered):
+    data = yaml.safe_load(rendered)
+    assert set(data["components"]) == set(COMPONENT_TYPES)  # no sidecar: disabled by default
     assert data["components"]["retriever"]["init_parameters"]["uri"] == ".knowledge/milvus.db"
     assert data["components"]["l0_hints"]["init_parameters"]["l0_index_path"] == ".knowledge/knowledge.l0.json"
-    assert "/work/" not in committed and "/tmp/" not in committed
+    assert "/work/" not in rendered and "/tmp/" not in rendered
 
 
-def test_committed_yaml_needs_the_allowlist(committed):
+def test_rendered_yaml_needs_the_allowlist(rendered):
     with pytest.raises(DeserializationError):
-        Pipeline.loads(committed)
+        Pipeline.loads(rendered)
 
 
-def test_committed_yaml_loads_and_answers_a_query(committed, sample_cfg, sample_service, tmp_path):
-    pipeline = Pipeline.loads(committed, allowed_modules=["components"])
+def test_rendered_yaml_loads_and_answers_a_query(rendered, sample_cfg, sample_service, tmp_path):
+    pipeline = Pipeline.loads(rendered, allowed_modules=["components"])
     assert {name: type(pipeline.get_component(name)) for name in COMPONENT_TYPES} == COMPONENT_TYPES
-    assert normalized(pipeline.dumps()) == normalized(committed)
+    assert normalized(pipeline.dumps()) == normalized(rendered)
 
     data = pipeline.to_dict()
     for spec in data["components"].values():
@@ -154,7 +152,7 @@ def test_committed_yaml_loads_and_answers_a_query(committed, sample_cfg, sample_
     result = pointed.run({"query_transformer": {"query": QUERY}})["trace_writer"]["result"]
     assert result.invocation_id and result.trace_status == "recorded"
     assert result.found and result.evidence_blocks[0].source == "disk/disk-full.md"
-    # The YAML is the default configuration: the same evidence as the session's service.
+    # The rendered YAML is the default configuration: the same evidence as the session's service.
     expected = sample_service.lookup(QUERY)
     assert [b.evidence_key for b in result.evidence_blocks] == [b.evidence_key for b in expected.evidence_blocks]
 
@@ -177,6 +175,7 @@ def test_committed_yaml_loads_and_answers_a_query(committed, sample_cfg, sample_
             vector_store_mode="auto",
             index_type="IVF_FLAT",
             search_params={"nprobe": 16},
+            category_filter=False,
         ),
         SidecarComparator(enabled=True, path="sdk", uri="/data/kb.db", collection="kb", top_k=5, index_type="FLAT"),
         RuleReranker(l0_index_path="/data/kb.l0.json", weights={"lexical_overlap": 0.1}, evidence_threshold=0.3),

@@ -1,4 +1,4 @@
-"""The committed pipelines/indexing.yml and the serialization of every indexing component."""
+"""pipelines/yaml/indexing.yml rendered for a config, and the serialization of every indexing component."""
 
 import pytest
 import yaml
@@ -12,11 +12,10 @@ from components.indexing.markdown_chunker import MarkdownChunker
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from components.indexing.milvus_writer import MilvusChunkWriter
 from pipelines.indexing import build_indexing_pipeline, index_fingerprint
+from pipelines.serialized import HAYHOOKS_IO_KEYS, render_pipeline_yaml
 from pipelines.settings import load_config
-from tests.conftest import REPO
 from tests.helpers import assert_round_trips
 
-YAML_PATH = REPO / "pipelines" / "indexing.yml"
 COMPONENT_TYPES = {
     "reader": MarkdownKnowledgeReader,
     "planner": IndexPlanner,
@@ -27,51 +26,46 @@ COMPONENT_TYPES = {
 }
 
 
-def without_header(text: str) -> str:
-    lines = text.splitlines(keepends=True)
-    while lines and lines[0].startswith("#"):
-        lines.pop(0)
-    return "".join(lines)
-
-
 def normalized(text: str) -> dict:
-    """The pipeline data with connections in a fixed order (loading may list them differently)."""
+    """The pipeline data with connections in a fixed order (loading may list them differently), without hayhooks IO."""
     data = yaml.safe_load(text)
+    for key in HAYHOOKS_IO_KEYS:
+        data.pop(key, None)
     data["connections"] = sorted(data["connections"], key=lambda c: (c["sender"], c["receiver"]))
     return data
 
 
 @pytest.fixture(scope="module")
-def committed() -> str:
-    return YAML_PATH.read_text(encoding="utf-8")
+def rendered() -> str:
+    return render_pipeline_yaml(load_config(), "indexing")
 
 
-def test_committed_yaml_matches_the_default_config(committed):
-    built = build_indexing_pipeline(load_config()).dumps()
-    assert without_header(committed) == built, "pipelines/indexing.yml is stale: regenerate it (see its header)"
-    assert yaml.safe_load(committed) == yaml.safe_load(built)
+def test_rendered_yaml_is_the_default_pipeline(rendered):
+    assert normalized(rendered) == normalized(build_indexing_pipeline(load_config()).dumps())
+    assert "${" not in rendered
+    assert yaml.safe_load(rendered)["inputs"] == {"rebuild": "planner.rebuild"}
 
 
-def test_committed_yaml_uses_relative_default_paths(committed):
-    data = yaml.safe_load(committed)
+def test_rendered_yaml_uses_relative_default_paths(rendered):
+    data = yaml.safe_load(rendered)
     components = data["components"]
     assert components["reader"]["init_parameters"]["kb_path"] == "knowledge/"
     assert components["writer"]["init_parameters"]["uri"] == ".knowledge/milvus.db"
     assert components["l0_writer"]["init_parameters"]["index_path"] == ".knowledge/knowledge.l0.json"
     assert components["planner"]["init_parameters"]["fingerprint"] == index_fingerprint(load_config())
-    assert "/work/" not in committed and "/tmp/" not in committed  # nothing machine-specific
+    assert "/work/" not in rendered and "/tmp/" not in rendered  # nothing machine-specific
 
 
-def test_committed_yaml_loads_with_the_allowlist(committed):
-    pipeline = Pipeline.loads(committed, allowed_modules=["components"])
+def test_rendered_yaml_loads_with_the_allowlist(rendered):
+    pipeline = Pipeline.loads(rendered, allowed_modules=["components"])
     assert {name: type(pipeline.get_component(name)) for name in COMPONENT_TYPES} == COMPONENT_TYPES
-    assert normalized(pipeline.dumps()) == normalized(committed)  # loads -> dumps is lossless
-    assert len(normalized(committed)["connections"]) == 8  # writer -> l0_writer orders the L0 index last
+    assert normalized(pipeline.dumps()) == normalized(rendered)  # loads -> dumps is lossless
+    assert len(normalized(rendered)["connections"]) == 8  # writer -> l0_writer orders the L0 index last
 
 
-def test_committed_yaml_needs_the_allowlist(committed):
+def test_rendered_yaml_needs_the_allowlist(rendered):
     with pytest.raises(DeserializationError):
-        Pipeline.loads(committed)
+        Pipeline.loads(rendered)
 
 
 def test_pipeline_built_from_overrides_round_trips(tmp_path):
@@ -102,12 +96,12 @@ def test_component_to_dict_from_dict_round_trip(instance):
     assert_round_trips(instance)
 
 
-def test_loaded_yaml_pipeline_indexes(committed, small_kb, tmp_path, monkeypatch):
-    """The committed YAML is a working pipeline: run from a folder holding knowledge/, it indexes it."""
+def test_loaded_yaml_pipeline_indexes(rendered, small_kb, tmp_path, monkeypatch):
+    """The rendered YAML is a working pipeline: run from a folder holding knowledge/, it indexes it."""
     (tmp_path / "work").mkdir()
     small_kb.rename(tmp_path / "work" / "knowledge")
     monkeypatch.chdir(tmp_path / "work")
-    pipeline = Pipeline.loads(committed, allowed_modules=["components"])
+    pipeline = Pipeline.loads(rendered, allowed_modules=["components"])
     outputs = pipeline.run({"planner": {"rebuild": False}}, include_outputs_from={"planner", "writer", "l0_writer"})
     assert len(outputs["planner"]["plan"].added) == 4
     assert outputs["writer"]["written"] == outputs["writer"]["count"] > 4
