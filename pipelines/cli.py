@@ -5,7 +5,8 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge lookup "QUERY" [key=value ...]
     knowledge lookup --batch FILE [key=value ...]
     knowledge eval --queries FILE [key=value ...]
-    knowledge bench index|lookup [options] [key=value ...]
+    knowledge compare --queries FILE [--top-k K] [--json] [key=value ...]
+    knowledge bench index|lookup|all [options] [key=value ...]
     knowledge traces list [--last N] [--status ok|error] [key=value ...]
     knowledge traces show ID [--json] [key=value ...]
     knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
@@ -100,6 +101,20 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--details", metavar="FILE", help="write per-query results as JSONL")
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
     evaluate.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+    comparison = sub.add_parser(
+        "compare",
+        help="compare the sdk and haystack vector paths over a query set, logged as one MLflow run",
+        description="Search both vector-store paths with the same query embeddings; print overlap@k, Jaccard, "
+        "RBO, top-1 agreement and similarity differences, and log them with a per-query table and an "
+        "HTML report as one MLflow run (experiment lookup-knowledge-compare).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    comparison.add_argument("--queries", required=True, metavar="FILE", help="JSONL with a 'query' field")
+    comparison.add_argument("--top-k", type=int, metavar="K", help="hits compared per path (default retrieval.top_k)")
+    comparison.add_argument("--json", action="store_true", help="print the metrics and run id as JSON")
+    comparison.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     bench = sub.add_parser(
         "bench",
@@ -287,6 +302,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pipelines.compare import QueryFileError, format_summary, read_queries, run_comparison
+
+    cfg = _load(args.overrides)
+    if args.top_k is not None and args.top_k < 1:
+        raise UsageError(f"--top-k {args.top_k} must be 1 or more")
+    try:
+        items = read_queries(args.queries)
+    except QueryFileError as exc:
+        raise UsageError(str(exc)) from exc
+    report = run_comparison(cfg, items, queries_file=args.queries, top_k=args.top_k)
+    if args.json:
+        keys = ("run_id", "experiment", "tracking_uri", "top_k", "score_labels", "metrics")
+        print(json.dumps({key: report[key] for key in keys}, indent=2))
+    else:
+        print(format_summary(report))
+    return EXIT_OK
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from pipelines import bench
 
@@ -350,6 +384,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "index": cmd_index,
     "lookup": cmd_lookup,
     "eval": cmd_eval,
+    "compare": cmd_compare,
     "bench": cmd_bench,
     "traces": cmd_traces,
 }
