@@ -32,7 +32,6 @@ def error_info(exc: BaseException, component_name: str | None = None) -> dict[st
     }
 
 
-@component
 def sidecar_tags(sidecar: dict[str, Any] | None) -> dict[str, str]:
     """
     The sidecar comparison as trace tags that `mlflow.search_traces` can filter on (tags are
@@ -51,6 +50,7 @@ def sidecar_tags(sidecar: dict[str, Any] | None) -> dict[str, str]:
     return tags
 
 
+@component
 class TraceWriter:
     """
     Records every lookup: one `tool_invocation` row and, when MLflow is configured, one MLflow
