@@ -22,6 +22,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
@@ -150,6 +151,36 @@ def _parser() -> argparse.ArgumentParser:
         "--tracing-lookups", type=int, default=60, help="timed lookups per mode for MLflow tracing off vs on (0: skip)"
     )
     bench_lookup.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+    bench_all = bench_sub.add_parser(
+        "all",
+        help="every benchmark, one table (also --output JSON and an MLflow run)",
+        description="Index throughput, lookup latency (filtered, fallback, MLflow tracing), sidecar overhead, "
+        "serve figures (--serve-url), a scale point and the one-shot cold start, each against its floor.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench_all.add_argument("--corpus", metavar="DIR", help="corpus to repeat for the index and lookup parts")
+    bench_all.add_argument("--min-chunks", type=int, default=2000, help="index and lookup parts: chunks")
+    bench_all.add_argument("--lookup-queries", type=int, default=40, help="timed lookups per lookup path")
+    bench_all.add_argument("--tracing-lookups", type=int, default=40, help="lookups per tracing mode (0: skip)")
+    bench_all.add_argument("--index-rounds", type=int, default=2, help="timed pipeline runs of the index part")
+    bench_all.add_argument("--sidecar-lookups", type=int, default=40, help="lookups per sidecar mode")
+    bench_all.add_argument("--base-chunks", type=int, default=10000, help="scale part: the base size")
+    bench_all.add_argument("--scale-chunks", type=int, default=100000, help="scale part: the large size")
+    bench_all.add_argument("--scale-lookups", type=int, default=40, help="timed lookups per scale point")
+    bench_all.add_argument("--cold-runs", type=int, default=3, help="one-shot lookups and bare imports timed")
+    bench_all.add_argument("--serve-url", metavar="URL", help="a running server for the serve part")
+    bench_all.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="PART",
+        help="leave a part out (repeatable): "
+        + ", ".join(("index", "lookup", "sidecar", "serve", "scale", "cold_start")),
+    )
+    bench_all.add_argument("--output", metavar="FILE", help="also write the figures as JSON")
+    bench_all.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     traces = sub.add_parser(
         "traces",
@@ -325,6 +356,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from pipelines import bench
 
     cfg = _load(args.overrides)
+    if args.bench == "all":
+        return _bench_all(cfg, args)
     if args.bench == "index":
         bench.bench_index(cfg, corpus=args.corpus, min_chunks=args.min_chunks)
     else:
@@ -335,6 +368,40 @@ def cmd_bench(args: argparse.Namespace) -> int:
             queries=args.queries,
             tracing_lookups=args.tracing_lookups,
         )
+    return EXIT_OK
+
+
+def _bench_all(cfg, args: argparse.Namespace) -> int:
+    from pipelines.bench.all import PARTS, BenchAllOptions, bench_all, format_report
+
+    unknown = sorted(set(args.skip) - set(PARTS))
+    if unknown:
+        raise UsageError(f"--skip {', '.join(unknown)}: parts are {', '.join(PARTS)}")
+    sizes = {k: getattr(args, k) for k in ("min_chunks", "base_chunks", "scale_chunks", "cold_runs", "index_rounds")}
+    small = [f"--{k.replace('_', '-')} {v}" for k, v in sizes.items() if v < 1]
+    if small or args.base_chunks >= args.scale_chunks:
+        raise UsageError(
+            ", ".join(small) + " must be 1 or more" if small else "--scale-chunks must exceed --base-chunks"
+        )
+    if args.output and not Path(args.output).resolve().parent.is_dir():
+        raise UsageError(f"cannot write {args.output}: its folder does not exist")
+    options = BenchAllOptions(
+        corpus=args.corpus,
+        lookup_queries=args.lookup_queries,
+        tracing_lookups=args.tracing_lookups,
+        sidecar_lookups=args.sidecar_lookups,
+        scale_lookups=args.scale_lookups,
+        serve_url=args.serve_url,
+        skip=tuple(args.skip),
+        **sizes,
+    )
+    report = bench_all(cfg, options)
+    if args.output:
+        try:
+            Path(args.output).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+    print(format_report(report))
     return EXIT_OK
 
 

@@ -235,12 +235,7 @@ def log_run(cfg: DictConfig, report: dict[str, Any], html_text: str, experiment:
     import mlflow
 
     client = mlflow.MlflowClient(cfg.mlflow.tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    experiment_id = (
-        found.experiment_id
-        if found is not None
-        else client.create_experiment(experiment, artifact_location=_artifact_location(cfg, experiment))
-    )
+    experiment_id = experiment_id_for(client, cfg, experiment)
     run = client.create_run(experiment_id, run_name="compare", tags={"kind": "vector-path-comparison"})
     run_id = run.info.run_id
     params = {
@@ -267,9 +262,13 @@ def log_run(cfg: DictConfig, report: dict[str, Any], html_text: str, experiment:
     return run_id
 
 
-def _artifact_location(cfg: DictConfig, experiment: str) -> str | None:
+def experiment_id_for(client, cfg: DictConfig, experiment: str) -> str:
+    """The experiment's id, created on first use with its artifacts under `mlflow.artifact_location`."""
+    found = client.get_experiment_by_name(experiment)
+    if found is not None:
+        return found.experiment_id
     base = cfg.mlflow.get("artifact_location")
-    return f"{base}/{experiment}" if base else None
+    return client.create_experiment(experiment, artifact_location=f"{base}/{experiment}" if base else None)
 
 
 def run_comparison(

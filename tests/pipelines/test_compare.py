@@ -68,7 +68,9 @@ def test_compare_logs_one_run_with_metrics_table_and_html(sample_cfg, mlflow_sto
 
 
 def test_compare_prints_the_summary_and_the_mlflow_ui_command(sample_cfg, mlflow_store, queries_file, tmp_path, capsys):
-    assert main(["compare", "--queries", str(queries_file)] + compare_overrides(sample_cfg, mlflow_store, tmp_path)) == 0
+    assert (
+        main(["compare", "--queries", str(queries_file)] + compare_overrides(sample_cfg, mlflow_store, tmp_path)) == 0
+    )
     out = capsys.readouterr().out
     assert "top-1 agreement 100%" in out and f"mlflow ui --backend-store-uri {mlflow_store}" in out
 
