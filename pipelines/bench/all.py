@@ -277,10 +277,12 @@ def _run_parts(cfg: DictConfig, options: BenchAllOptions, echo: Callable[[str], 
     if "serve" in wanted:
         parts["serve"] = serve_figures(options.serve_url, echo)
 
-    def at_base(bench_cfg: DictConfig) -> dict[str, Any]:
+    def sidecar_part(bench_cfg: DictConfig) -> dict[str, Any]:
+        from components.stores.milvus_collection import connect, row_count
+
         echo(f"sidecar overhead: {options.sidecar_lookups} lookups per mode")
         figures = sidecar_overhead(bench_cfg, options.sidecar_lookups)
-        return {**figures, "chunks": options.base_chunks}
+        return {**figures, "chunks": row_count(connect(bench_cfg.milvus.uri), bench_cfg.milvus.collection)}
 
     if "scale" in wanted:
         echo(f"scale point: {options.base_chunks} then {options.scale_chunks} chunks")
@@ -290,9 +292,9 @@ def _run_parts(cfg: DictConfig, options: BenchAllOptions, echo: Callable[[str], 
             base_chunks=options.base_chunks,
             lookups=options.scale_lookups,
             echo=echo,
-            at_base=at_base if "sidecar" in wanted else None,
+            at_end=sidecar_part if "sidecar" in wanted else None,
         )
-        sidecar = scale.pop("at_base")
+        sidecar = scale.pop("at_end")
         if sidecar is not None:
             parts["sidecar"] = sidecar
         parts["scale"] = scale
@@ -301,7 +303,7 @@ def _run_parts(cfg: DictConfig, options: BenchAllOptions, echo: Callable[[str], 
 
         with sample_collection(cfg, echo) as bench_cfg:
             grow_collection(bench_cfg, options.base_chunks)
-            parts["sidecar"] = at_base(bench_cfg)
+            parts["sidecar"] = sidecar_part(bench_cfg)
     if "cold_start" in wanted:
         parts["cold_start"] = bench_cold_start(options.cold_runs, echo=echo)
     return parts
