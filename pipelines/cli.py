@@ -7,7 +7,8 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge lookup --url http://127.0.0.1:1416 "QUERY"
     knowledge serve [--host H] [--port P] [--mcp] [key=value ...]
     knowledge eval --queries FILE [key=value ...]
-    knowledge bench index|lookup|serve [options] [key=value ...]
+    knowledge compare --queries FILE [--top-k K] [--json] [key=value ...]
+    knowledge bench index|lookup|serve|all [options] [key=value ...]
     knowledge traces list [--last N] [--status ok|error] [key=value ...]
     knowledge traces show ID [--json] [key=value ...]
     knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
@@ -23,6 +24,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
@@ -120,6 +122,20 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
     evaluate.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
+    comparison = sub.add_parser(
+        "compare",
+        help="compare the sdk and haystack vector paths over a query set, logged as one MLflow run",
+        description="Search both vector-store paths with the same query embeddings; print overlap@k, Jaccard, "
+        "RBO, top-1 agreement and similarity differences, and log them with a per-query table and an "
+        "HTML report as one MLflow run (experiment lookup-knowledge-compare).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    comparison.add_argument("--queries", required=True, metavar="FILE", help="JSONL with a 'query' field")
+    comparison.add_argument("--top-k", type=int, metavar="K", help="hits compared per path (default retrieval.top_k)")
+    comparison.add_argument("--json", action="store_true", help="print the metrics and run id as JSON")
+    comparison.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
     bench = sub.add_parser(
         "bench",
         help="benchmarks that print figures (indexing throughput, lookup latency)",
@@ -166,6 +182,36 @@ def _parser() -> argparse.ArgumentParser:
     bench_serve.add_argument("--seconds", type=float, default=60.0, help="duration of the concurrent phase")
     bench_serve.add_argument("--single-seconds", type=float, default=15.0, help="duration of the one-client phase")
     bench_serve.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+    bench_all = bench_sub.add_parser(
+        "all",
+        help="every benchmark, one table (also --output JSON and an MLflow run)",
+        description="Index throughput, lookup latency (filtered, fallback, MLflow tracing), sidecar overhead, "
+        "serve figures (--serve-url), a scale point and the one-shot cold start, each against its floor.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench_all.add_argument("--corpus", metavar="DIR", help="corpus to repeat for the index and lookup parts")
+    bench_all.add_argument("--min-chunks", type=int, default=2000, help="index and lookup parts: chunks")
+    bench_all.add_argument("--lookup-queries", type=int, default=40, help="timed lookups per lookup path")
+    bench_all.add_argument("--tracing-lookups", type=int, default=40, help="lookups per tracing mode (0: skip)")
+    bench_all.add_argument("--index-rounds", type=int, default=2, help="timed pipeline runs of the index part")
+    bench_all.add_argument("--sidecar-lookups", type=int, default=40, help="lookups per sidecar mode")
+    bench_all.add_argument("--base-chunks", type=int, default=10000, help="scale part: the base size")
+    bench_all.add_argument("--scale-chunks", type=int, default=100000, help="scale part: the large size")
+    bench_all.add_argument("--scale-lookups", type=int, default=40, help="timed lookups per scale point")
+    bench_all.add_argument("--cold-runs", type=int, default=3, help="one-shot lookups and bare imports timed")
+    bench_all.add_argument("--serve-url", metavar="URL", help="a running server for the serve part")
+    bench_all.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="PART",
+        help="leave a part out (repeatable): "
+        + ", ".join(("index", "lookup", "sidecar", "serve", "scale", "cold_start")),
+    )
+    bench_all.add_argument("--output", metavar="FILE", help="also write the figures as JSON")
+    bench_all.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     traces = sub.add_parser(
         "traces",
@@ -384,10 +430,31 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from pipelines.compare import QueryFileError, format_summary, read_queries, run_comparison
+
+    cfg = _load(args.overrides)
+    if args.top_k is not None and args.top_k < 1:
+        raise UsageError(f"--top-k {args.top_k} must be 1 or more")
+    try:
+        items = read_queries(args.queries)
+    except QueryFileError as exc:
+        raise UsageError(str(exc)) from exc
+    report = run_comparison(cfg, items, queries_file=args.queries, top_k=args.top_k)
+    if args.json:
+        keys = ("run_id", "experiment", "tracking_uri", "top_k", "score_labels", "metrics")
+        print(json.dumps({key: report[key] for key in keys}, indent=2))
+    else:
+        print(format_summary(report))
+    return EXIT_OK
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from pipelines import bench
 
     cfg = _load(args.overrides)
+    if args.bench == "all":
+        return _bench_all(cfg, args)
     if args.bench == "index":
         bench.bench_index(cfg, corpus=args.corpus, min_chunks=args.min_chunks)
     elif args.bench == "serve":
@@ -402,6 +469,40 @@ def cmd_bench(args: argparse.Namespace) -> int:
             queries=args.queries,
             tracing_lookups=args.tracing_lookups,
         )
+    return EXIT_OK
+
+
+def _bench_all(cfg, args: argparse.Namespace) -> int:
+    from pipelines.bench.all import PARTS, BenchAllOptions, bench_all, format_report
+
+    unknown = sorted(set(args.skip) - set(PARTS))
+    if unknown:
+        raise UsageError(f"--skip {', '.join(unknown)}: parts are {', '.join(PARTS)}")
+    sizes = {k: getattr(args, k) for k in ("min_chunks", "base_chunks", "scale_chunks", "cold_runs", "index_rounds")}
+    small = [f"--{k.replace('_', '-')} {v}" for k, v in sizes.items() if v < 1]
+    if small or args.base_chunks >= args.scale_chunks:
+        raise UsageError(
+            ", ".join(small) + " must be 1 or more" if small else "--scale-chunks must exceed --base-chunks"
+        )
+    if args.output and not Path(args.output).resolve().parent.is_dir():
+        raise UsageError(f"cannot write {args.output}: its folder does not exist")
+    options = BenchAllOptions(
+        corpus=args.corpus,
+        lookup_queries=args.lookup_queries,
+        tracing_lookups=args.tracing_lookups,
+        sidecar_lookups=args.sidecar_lookups,
+        scale_lookups=args.scale_lookups,
+        serve_url=args.serve_url,
+        skip=tuple(args.skip),
+        **sizes,
+    )
+    report = bench_all(cfg, options)
+    if args.output:
+        try:
+            Path(args.output).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+    print(format_report(report))
     return EXIT_OK
 
 
@@ -447,6 +548,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "index": cmd_index,
     "lookup": cmd_lookup,
     "eval": cmd_eval,
+    "compare": cmd_compare,
     "bench": cmd_bench,
     "serve": cmd_serve,
     "traces": cmd_traces,

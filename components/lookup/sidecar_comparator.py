@@ -1,4 +1,5 @@
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from haystack import component
@@ -34,21 +35,75 @@ def comparable(candidates: list[Candidate], limit: int) -> list[dict[str, Any]]:
     return rows
 
 
+RBO_P = 0.9
+
+
+def overlap_at_k(main: Sequence[str], side: Sequence[str], k: int) -> float:
+    """Share of the first `k` keys of `main` that are also among the first `k` of `side` (0 when k <= 0)."""
+    if k <= 0:
+        return 0.0
+    return len(set(main[:k]) & set(side[:k])) / k
+
+
+def jaccard(main: Sequence[str], side: Sequence[str]) -> float:
+    """|A & B| / |A | B| of the two key sets; two empty lists agree fully (1.0)."""
+    union = set(main) | set(side)
+    return len(set(main) & set(side)) / len(union) if union else 1.0
+
+
+def rank_biased_overlap(main: Sequence[str], side: Sequence[str], p: float = RBO_P) -> float:
+    """
+    Rank-biased overlap of two rankings (Webber et al. 2010), the extrapolated form `RBO_ext` for
+    lists of equal depth: (1 - p) * sum_{d<k} p^(d-1) * A_d + p^(k-1) * A_k, where A_d is the overlap
+    at depth d over d. Lists are cut to the shorter one's depth; two empty lists give 1.0.
+    """
+    depth = min(len(main), len(side))
+    if depth == 0:
+        return 1.0 if not main and not side else 0.0
+    seen_main: set[str] = set()
+    seen_side: set[str] = set()
+    shared = 0
+    total = 0.0
+    agreement = 0.0
+    for d in range(1, depth + 1):
+        a, b = main[d - 1], side[d - 1]
+        if a == b:
+            shared += 1
+        else:
+            shared += (a in seen_side) + (b in seen_main)
+        seen_main.add(a)
+        seen_side.add(b)
+        agreement = shared / d
+        if d < depth:
+            total += p ** (d - 1) * agreement
+    return (1 - p) * total + p ** (depth - 1) * agreement
+
+
+def top1_agreement(main: Sequence[str], side: Sequence[str]) -> bool:
+    """Both lists have a first hit and it is the same."""
+    return bool(main and side and main[0] == side[0])
+
+
 def compare(main: list[dict[str, Any]], side: list[dict[str, Any]]) -> dict[str, Any]:
     """Agreement of two ranked lists: overlap, same top hit, rank shifts and similarity gaps."""
     main_rank = {r["evidence_key"]: r for r in main}
     side_rank = {r["evidence_key"]: r for r in side}
+    main_keys = [r["evidence_key"] for r in main]
+    side_keys = [r["evidence_key"] for r in side]
     shared = [key for key in main_rank if key in side_rank]
     depth = max(len(main), len(side), 1)
+    gaps = [abs(main_rank[k]["similarity"] - side_rank[k]["similarity"]) for k in shared]
     return {
         "depth": depth,
         "overlap": len(shared),
         "overlap_ratio": round(len(shared) / depth, 4),
-        "same_top1": bool(main and side and main[0]["evidence_key"] == side[0]["evidence_key"]),
+        "overlap_at_k": round(overlap_at_k(main_keys, side_keys, depth), 4),
+        "jaccard": round(jaccard(main_keys, side_keys), 4),
+        "rbo": round(rank_biased_overlap(main_keys, side_keys), 4),
+        "same_top1": top1_agreement(main_keys, side_keys),
         "max_rank_shift": max((abs(main_rank[k]["rank"] - side_rank[k]["rank"]) for k in shared), default=0),
-        "max_similarity_gap": round(
-            max((abs(main_rank[k]["similarity"] - side_rank[k]["similarity"]) for k in shared), default=0.0), 6
-        ),
+        "mean_similarity_gap": round(sum(gaps) / len(gaps), 6) if gaps else 0.0,
+        "max_similarity_gap": round(max(gaps, default=0.0), 6),
         "score_semantics": {
             "main": main[0]["score_label"] if main else None,
             "sidecar": side[0]["score_label"] if side else None,

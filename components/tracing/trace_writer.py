@@ -93,6 +93,24 @@ def with_finished_stages(
     return dataclasses.replace(failure, **changes, completed_parts=sorted(changes)), keys
 
 
+def sidecar_tags(sidecar: dict[str, Any] | None) -> dict[str, str]:
+    """
+    The sidecar comparison as trace tags that `mlflow.search_traces` can filter on (tags are
+    strings): `sidecar_status`, and when it ran, `sidecar_top1_agreement` ("true"/"false"),
+    `sidecar_overlap` (shared hits over depth) and `sidecar_rbo`. None or disabled adds nothing.
+    """
+    if not sidecar or sidecar.get("status") in (None, "disabled"):
+        return {}
+    tags = {"sidecar_status": str(sidecar["status"]), "sidecar_path": str(sidecar.get("path") or "none")}
+    comparison = sidecar.get("comparison") or {}
+    if comparison:
+        tags["sidecar_top1_agreement"] = "true" if comparison.get("same_top1") else "false"
+        tags["sidecar_overlap"] = f"{comparison.get('overlap_ratio', 0.0):.4f}"
+        if "rbo" in comparison:
+            tags["sidecar_rbo"] = f"{comparison['rbo']:.4f}"
+    return tags
+
+
 @component
 class TraceWriter:
     """
@@ -345,6 +363,7 @@ class TraceWriter:
             "retrieval_layer": str(details.get("retrieval_layer") or "none"),
             "fallback_reason": str(fallback) if fallback else "none",
             "trace_status": trace_status,
+            **sidecar_tags(details.get("sidecar")),
         }
         job = TraceJob(
             invocation_id=invocation_id,
