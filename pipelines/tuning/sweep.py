@@ -102,6 +102,7 @@ class SweepResult:
     trials: list[Trial]
     parent_run_id: str | None
     rank_by: str
+    runs: RunLogger
 
     def ranked(self) -> list[Trial]:
         return sorted(self.trials, key=lambda trial: -trial.value(self.rank_by))
@@ -145,7 +146,7 @@ def run_sweep(
     except BaseException:
         runs.finish(parent, "FAILED")
         raise
-    result = SweepResult(trials, parent, rank_by)
+    result = SweepResult(trials, parent, rank_by, runs)
     _log_best(runs, parent, result)
     runs.finish(parent)
     return result
