@@ -308,7 +308,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             return _eval_sweep(args, overrides)
         if has_sweep(overrides):
             raise UsageError("sweep overrides (a=1,2, range(), choice()) need -m: knowledge eval --queries FILE -m ...")
-        cfg = _load(overrides)
+        cfg = _load(overrides, [f"kb.path={args.kb}"] if args.kb else [])
         evaluation = run_evaluation_full(
             cfg, args.queries, kb_path=args.kb, baselines=not args.no_baselines, details_path=args.details
         )

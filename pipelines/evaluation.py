@@ -253,7 +253,7 @@ def score(queries: list[EvalQuery], answers: list[Ranked]) -> dict[str, Any]:
     if reasons:
         metrics["fallback_rate"] = _mean([1.0 if a.details.get("fallback") else 0.0 for a in answers])
         metrics["fallback_rate_by_reason"] = {
-            reason: round(count / len(answers), 4) for reason, count in sorted(reasons.items()) if reason
+            reason: round(reasons[reason] / len(answers), 4) for reason in sorted(filter(None, reasons))
         }
     styles = sorted({q.style for q, _ in answerable if q.style})
     if len(styles) > 1:
@@ -395,7 +395,7 @@ def _write_details(path: str, queries: list[EvalQuery], answers: dict[str, list[
 
 def format_metrics(report: dict[str, Any]) -> str:
     systems = report["systems"]
-    columns = ["hit@1", "hit@5", "mrr@10", "ndcg@10", "answer_rate", "no_evidence_rate"]
+    columns = ["hit@1", "hit@5", "mrr@10", "answer_rate", "no_evidence_rate"]
     first = next(iter(systems.values()))
     lines = [
         f"{report['queries']}: {first['answerable']} answerable, {first['off_topic']} off-topic queries "
