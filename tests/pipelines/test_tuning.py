@@ -66,7 +66,7 @@ def test_eval_logs_one_run_with_params_metrics_baselines_and_the_per_query_table
     metrics = run.data.metrics
     for name in ("hit_at_1", "hit_at_5", "mrr_at_10", "ndcg_at_10", "recall_at_10", "answer_rate"):
         assert 0.0 <= metrics[name] <= 1.0 and 0.0 <= metrics[f"dense.{name}"] <= 1.0 and f"hybrid.{name}" in metrics
-    assert metrics["no_evidence_rate"] == 1.0 and metrics["answerable"] == 6 and metrics["off_topic"] == 2
+    assert metrics["no_evidence_rate"] == 1.0 and metrics["answerable"] == 8 and metrics["off_topic"] == 2
     assert metrics["latency_p95_ms"] >= metrics["latency_p50_ms"] > 0
     assert "fallback_rate" in metrics and "dense.fallback_rate" not in metrics
     table_path = Path(client.download_artifacts(run.info.run_id, "per_query.json", str(tmp_path)))
@@ -74,7 +74,7 @@ def test_eval_logs_one_run_with_params_metrics_baselines_and_the_per_query_table
     assert {"query", "expected", "retrieved", "first_relevant_rank", "found", "fallback_reason"} <= set(
         table["columns"]
     )
-    assert len(table["data"]) == 8
+    assert len(table["data"]) == 10
 
 
 def test_eval_with_mlflow_off_logs_nothing_and_says_so(sample_cfg, tmp_path, capsys):
@@ -136,9 +136,9 @@ def test_search_runs_trials_as_child_runs_and_reports_the_held_out_split(tracked
     parent = parents[0]
     assert parent.data.tags["best.overrides"] == best_lines[0].removeprefix("best setting: ")
     assert {"holdout.best.hit_at_1", "holdout.default.hit_at_1", "best.hit_at_1"} <= set(parent.data.metrics)
-    # The held-out part (30% of 6 answerable + 2 off-topic) is not what the trials were scored on.
+    # The held-out part (30% of 8 answerable + 2 off-topic) is not what the trials were scored on.
     trial = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
-    assert trial.data.metrics["answerable"] + parent.data.metrics["holdout.best.answerable"] == 6
+    assert trial.data.metrics["answerable"] + parent.data.metrics["holdout.best.answerable"] == 8
 
 
 def test_search_of_an_unknown_space_exits_2(sample_cfg, tmp_path, capsys):
