@@ -101,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--details", metavar="FILE", help="write per-query results as JSONL")
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
     evaluate.add_argument(
+        "--record", action="store_true", help="record each query as a tool_invocation row (and MLflow trace)"
+    )
+    evaluate.add_argument(
         "-m", "--multirun", action="store_true", help="sweep: every combination of a=1,2 / range() / choice() overrides"
     )
     evaluate.add_argument("--rank-by", default="hit@1", metavar="METRIC", help="rank sweep combinations (hit@1)")
@@ -310,7 +313,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise UsageError("sweep overrides (a=1,2, range(), choice()) need -m: knowledge eval --queries FILE -m ...")
         cfg = _load(overrides, [f"kb.path={args.kb}"] if args.kb else [])
         evaluation = run_evaluation_full(
-            cfg, args.queries, kb_path=args.kb, baselines=not args.no_baselines, details_path=args.details
+            cfg,
+            args.queries,
+            kb_path=args.kb,
+            baselines=not args.no_baselines,
+            details_path=args.details,
+            record=args.record,
         )
     except EvaluationInputError as exc:
         raise UsageError(str(exc)) from exc

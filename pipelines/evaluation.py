@@ -104,16 +104,19 @@ class PipelineSystem:
 
     name = "pipeline"
 
-    def __init__(self, cfg: DictConfig) -> None:
+    def __init__(self, cfg: DictConfig, record: bool = False) -> None:
         from pipelines.lookup import build_lookup_pipeline
 
         self.cfg = cfg
-        self.pipeline = build_lookup_pipeline(cfg, record=False)
+        # Recording makes each evaluated query a tool_invocation row (and an MLflow trace tagged
+        # with its invocation id) that the per-query table links to.
+        self.record = record
+        self.pipeline = build_lookup_pipeline(cfg, record=record)
         self.pipeline.warm_up()
 
     def rank(self, query: str) -> Ranked:
         outputs = self.pipeline.run({"query_transformer": {"query": query}}, include_outputs_from={"reranker"})
-        result = outputs["assembler"]["result"]
+        result = outputs["trace_writer" if self.record else "assembler"]["result"]
         threshold = self.cfg.retrieval.evidence_threshold
         ranked = [c.source for c in outputs["reranker"]["candidates"] if c.similarity >= threshold]
         sources = unique([b.source for b in result.evidence_blocks] + ranked) if result.found else []
@@ -127,6 +130,7 @@ class PipelineSystem:
                 else None,
                 "top_similarity": max((b.score for b in result.evidence_blocks), default=None),
                 "l0": result.l0_hints.to_record(),
+                "invocation_id": result.invocation_id,
             },
         )
 
@@ -307,15 +311,14 @@ class Evaluation:
                     "fallback_reason": answer.details.get("fallback"),
                     "latency_ms": answer.latency_ms,
                     "invocation_id": answer.details.get("invocation_id"),
-                    "mlflow_trace_id": answer.details.get("mlflow_trace_id"),
                 }
             )
         return rows
 
 
-def build_systems(cfg: DictConfig, baselines: bool = True) -> list[Any]:
+def build_systems(cfg: DictConfig, baselines: bool = True, record: bool = False) -> list[Any]:
     """The pipeline system, and with `baselines` the dense and hybrid systems, over one collection."""
-    systems: list[Any] = [PipelineSystem(cfg)]
+    systems: list[Any] = [PipelineSystem(cfg, record=record)]
     if baselines:
         dense = DenseSystem(cfg)
         systems += [dense, HybridSystem(cfg, dense)]
@@ -372,12 +375,13 @@ def run_evaluation_full(
     kb_path: str | None = None,
     baselines: bool = True,
     details_path: str | None = None,
+    record: bool = False,
 ) -> Evaluation:
     """As `run_evaluation`, returning the answers too (for the per-query table of an MLflow run)."""
     queries = load_queries(queries_path)
     if kb_path:
         cfg = index_first(cfg, kb_path)
-    evaluation = evaluate(cfg, queries, build_systems(cfg, baselines), label=str(queries_path))
+    evaluation = evaluate(cfg, queries, build_systems(cfg, baselines, record), label=str(queries_path))
     if details_path:
         _write_details(details_path, queries, evaluation.answers)
     return evaluation

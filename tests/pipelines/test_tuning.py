@@ -145,3 +145,20 @@ def test_search_of_an_unknown_space_exits_2(sample_cfg, tmp_path, capsys):
     overrides = sample_overrides(sample_cfg, f"paths.state_dir={tmp_path}", "mlflow=off")
     assert main(["eval", "--queries", QUERIES, "search=nope", *overrides]) == 2
     assert "search=nope" in capsys.readouterr().err
+
+
+def test_eval_with_record_links_each_query_to_its_tool_invocation_row(tracked, tmp_path):
+    from pipelines.settings import load_config
+    from pipelines.traces import open_store
+
+    overrides, experiment, client = tracked
+
+    assert (
+        main(["eval", "--queries", QUERIES, "--no-baselines", "--record", "--experiment", experiment, *overrides]) == 0
+    )
+
+    (run,) = _runs(client, experiment)
+    table = json.loads(Path(client.download_artifacts(run.info.run_id, "per_query.json", str(tmp_path))).read_text())
+    ids = [row[table["columns"].index("invocation_id")] for row in table["data"]]
+    store = open_store(load_config(overrides))
+    assert len(ids) == 10 and all(store.get(invocation_id) is not None for invocation_id in ids)
