@@ -11,10 +11,9 @@ Systems, all on the chunks of the configured collection:
 
 Metrics are document level: a ranking is the order in which sources first appear. hit@k, MRR@10,
 nDCG@10 (binary relevance) and recall@10 are over answerable queries; a query answered with
-found=false scores 0. A system
-"answers" when its best chunk reaches `retrieval.evidence_threshold` (the pipeline: found=true),
-so the answer rate (answerable queries) and the no-evidence rate (off-topic queries) are
-comparable across systems.
+found=false scores 0. A system "answers" when its best chunk reaches `retrieval.evidence_threshold`
+(the pipeline: found=true), so the answer rate (answerable queries) and the no-evidence rate
+(off-topic queries) are comparable across systems.
 """
 
 import json

@@ -20,6 +20,19 @@ from pipelines.tuning.runs import RunLogger, metric_name
 
 logger = logging.getLogger(__name__)
 
+RANKABLE = (
+    "hit@1",
+    "hit@5",
+    "mrr@10",
+    "ndcg@10",
+    "recall@10",
+    "answer_rate",
+    "no_evidence_rate",
+    "fallback_rate",
+    "latency_p50_ms",
+    "latency_p95_ms",
+)
+LOWER_IS_BETTER = ("fallback_rate", "latency_p50_ms", "latency_p95_ms")
 INDEX_KEY_PREFIXES = ("kb.", "chunking.", "embedder.", "milvus.index_type", "milvus.index_params", "milvus.collection")
 
 
@@ -105,7 +118,16 @@ class SweepResult:
     runs: RunLogger
 
     def ranked(self) -> list[Trial]:
-        return sorted(self.trials, key=lambda trial: -trial.value(self.rank_by))
+        sign = 1.0 if rankable(self.rank_by) in LOWER_IS_BETTER else -1.0
+        return sorted(self.trials, key=lambda trial: sign * trial.value(self.rank_by))
+
+
+def rankable(metric: str) -> str:
+    """The report name of a metric to rank by (`hit_at_1` -> `hit@1`); a `ConfigError` for any other name."""
+    by_name = {name: name for name in RANKABLE} | {metric_name(name): name for name in RANKABLE}
+    if metric not in by_name:
+        raise ConfigError(f"--rank-by {metric!r} is not one of {', '.join(RANKABLE)}")
+    return by_name[metric]
 
 
 def run_sweep(
@@ -118,6 +140,7 @@ def run_sweep(
     experiment: str | None = None,
 ) -> SweepResult:
     """Evaluate every combination of `overrides`; one child run each under one parent run."""
+    rankable(rank_by)
     combinations = expand(overrides)
     sweep_keys = swept_keys(overrides)
     base_cfg = load_config(combinations[0])

@@ -162,3 +162,13 @@ def test_eval_with_record_links_each_query_to_its_tool_invocation_row(tracked, t
     ids = [row[table["columns"].index("invocation_id")] for row in table["data"]]
     store = open_store(load_config(overrides))
     assert len(ids) == 10 and all(store.get(invocation_id) is not None for invocation_id in ids)
+
+
+def test_rank_by_takes_report_or_mlflow_names_and_refuses_others():
+    from pipelines.tuning.sweep import SweepResult, Trial, rankable
+
+    assert rankable("hit_at_1") == rankable("hit@1") == "hit@1"
+    with pytest.raises(ConfigError, match="--rank-by 'hit@2'"):
+        rankable("hit@2")
+    fast, slow = Trial(["a=1"], ["a=1"], {"latency_p95_ms": 5.0}), Trial(["a=2"], ["a=2"], {"latency_p95_ms": 9.0})
+    assert SweepResult([slow, fast], None, "latency_p95_ms", None).ranked() == [fast, slow]
