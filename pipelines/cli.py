@@ -89,7 +89,9 @@ def _parser() -> argparse.ArgumentParser:
         help="evaluate retrieval quality on a labelled query set, beside two baselines",
         description="Print hit@1, hit@5, MRR@10 (document level), the no-evidence rate on off-topic queries "
         "and the answer rate on answerable ones, for the full pipeline, plain dense retrieval and a "
-        "BM25 + dense reciprocal-rank-fusion hybrid over the same chunks.",
+        "BM25 + dense reciprocal-rank-fusion hybrid over the same chunks, and log them as one MLflow run. "
+        "-m sweeps Hydra overrides (a=1,2, range(), choice()): one child run per combination; --search NAME "
+        "runs an Optuna search over conf/search/NAME.yaml with a held-out split.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
