@@ -209,9 +209,9 @@ def _one_line(exc: Exception) -> str:
     return message
 
 
-# Dict-valued keys take any entry: Hydra's struct mode would refuse `milvus.search_params={nprobe:16}`
+# Milvus's parameter dicts take any entry: Hydra's struct mode would refuse `milvus.search_params={nprobe:16}`
 # (and `milvus.search_params.nprobe=16`) on the empty default, so their overrides are made `++`.
-OPEN_MAPS = ("milvus.index_params", "milvus.search_params", "rerank.weights")
+OPEN_MAPS = ("milvus.index_params", "milvus.search_params")
 
 
 def open_map_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
