@@ -63,6 +63,9 @@ ROOT = project_root(Path.cwd())
 sys.path.insert(0, str(ROOT))  # this checkout's code, whichever project the kernel's venv installed
 STATE_DIR = Path(STATE_DIR or os.environ.get("KNOWLEDGE_NOTEBOOK_STATE") or tempfile.mkdtemp(prefix="knowledge-nb-"))
 TRACKING_URI = TRACKING_URI or f"sqlite:///{STATE_DIR}/mlflow.db"
+if TRACKING_URI.startswith("sqlite:///") and not TRACKING_URI.startswith("sqlite:////"):
+    # The CLI prints the store relative to the project (`sqlite:///.knowledge/mlflow.db`); the kernel runs in notebooks/.
+    TRACKING_URI = f"sqlite:///{ROOT / TRACKING_URI.removeprefix('sqlite:///')}"
 print("state:", STATE_DIR, "| MLflow:", TRACKING_URI)
 
 # %% [markdown]
