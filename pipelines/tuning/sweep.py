@@ -10,7 +10,7 @@ query-time keys; a combination that changes how chunks are made (`chunking.*`, `
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,6 @@ class Trial:
     swept: list[str]
     metrics: dict[str, Any]
     run_id: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def value(self, metric: str) -> float:
         return metric_value(self.metrics, metric)
