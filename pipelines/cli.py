@@ -6,7 +6,7 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge lookup --batch FILE [key=value ...]
     knowledge lookup --url http://127.0.0.1:1416 "QUERY"
     knowledge serve [--host H] [--port P] [--mcp] [key=value ...]
-    knowledge eval --queries FILE [key=value ...]
+    knowledge eval --queries FILE [-m] [--search NAME --trials N] [key=value ...]
     knowledge compare --queries FILE [--top-k K] [--json] [key=value ...]
     knowledge bench index|lookup|serve|all [options] [key=value ...]
     knowledge traces list [--last N] [--status ok|error] [key=value ...]
@@ -109,7 +109,9 @@ def _parser() -> argparse.ArgumentParser:
         help="evaluate retrieval quality on a labelled query set, beside two baselines",
         description="Print hit@1, hit@5, MRR@10 (document level), the no-evidence rate on off-topic queries "
         "and the answer rate on answerable ones, for the full pipeline, plain dense retrieval and a "
-        "BM25 + dense reciprocal-rank-fusion hybrid over the same chunks.",
+        "BM25 + dense reciprocal-rank-fusion hybrid over the same chunks, and log them as one MLflow run. "
+        "-m sweeps Hydra overrides (a=1,2, range(), choice()): one child run per combination; --search NAME "
+        "runs an Optuna search over conf/search/NAME.yaml with a held-out split.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -120,6 +122,23 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--no-baselines", action="store_true", help="evaluate the pipeline only")
     evaluate.add_argument("--details", metavar="FILE", help="write per-query results as JSONL")
     evaluate.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    evaluate.add_argument(
+        "--record", action="store_true", help="record each query as a tool_invocation row (and MLflow trace)"
+    )
+    evaluate.add_argument(
+        "-m", "--multirun", action="store_true", help="sweep: every combination of a=1,2 / range() / choice() overrides"
+    )
+    evaluate.add_argument("--rank-by", default="hit@1", metavar="METRIC", help="rank sweep combinations (hit@1)")
+    evaluate.add_argument("--search", metavar="NAME", help="Optuna search over the space of conf/search/NAME.yaml")
+    evaluate.add_argument("--trials", type=int, default=20, metavar="N", help="search trials (default 20)")
+    evaluate.add_argument("--holdout", metavar="FILE", help="held-out queries for the search's best setting")
+    evaluate.add_argument(
+        "--holdout-share", type=float, default=0.3, metavar="S", help="without --holdout: share held out (0.3)"
+    )
+    evaluate.add_argument("--seed", type=int, default=0, help="search and split seed (default 0)")
+    evaluate.add_argument(
+        "--experiment", default="lookup-knowledge-eval", metavar="NAME", help="MLflow experiment of the runs"
+    )
     evaluate.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     comparison = sub.add_parser(
@@ -420,13 +439,87 @@ def _report_failure(result) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from pipelines.evaluation import format_metrics, run_evaluation
+    from pipelines.evaluation import EvaluationInputError, format_metrics, run_evaluation_full
+    from pipelines.tuning.runs import RunLogger
+    from pipelines.tuning.sweep import has_sweep
 
-    cfg = _load(args.overrides)
-    report = run_evaluation(
-        cfg, args.queries, kb_path=args.kb, baselines=not args.no_baselines, details_path=args.details
+    overrides = [o for o in args.overrides if not o.startswith("search=")]
+    search = args.search or next((o.split("=", 1)[1] for o in args.overrides if o.startswith("search=")), None)
+    for override in overrides:
+        if "=" not in override:
+            raise UsageError(f"unexpected argument {override!r}: overrides look like key=value")
+    try:
+        if search:
+            return _eval_search(args, search, overrides)
+        if args.multirun:
+            return _eval_sweep(args, overrides)
+        if has_sweep(overrides):
+            raise UsageError("sweep overrides (a=1,2, range(), choice()) need -m: knowledge eval --queries FILE -m ...")
+        cfg = _load(overrides, [f"kb.path={args.kb}"] if args.kb else [])
+        evaluation = run_evaluation_full(
+            cfg,
+            args.queries,
+            kb_path=args.kb,
+            baselines=not args.no_baselines,
+            details_path=args.details,
+            record=args.record,
+        )
+    except EvaluationInputError as exc:
+        raise UsageError(str(exc)) from exc
+    print(json.dumps(evaluation.report, indent=2) if args.json else format_metrics(evaluation.report))
+    runs = RunLogger.from_config(cfg, args.experiment)
+    run_id = runs.log_evaluation(evaluation, cfg, run_name=Path(args.queries).stem)
+    for line in runs.announce(run_id):
+        print(line, file=sys.stderr if args.json else sys.stdout)
+    return EXIT_OK
+
+
+def _eval_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
+    from pipelines.evaluation import load_queries
+    from pipelines.tuning.sweep import format_ranking, run_sweep
+
+    queries = load_queries(args.queries)
+    result = run_sweep(
+        overrides,
+        queries,
+        args.queries,
+        kb_path=args.kb,
+        baselines=not args.no_baselines,
+        rank_by=args.rank_by,
+        experiment=args.experiment,
     )
-    print(json.dumps(report, indent=2) if args.json else format_metrics(report))
+    print(format_ranking(result))
+    for line in result.runs.announce(result.parent_run_id, f"parent run of {len(result.trials)} child runs"):
+        print(line)
+    return EXIT_OK
+
+
+def _eval_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int:
+    from pipelines.evaluation import index_first, load_queries
+    from pipelines.tuning.search import SearchSpace, format_search, run_search, split_queries
+
+    space = SearchSpace.load(name)
+    cfg = _load(overrides)
+    if args.kb:
+        index_first(cfg, args.kb)
+    queries = load_queries(args.queries)
+    if args.holdout:
+        tuning, held_out = queries, load_queries(args.holdout)
+    else:
+        tuning, held_out = split_queries(queries, args.holdout_share, args.seed)
+    result = run_search(
+        space,
+        overrides,
+        tuning,
+        held_out,
+        args.trials,
+        args.seed,
+        queries_label=args.queries,
+        experiment=args.experiment,
+    )
+    print(format_search(result))
+    for line in result.runs.announce(result.parent_run_id, f"parent run of {len(result.trials)} trial runs"):
+        print(line)
     return EXIT_OK
 
 

@@ -9,16 +9,19 @@ Systems, all on the chunks of the configured collection:
 - `dense`: the same model, one unfiltered vector search, no L0, no rerank.
 - `hybrid`: BM25 over the same chunk texts fused with the dense ranking by reciprocal rank (k=60).
 
-Metrics are document level: a ranking is the order in which sources first appear. hit@k and
-MRR@10 are over answerable queries; a query answered with found=false scores 0. A system
-"answers" when its best chunk reaches `retrieval.evidence_threshold` (the pipeline: found=true),
-so the answer rate (answerable queries) and the no-evidence rate (off-topic queries) are
-comparable across systems.
+Metrics are document level: a ranking is the order in which sources first appear. hit@k, MRR@10,
+nDCG@10 (binary relevance) and recall@10 are over answerable queries; a query answered with
+found=false scores 0. A system "answers" when its best chunk reaches `retrieval.evidence_threshold`
+(the pipeline: found=true), so the answer rate (answerable queries) and the no-evidence rate
+(off-topic queries) are comparable across systems.
 """
 
 import json
 import logging
+import math
 import statistics
+import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 RRF_K = 60
 DEPTH = 50
+RECALL_DEPTH = 10
 SYSTEMS = ("pipeline", "dense", "hybrid")
 
 
@@ -61,6 +65,7 @@ class Ranked:
     sources: list[str]
     answered: bool
     details: dict[str, Any] = field(default_factory=dict)
+    latency_ms: float | None = None
 
 
 def load_queries(path: str | Path) -> list[EvalQuery]:
@@ -108,18 +113,21 @@ class PipelineSystem:
 
     name = "pipeline"
 
-    def __init__(self, cfg: DictConfig) -> None:
+    def __init__(self, cfg: DictConfig, record: bool = False) -> None:
         from pipelines.lookup import build_lookup_pipeline
 
         self.cfg = cfg
-        self.pipeline = build_lookup_pipeline(cfg, record=False)
+        # Recording makes each evaluated query a tool_invocation row (and an MLflow trace tagged
+        # with its invocation id) that the per-query table links to.
+        self.record = record
+        self.pipeline = build_lookup_pipeline(cfg, record=record)
         self.pipeline.warm_up()
         # The reranker, or whatever a variant wires into the deduper in its place (pipeline=no_rerank).
         self.ranker, self.ranker_socket = sender_of(self.pipeline, "deduper.candidates")
 
     def rank(self, query: str) -> Ranked:
         outputs = self.pipeline.run({"query_transformer": {"query": query}}, include_outputs_from={self.ranker})
-        result = outputs["assembler"]["result"]
+        result = outputs["trace_writer" if self.record else "assembler"]["result"]
         threshold = self.cfg.retrieval.evidence_threshold
         ranked = [c.source for c in outputs[self.ranker][self.ranker_socket] if c.similarity >= threshold]
         sources = unique([b.source for b in result.evidence_blocks] + ranked) if result.found else []
@@ -133,6 +141,7 @@ class PipelineSystem:
                 else None,
                 "top_similarity": max((b.score for b in result.evidence_blocks), default=None),
                 "l0": result.l0_hints.to_record(),
+                "invocation_id": result.invocation_id,
             },
         )
 
@@ -220,26 +229,47 @@ def _all_chunks(cfg: DictConfig):
 # metrics
 
 
-def _first_hit(sources: list[str], relevant: set[str], depth: int) -> int | None:
+def first_hit(sources: list[str], relevant: set[str], depth: int) -> int | None:
+    """Rank (1-based) of the first relevant source within `depth`, or None."""
     for rank, source in enumerate(sources[:depth], start=1):
         if source in relevant:
             return rank
     return None
 
 
+def ndcg(sources: list[str], relevant: set[str], depth: int) -> float:
+    """Binary-relevance nDCG@depth: DCG over the ideal DCG of min(|relevant|, depth) hits at the top."""
+    gains = sum(1.0 / math.log2(rank + 1) for rank, s in enumerate(sources[:depth], start=1) if s in relevant)
+    ideal = sum(1.0 / math.log2(rank + 1) for rank in range(1, min(len(relevant), depth) + 1))
+    return gains / ideal if ideal else 0.0
+
+
+def recall(sources: list[str], relevant: set[str], depth: int) -> float:
+    return len(relevant & set(sources[:depth])) / len(relevant) if relevant else 0.0
+
+
 def score(queries: list[EvalQuery], answers: list[Ranked]) -> dict[str, Any]:
     answerable = [(q, a) for q, a in zip(queries, answers, strict=True) if q.answerable]
     off_topic = [(q, a) for q, a in zip(queries, answers, strict=True) if not q.answerable]
-    ranks = [_first_hit(a.sources, q.relevant, 10) for q, a in answerable]
+    ranks = [first_hit(a.sources, q.relevant, 10) for q, a in answerable]
     metrics = {
         "answerable": len(answerable),
         "off_topic": len(off_topic),
         "hit@1": _mean([1.0 if r == 1 else 0.0 for r in ranks]),
         "hit@5": _mean([1.0 if r is not None and r <= 5 else 0.0 for r in ranks]),
         "mrr@10": _mean([1.0 / r if r else 0.0 for r in ranks]),
+        "ndcg@10": _mean([ndcg(a.sources, q.relevant, 10) for q, a in answerable]),
+        f"recall@{RECALL_DEPTH}": _mean([recall(a.sources, q.relevant, RECALL_DEPTH) for q, a in answerable]),
         "answer_rate": _mean([1.0 if a.answered else 0.0 for _, a in answerable]),
         "no_evidence_rate": _mean([0.0 if a.answered else 1.0 for _, a in off_topic]),
     }
+    metrics.update(_latency(answers))
+    reasons = Counter(a.details.get("fallback") for a in answers if "fallback" in a.details)
+    if reasons:
+        metrics["fallback_rate"] = _mean([1.0 if a.details.get("fallback") else 0.0 for a in answers])
+        metrics["fallback_rate_by_reason"] = {
+            reason: round(reasons[reason] / len(answers), 4) for reason in sorted(filter(None, reasons))
+        }
     styles = sorted({q.style for q, _ in answerable if q.style})
     if len(styles) > 1:
         metrics["hit@1_by_style"] = {
@@ -251,12 +281,92 @@ def score(queries: list[EvalQuery], answers: list[Ranked]) -> dict[str, Any]:
     return metrics
 
 
+def _latency(answers: list[Ranked]) -> dict[str, float]:
+    from pipelines.bench.machine import percentile
+
+    timed = [a.latency_ms for a in answers if a.latency_ms is not None]
+    if not timed:
+        return {}
+    return {"latency_p50_ms": round(percentile(timed, 0.5), 2), "latency_p95_ms": round(percentile(timed, 0.95), 2)}
+
+
 def _mean(values: list[float]) -> float | None:
     return round(statistics.fmean(values), 4) if values else None
 
 
 # ---------------------------------------------------------------------------------------------
 # entry point
+
+
+@dataclass
+class Evaluation:
+    """The answers of every system to every query of one evaluation, and their metrics."""
+
+    queries: list[EvalQuery]
+    answers: dict[str, list[Ranked]]
+    report: dict[str, Any]
+
+    def per_query_rows(self, system: str = "pipeline") -> list[dict[str, Any]]:
+        """One row per query for `system`: what was expected, what came back, where the first hit was."""
+        rows = []
+        for query, answer in zip(self.queries, self.answers[system], strict=True):
+            rows.append(
+                {
+                    "id": query.id,
+                    "query": query.query,
+                    "kind": query.kind,
+                    "expected": "; ".join(sorted(query.relevant)),
+                    "retrieved": "; ".join(answer.sources[:RECALL_DEPTH]),
+                    "first_relevant_rank": first_hit(answer.sources, query.relevant, DEPTH),
+                    "found": answer.answered,
+                    "fallback_reason": answer.details.get("fallback"),
+                    "latency_ms": answer.latency_ms,
+                    "invocation_id": answer.details.get("invocation_id"),
+                }
+            )
+        return rows
+
+
+def build_systems(cfg: DictConfig, baselines: bool = True, record: bool = False) -> list[Any]:
+    """The pipeline system, and with `baselines` the dense and hybrid systems, over one collection."""
+    systems: list[Any] = [PipelineSystem(cfg, record=record)]
+    if baselines:
+        dense = DenseSystem(cfg)
+        systems += [dense, HybridSystem(cfg, dense)]
+    return systems
+
+
+def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], label: str = "") -> Evaluation:
+    """Ask every system every query (timing each answer) and score them."""
+    answers: dict[str, list[Ranked]] = {system.name: [] for system in systems}
+    for query in queries:
+        for system in systems:
+            started = time.perf_counter()
+            try:
+                ranked = system.rank(query.query)
+            except InvalidQueryError:
+                ranked = Ranked(sources=[], answered=False)
+            ranked.latency_ms = (time.perf_counter() - started) * 1000.0
+            answers[system.name].append(ranked)
+    report: dict[str, Any] = {
+        "queries": label,
+        "collection": cfg.milvus.collection,
+        "evidence_threshold": cfg.retrieval.evidence_threshold,
+        "systems": {name: score(queries, ranked) for name, ranked in answers.items()},
+    }
+    return Evaluation(queries=queries, answers=answers, report=report)
+
+
+def index_first(cfg: DictConfig, kb_path: str) -> DictConfig:
+    """Index `kb_path` into the configured collection; returns the config pointing at it."""
+    from omegaconf import OmegaConf
+
+    from pipelines.indexing import run_indexing
+
+    cfg = OmegaConf.merge(cfg, {"kb": {"path": kb_path}})
+    report = run_indexing(cfg)
+    logger.info("Indexed %s: %d chunks in the collection", kb_path, report.collection_count)
+    return cfg
 
 
 def run_evaluation(
@@ -267,38 +377,25 @@ def run_evaluation(
     details_path: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate the pipeline (and the baselines) on a query file; returns the metrics per system."""
+    return run_evaluation_full(cfg, queries_path, kb_path, baselines, details_path).report
+
+
+def run_evaluation_full(
+    cfg: DictConfig,
+    queries_path: str,
+    kb_path: str | None = None,
+    baselines: bool = True,
+    details_path: str | None = None,
+    record: bool = False,
+) -> Evaluation:
+    """As `run_evaluation`, returning the answers too (for the per-query table of an MLflow run)."""
     queries = load_queries(queries_path)
     if kb_path:
-        from omegaconf import OmegaConf
-
-        from pipelines.indexing import run_indexing
-
-        cfg = OmegaConf.merge(cfg, {"kb": {"path": kb_path}})
-        report = run_indexing(cfg)
-        logger.info("Indexed %s: %d chunks in the collection", kb_path, report.collection_count)
-
-    systems: list[Any] = [PipelineSystem(cfg)]
-    if baselines:
-        dense = DenseSystem(cfg)
-        systems += [dense, HybridSystem(cfg, dense)]
-
-    answers: dict[str, list[Ranked]] = {system.name: [] for system in systems}
-    for query in queries:
-        for system in systems:
-            try:
-                answers[system.name].append(system.rank(query.query))
-            except InvalidQueryError:
-                answers[system.name].append(Ranked(sources=[], answered=False))
-
-    report: dict[str, Any] = {
-        "queries": str(queries_path),
-        "collection": cfg.milvus.collection,
-        "evidence_threshold": cfg.retrieval.evidence_threshold,
-        "systems": {name: score(queries, ranked) for name, ranked in answers.items()},
-    }
+        cfg = index_first(cfg, kb_path)
+    evaluation = evaluate(cfg, queries, build_systems(cfg, baselines, record), label=str(queries_path))
     if details_path:
-        _write_details(details_path, queries, answers)
-    return report
+        _write_details(details_path, queries, evaluation.answers)
+    return evaluation
 
 
 def _write_details(path: str, queries: list[EvalQuery], answers: dict[str, list[Ranked]]) -> None:
@@ -321,7 +418,7 @@ def format_metrics(report: dict[str, Any]) -> str:
         f"{'system':<10}" + "".join(f"{c:>18}" for c in columns),
     ]
     for name, metrics in systems.items():
-        cells = "".join(f"{_fmt(metrics[c]):>18}" for c in columns)
+        cells = "".join(f"{_fmt(metrics.get(c)):>18}" for c in columns)
         lines.append(f"{name:<10}{cells}")
     styles = first.get("hit@1_by_style") or {}
     if styles:

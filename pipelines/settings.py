@@ -232,6 +232,22 @@ def _one_line(exc: Exception) -> str:
     return message
 
 
+# Milvus's parameter dicts take any entry: Hydra's struct mode would refuse `milvus.search_params={nprobe:16}`
+# (and `milvus.search_params.nprobe=16`) on the empty default, so their overrides are made `++`.
+OPEN_MAPS = ("milvus.index_params", "milvus.search_params")
+
+
+def open_map_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """`milvus.search_params={nprobe:16}` -> `++milvus.search_params={nprobe:16}` (other overrides as given)."""
+    opened = []
+    for override in overrides:
+        key = override.split("=", 1)[0]
+        if "=" in override and any(key == name or key.startswith(f"{name}.") for name in OPEN_MAPS):
+            override = f"++{override}"
+        opened.append(override)
+    return opened
+
+
 def load_config(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | None = None) -> DictConfig:
     """
     Compose the configuration from `conf/` with Hydra overrides such as `retrieval.top_k=30`.
@@ -244,7 +260,7 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | 
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=directory, version_base="1.3"):
-            cfg = compose(config_name="config", overrides=list(overrides))
+            cfg = compose(config_name="config", overrides=open_map_overrides(overrides))
         OmegaConf.resolve(cfg)
     except Exception as exc:  # Hydra raises several exception types, all of them a config problem here
         raise ConfigError(_one_line(exc)) from exc

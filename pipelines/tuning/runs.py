@@ -1,0 +1,186 @@
+"""
+Evaluation results as MLflow runs: the resolved config as dotted params, the metrics of the
+pipeline (unprefixed) and of each baseline (`dense.hit_at_1`), the per-query table as an artifact.
+
+MLflow metric names cannot contain `@`, so `hit@1` is logged as `hit_at_1`.
+"""
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig
+
+from pipelines.evaluation import Evaluation
+from pipelines.settings import to_container
+
+logger = logging.getLogger(__name__)
+
+EVAL_EXPERIMENT = "lookup-knowledge-eval"
+PER_QUERY_ARTIFACT = "per_query.json"
+MAX_PARAMS_PER_BATCH = 100
+MAX_PARAM_CHARS = 6000
+
+
+def metric_name(name: str) -> str:
+    """The MLflow spelling of a metric name (`hit@1` -> `hit_at_1`)."""
+    return name.replace("@", "_at_")
+
+
+def flatten_params(cfg: DictConfig) -> dict[str, str]:
+    """The resolved config as dotted keys (`retrieval.top_k`), values as MLflow param strings."""
+    flat: dict[str, str] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(value, f"{prefix}.{key}" if prefix else str(key))
+        else:
+            flat[prefix] = str(node)[:MAX_PARAM_CHARS]
+
+    walk(to_container(cfg), "")
+    return flat
+
+
+def flatten_metrics(system_metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """Numeric metrics of one system with MLflow names; nested groups become `group.key`."""
+    flat: dict[str, float] = {}
+    for name, value in system_metrics.items():
+        key = prefix + metric_name(name)
+        if isinstance(value, dict):
+            flat.update(flatten_metrics(value, key + "."))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            flat[key] = float(value)
+    return flat
+
+
+def evaluation_metrics(report: dict[str, Any]) -> dict[str, float]:
+    """The pipeline's metrics unprefixed, each baseline's under its name (`dense.hit_at_1`)."""
+    metrics: dict[str, float] = {}
+    for system, values in report["systems"].items():
+        metrics.update(flatten_metrics(values, "" if system == "pipeline" else f"{system}."))
+    return metrics
+
+
+@dataclass
+class RunLogger:
+    """
+    Logs evaluation runs to one MLflow experiment through an explicit `MlflowClient` (no global
+    MLflow state). `tracking_uri=None` turns it off: every method then does nothing.
+
+    Usage example:
+
+    ```python
+    runs = RunLogger.from_config(cfg)
+    run_id = runs.log_evaluation(evaluation, cfg, run_name="eval")
+    print(runs.ui_command())
+    ```
+    """
+
+    tracking_uri: str | None
+    experiment: str = EVAL_EXPERIMENT
+    artifact_location: str | None = None
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig, experiment: str = EVAL_EXPERIMENT) -> "RunLogger":
+        return cls(cfg.mlflow.tracking_uri, experiment, cfg.mlflow.artifact_location)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.tracking_uri)
+
+    def _client(self):
+        from mlflow import MlflowClient
+
+        return MlflowClient(self.tracking_uri)
+
+    def experiment_id(self) -> str:
+        client = self._client()
+        found = client.get_experiment_by_name(self.experiment)
+        if found is not None:
+            return found.experiment_id
+        return client.create_experiment(self.experiment, artifact_location=_artifact_uri(self.artifact_location))
+
+    def start(self, run_name: str, parent_id: str | None = None, tags: dict[str, str] | None = None) -> str | None:
+        """Create a run (a child of `parent_id` when given); returns its id, None when MLflow is off."""
+        if not self.enabled:
+            return None
+        all_tags = dict(tags or {})
+        if parent_id:
+            all_tags["mlflow.parentRunId"] = parent_id
+        run = self._client().create_run(self.experiment_id(), run_name=run_name, tags=all_tags)
+        return run.info.run_id
+
+    def finish(self, run_id: str | None, status: str = "FINISHED") -> None:
+        if run_id:
+            self._client().set_terminated(run_id, status=status)
+
+    def log_params(self, run_id: str | None, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        if not run_id:
+            return
+        items = [Param(key, value) for key, value in params.items()]
+        for start in range(0, len(items), MAX_PARAMS_PER_BATCH):
+            self._client().log_batch(run_id, params=items[start : start + MAX_PARAMS_PER_BATCH])
+
+    def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        if not run_id:
+            return
+        now = int(time.time() * 1000)
+        items = [Metric(key, value, now, 0) for key, value in metrics.items()]
+        for start in range(0, len(items), MAX_PARAMS_PER_BATCH * 10):
+            self._client().log_batch(run_id, metrics=items[start : start + MAX_PARAMS_PER_BATCH * 10])
+
+    def log_evaluation(
+        self,
+        evaluation: Evaluation,
+        cfg: DictConfig,
+        run_name: str = "eval",
+        parent_id: str | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> str | None:
+        """One run: the config as params, the metrics, the per-query table; returns the run id."""
+        run_id = self.start(run_name, parent_id, {"queries": evaluation.report["queries"], **(tags or {})})
+        if run_id is None:
+            return None
+        try:
+            self.log_params(run_id, flatten_params(cfg))
+            self.log_metrics(run_id, evaluation_metrics(evaluation.report))
+            self.log_table(run_id, evaluation.per_query_rows())
+        except Exception:
+            self.finish(run_id, "FAILED")
+            raise
+        self.finish(run_id)
+        return run_id
+
+    def log_table(self, run_id: str | None, rows: list[dict[str, Any]], artifact_file: str = PER_QUERY_ARTIFACT):
+        import pandas as pd
+
+        if run_id:
+            self._client().log_table(run_id, data=pd.DataFrame(rows), artifact_file=artifact_file)
+
+    def ui_command(self) -> str:
+        return f"mlflow ui --backend-store-uri {self.tracking_uri}"
+
+    def announce(self, run_id: str | None, what: str = "run") -> Iterator[str]:
+        """The lines that tell where a run went, or that MLflow is off."""
+        if run_id is None:
+            yield "MLflow is off (mlflow.tracking_uri is null): no run logged"
+            return
+        yield f"MLflow {what} {run_id} in experiment {self.experiment!r} at {self.tracking_uri}"
+        yield f"  open it with: {self.ui_command()}"
+
+
+def _artifact_uri(location: str | None) -> str | None:
+    """A plain folder as a file URI (MLflow otherwise resolves artifacts against the cwd)."""
+    if not location or "://" in location:
+        return location
+    from pathlib import Path
+
+    return Path(location).resolve().as_uri()

@@ -1,0 +1,209 @@
+"""
+Hydra sweeps of `knowledge eval -m`: every combination of the overrides, each one MLflow child
+run under a parent run, ranked by a metric.
+
+The overrides are expanded by Hydra's own parser and BasicSweeper (`a=1,2`, `range(...)`,
+`choice(...)`). The model and the collection are shared by every combination that only changes
+query-time keys; a combination that changes how chunks are made (`chunking.*`, `embedder.*`,
+`kb.*`, `milvus.index_*`) is indexed into its own folder under the state dir.
+"""
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipelines.evaluation import EvalQuery, build_systems, evaluate, index_first
+from pipelines.settings import ConfigError, load_config
+from pipelines.tuning.runs import RunLogger, metric_name
+
+logger = logging.getLogger(__name__)
+
+RANKABLE = (
+    "hit@1",
+    "hit@5",
+    "mrr@10",
+    "ndcg@10",
+    "recall@10",
+    "answer_rate",
+    "no_evidence_rate",
+    "fallback_rate",
+    "latency_p50_ms",
+    "latency_p95_ms",
+)
+LOWER_IS_BETTER = ("fallback_rate", "latency_p50_ms", "latency_p95_ms")
+INDEX_KEY_PREFIXES = ("kb.", "chunking.", "embedder.", "milvus.index_type", "milvus.index_params", "milvus.collection")
+
+
+def parse_overrides(overrides: list[str]) -> list[Any]:
+    """Hydra `Override` objects, a syntax error as a `ConfigError`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise ConfigError(str(exc).strip().splitlines()[0]) from exc
+
+
+def has_sweep(overrides: list[str]) -> bool:
+    return any(override.is_sweep_override() for override in parse_overrides(overrides))
+
+
+def expand(overrides: list[str]) -> list[list[str]]:
+    """Every combination of the overrides, as override lists (Hydra's BasicSweeper order)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.errors import HydraException
+
+    parsed = parse_overrides(overrides)
+    try:
+        return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+    except HydraException as exc:
+        raise ConfigError(f"{exc}: sweep with a,b,c lists, range(...) or choice(...)") from exc
+
+
+def swept_keys(overrides: list[str]) -> list[str]:
+    return [o.get_key_element() for o in parse_overrides(overrides) if o.is_sweep_override()]
+
+
+def _key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def affects_index(override: str) -> bool:
+    return _key(override).startswith(INDEX_KEY_PREFIXES)
+
+
+def index_redirect(combination: list[str], state_dir: str) -> list[str]:
+    """Overrides that point a combination with its own chunking or model at its own collection files."""
+    index_keys = sorted(o for o in combination if affects_index(o))
+    if not index_keys:
+        return []
+    slug = hashlib.sha256("\n".join(index_keys).encode()).hexdigest()[:12]
+    folder = Path(state_dir) / "sweep-index" / slug
+    return [f"milvus.uri={folder}/milvus.db", f"l0.index_path={folder}/l0.json"]
+
+
+@dataclass
+class Trial:
+    """One evaluated combination: its overrides (the swept part apart), metrics and run id."""
+
+    overrides: list[str]
+    swept: list[str]
+    metrics: dict[str, Any]
+    run_id: str | None = None
+
+    def value(self, metric: str) -> float:
+        return metric_value(self.metrics, metric)
+
+    @property
+    def override_line(self) -> str:
+        return " ".join(self.swept)
+
+
+def metric_value(metrics: dict[str, Any], metric: str) -> float:
+    """A pipeline metric by its report name (`hit@1`) or its MLflow name (`hit_at_1`); missing is -inf."""
+    by_mlflow_name = {metric_name(k): v for k, v in metrics.items()}
+    value = metrics.get(metric, by_mlflow_name.get(metric_name(metric)))
+    return float(value) if isinstance(value, int | float) else float("-inf")
+
+
+@dataclass
+class SweepResult:
+    trials: list[Trial]
+    parent_run_id: str | None
+    rank_by: str
+    runs: RunLogger
+
+    def ranked(self) -> list[Trial]:
+        sign = 1.0 if rankable(self.rank_by) in LOWER_IS_BETTER else -1.0
+        return sorted(self.trials, key=lambda trial: sign * trial.value(self.rank_by))
+
+
+def rankable(metric: str) -> str:
+    """The report name of a metric to rank by (`hit_at_1` -> `hit@1`); a `ConfigError` for any other name."""
+    by_name = {name: name for name in RANKABLE} | {metric_name(name): name for name in RANKABLE}
+    if metric not in by_name:
+        raise ConfigError(f"--rank-by {metric!r} is not one of {', '.join(RANKABLE)}")
+    return by_name[metric]
+
+
+def run_sweep(
+    overrides: list[str],
+    queries: list[EvalQuery],
+    queries_label: str,
+    kb_path: str | None = None,
+    baselines: bool = False,
+    rank_by: str = "hit@1",
+    experiment: str | None = None,
+) -> SweepResult:
+    """Evaluate every combination of `overrides`; one child run each under one parent run."""
+    rankable(rank_by)
+    combinations = expand(overrides)
+    sweep_keys = swept_keys(overrides)
+    base_cfg = load_config(combinations[0])
+    runs = RunLogger.from_config(base_cfg, **({"experiment": experiment} if experiment else {}))
+    if kb_path:
+        index_first(base_cfg, kb_path)
+    parent = runs.start(
+        "sweep", tags={"queries": queries_label, "sweep.overrides": " ".join(overrides), "sweep.rank_by": rank_by}
+    )
+    trials: list[Trial] = []
+    try:
+        for number, combination in enumerate(combinations):
+            swept = [o for o in combination if _key(o) in sweep_keys]
+            redirect = index_redirect(combination, base_cfg.paths.state_dir)
+            if kb_path:
+                redirect.append(f"kb.path={kb_path}")
+            cfg = load_config([*combination, *redirect])
+            if redirect and any(affects_index(o) for o in combination):
+                index_first(cfg, cfg.kb.path)
+            logger.info("Sweep combination %d/%d: %s", number + 1, len(combinations), " ".join(swept))
+            evaluation = evaluate(cfg, queries, build_systems(cfg, baselines), label=queries_label)
+            run_id = runs.log_evaluation(
+                evaluation, cfg, run_name=" ".join(swept) or "base", parent_id=parent, tags=_trial_tags(swept)
+            )
+            trials.append(Trial(combination, swept, evaluation.report["systems"]["pipeline"], run_id))
+    except BaseException:
+        runs.finish(parent, "FAILED")
+        raise
+    result = SweepResult(trials, parent, rank_by, runs)
+    _log_best(runs, parent, result)
+    runs.finish(parent)
+    return result
+
+
+def _trial_tags(swept: list[str]) -> dict[str, str]:
+    return {"sweep.combination": " ".join(swept)}
+
+
+def _log_best(runs: RunLogger, parent: str | None, result: SweepResult) -> None:
+    if parent is None or not result.trials:
+        return
+    best = result.ranked()[0]
+    runs.log_metrics(parent, {f"best.{metric_name(result.rank_by)}": best.value(result.rank_by)})
+    from mlflow import MlflowClient
+
+    MlflowClient(runs.tracking_uri).set_tag(parent, "best.overrides", best.override_line)
+
+
+def format_ranking(result: SweepResult, columns: tuple[str, ...] = ()) -> str:
+    """The combinations, best first by the ranking metric, with the usual metrics beside it."""
+    columns = tuple(dict.fromkeys((result.rank_by, *(columns or DEFAULT_COLUMNS))))
+    width = max([len(t.override_line) for t in result.trials] + [len("combination")])
+    lines = [f"{'#':>3}  {'combination':<{width}}" + "".join(f"{c:>18}" for c in columns)]
+    for place, trial in enumerate(result.ranked(), start=1):
+        cells = "".join(f"{_fmt(metric_value(trial.metrics, c)):>18}" for c in columns)
+        lines.append(f"{place:>3}  {trial.override_line:<{width}}{cells}")
+    best = result.ranked()[0] if result.trials else None
+    if best is not None:
+        lines.append(f"best by {result.rank_by}: {best.override_line}")
+    return "\n".join(lines)
+
+
+DEFAULT_COLUMNS = ("hit@1", "mrr@10", "ndcg@10", "answer_rate", "no_evidence_rate", "fallback_rate")
+
+
+def _fmt(value: float) -> str:
+    return "-" if value == float("-inf") else f"{value:.3f}"

@@ -1,0 +1,90 @@
+"""Evaluation metrics: hand-computed on a toy ranking, and cross-checked against MLflow's retriever evaluation."""
+
+import math
+import random
+
+import pytest
+
+from pipelines.evaluation import EvalQuery, Ranked, ndcg, recall, score
+from pipelines.tuning.runs import evaluation_metrics, flatten_metrics, metric_name
+
+
+def _q(relevant, kind="answerable"):
+    return EvalQuery(query="q", relevant=set(relevant), kind=kind)
+
+
+def toy():
+    queries = [_q({"a"}), _q({"a", "y"}), _q({"z"}), _q({"b"}), _q(set(), "off_topic"), _q(set(), "off_topic")]
+    answers = [
+        Ranked(["a", "b", "c"], True, {"fallback": None}, latency_ms=10.0),
+        Ranked(["x", "a", "y"], True, {"fallback": "filtered_vector_empty"}, latency_ms=20.0),
+        Ranked(["q", "r", "s"], True, {"fallback": None}, latency_ms=30.0),
+        Ranked([], False, {"fallback": "filtered_vector_low_quality"}, latency_ms=40.0),
+        Ranked([], False, {"fallback": None}, latency_ms=50.0),
+        Ranked(["a"], True, {"fallback": "filtered_vector_low_quality"}, latency_ms=60.0),
+    ]
+    return queries, answers
+
+
+def test_metrics_of_a_toy_ranking_match_hand_computed_values():
+    metrics = score(*toy())
+
+    # First relevant ranks of the 4 answerable queries: 1, 2, none, none (not answered).
+    assert metrics["answerable"] == 4 and metrics["off_topic"] == 2
+    assert metrics["hit@1"] == 0.25
+    assert metrics["hit@5"] == 0.5
+    assert metrics["mrr@10"] == round((1 + 1 / 2) / 4, 4)
+    # nDCG of query 2: (1/log2(3) + 1/log2(4)) / (1 + 1/log2(3)).
+    second = (1 / math.log2(3) + 0.5) / (1 + 1 / math.log2(3))
+    assert metrics["ndcg@10"] == round((1 + second) / 4, 4)
+    assert metrics["recall@10"] == round((1 + 1) / 4, 4)
+    assert metrics["answer_rate"] == 0.75
+    assert metrics["no_evidence_rate"] == 0.5
+    assert metrics["fallback_rate"] == 0.5
+    assert metrics["fallback_rate_by_reason"] == {
+        "filtered_vector_empty": round(1 / 6, 4),
+        "filtered_vector_low_quality": round(2 / 6, 4),
+    }
+    # Linear interpolation over 10..60 ms: p50 between 30 and 40, p95 at 57.5.
+    assert metrics["latency_p50_ms"] == 35.0 and metrics["latency_p95_ms"] == 57.5
+
+
+def test_mlflow_names_and_baseline_prefixes():
+    assert metric_name("hit@1") == "hit_at_1"
+    report = {"systems": {"pipeline": {"hit@1": 0.5, "fallback_rate_by_reason": {"x": 0.1}}, "dense": {"hit@1": 0.25}}}
+    assert evaluation_metrics(report) == {"hit_at_1": 0.5, "fallback_rate_by_reason.x": 0.1, "dense.hit_at_1": 0.25}
+    assert flatten_metrics({"answer_rate": None, "ok": True}) == {}
+
+
+def test_ndcg_and_recall_agree_with_mlflow_retriever_evaluation(mlflow_store, tmp_path, monkeypatch):
+    """An independent implementation on the same rankings: mlflow.models.evaluate(model_type="retriever")."""
+    import mlflow
+    import pandas as pd
+
+    rng = random.Random(7)
+    documents = [f"d{i}" for i in range(12)]
+    rankings, truths = [], []
+    for _ in range(25):
+        rankings.append(rng.sample(documents, rng.randint(0, 10)))
+        truths.append(rng.sample(documents, rng.randint(1, 3)))
+    monkeypatch.chdir(tmp_path)
+    mlflow.set_tracking_uri(mlflow_store)
+    try:
+        experiment = mlflow.set_experiment("metrics-cross-check")
+        with mlflow.start_run(experiment_id=experiment.experiment_id):
+            result = mlflow.models.evaluate(
+                data=pd.DataFrame({"retrieved": rankings, "truth": truths}),
+                model_type="retriever",
+                targets="truth",
+                predictions="retrieved",
+                evaluator_config={"retriever_k": 10},
+            )
+    finally:
+        mlflow.set_tracking_uri(None)
+    ours_ndcg = sum(ndcg(r, set(t), 10) for r, t in zip(rankings, truths, strict=True)) / len(rankings)
+    ours_recall = sum(recall(r, set(t), 10) for r, t in zip(rankings, truths, strict=True)) / len(rankings)
+    assert ours_ndcg == pytest.approx(result.metrics["ndcg_at_10/mean"], abs=1e-9)
+    assert ours_recall == pytest.approx(result.metrics["recall_at_10/mean"], abs=1e-9)
+    # score() reports the same means over answerable queries (rounded to 4 places).
+    metrics = score([_q(t) for t in truths], [Ranked(r, True) for r in rankings])
+    assert metrics["ndcg@10"] == round(ours_ndcg, 4) and metrics["recall@10"] == round(ours_recall, 4)

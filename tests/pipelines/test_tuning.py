@@ -1,0 +1,174 @@
+"""The tuning loop on the sample knowledge base: one eval run, a 2x2 sweep, a 2-trial Optuna search."""
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from pipelines.cli import main
+from pipelines.settings import ConfigError
+from pipelines.tuning.sweep import expand, index_redirect
+from tests.conftest import EVAL_DIR, sample_overrides
+
+QUERIES = str(EVAL_DIR / "sample-kb.jsonl")
+
+
+@pytest.fixture
+def tracked(sample_cfg, mlflow_store, tmp_path):
+    """Overrides onto the indexed sample collection with MLflow runs in the session store; a fresh experiment."""
+    experiment = f"eval-{uuid.uuid4().hex[:8]}"
+    overrides = sample_overrides(
+        sample_cfg,
+        f"paths.state_dir={tmp_path / 'state'}",
+        f"mlflow.tracking_uri={mlflow_store}",
+        f"mlflow.artifact_location={tmp_path / 'artifacts'}",
+    )
+    return overrides, experiment, MlflowClient(mlflow_store)
+
+
+def _runs(client, experiment):
+    found = client.get_experiment_by_name(experiment)
+    return client.search_runs([found.experiment_id]) if found else []
+
+
+def test_expand_uses_hydra_sweep_grammar():
+    assert expand(["retrieval.reference_threshold=0.3,0.4", "retrieval.top_k=range(10,30,10)", "mlflow=off"]) == [
+        ["retrieval.reference_threshold=0.3", "retrieval.top_k=10", "mlflow=off"],
+        ["retrieval.reference_threshold=0.3", "retrieval.top_k=20", "mlflow=off"],
+        ["retrieval.reference_threshold=0.4", "retrieval.top_k=10", "mlflow=off"],
+        ["retrieval.reference_threshold=0.4", "retrieval.top_k=20", "mlflow=off"],
+    ]
+    assert len(expand(["retrieval.top_k=choice(5,10,20)"])) == 3
+    with pytest.raises(ConfigError, match="choice"):
+        expand(["retrieval.reference_threshold=interval(0.3,0.5)"])
+
+
+def test_index_affecting_combinations_get_their_own_collection_files(tmp_path):
+    assert index_redirect(["retrieval.top_k=10"], str(tmp_path)) == []
+    small = index_redirect(["chunking.max_tokens=100", "retrieval.top_k=10"], str(tmp_path))
+    large = index_redirect(["chunking.max_tokens=200", "retrieval.top_k=10"], str(tmp_path))
+    assert small != large and all(str(tmp_path / "sweep-index") in o for o in small + large)
+    assert small == index_redirect(["retrieval.top_k=20", "chunking.max_tokens=100"], str(tmp_path))
+
+
+def test_eval_logs_one_run_with_params_metrics_baselines_and_the_per_query_table(tracked, tmp_path, capsys):
+    overrides, experiment, client = tracked
+
+    assert main(["eval", "--queries", QUERIES, "--experiment", experiment, *overrides]) == 0
+
+    out = capsys.readouterr().out
+    (run,) = _runs(client, experiment)
+    assert run.info.run_id in out and "mlflow ui --backend-store-uri sqlite:///" in out
+    assert run.data.params["retrieval.reference_threshold"] == "0.5"
+    assert run.data.params["rerank.weights.similarity"] == "1.0"
+    metrics = run.data.metrics
+    for name in ("hit_at_1", "hit_at_5", "mrr_at_10", "ndcg_at_10", "recall_at_10", "answer_rate"):
+        assert 0.0 <= metrics[name] <= 1.0 and 0.0 <= metrics[f"dense.{name}"] <= 1.0 and f"hybrid.{name}" in metrics
+    assert metrics["no_evidence_rate"] == 1.0 and metrics["answerable"] == 8 and metrics["off_topic"] == 2
+    assert metrics["latency_p95_ms"] >= metrics["latency_p50_ms"] > 0
+    assert "fallback_rate" in metrics and "dense.fallback_rate" not in metrics
+    table_path = Path(client.download_artifacts(run.info.run_id, "per_query.json", str(tmp_path)))
+    table = json.loads(table_path.read_text())
+    assert {"query", "expected", "retrieved", "first_relevant_rank", "found", "fallback_reason"} <= set(
+        table["columns"]
+    )
+    assert len(table["data"]) == 10
+
+
+def test_eval_with_mlflow_off_logs_nothing_and_says_so(sample_cfg, tmp_path, capsys):
+    overrides = sample_overrides(sample_cfg, f"paths.state_dir={tmp_path}", "mlflow=off")
+    assert main(["eval", "--queries", QUERIES, "--no-baselines", *overrides]) == 0
+    assert "MLflow is off" in capsys.readouterr().out
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_sweep_overrides_without_m_are_a_clear_usage_error(sample_cfg, tmp_path, capsys):
+    overrides = sample_overrides(sample_cfg, f"paths.state_dir={tmp_path}", "mlflow=off")
+    assert main(["eval", "--queries", QUERIES, *overrides, "retrieval.top_k=10,20"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "need -m" in err
+
+
+def test_sweep_makes_one_child_run_per_combination_under_a_parent(tracked, capsys):
+    overrides, experiment, client = tracked
+    argv = ["eval", "--queries", QUERIES, "--no-baselines", "--experiment", experiment, "--rank-by", "answer_rate"]
+    sweep = ["-m", "retrieval.evidence_threshold=0.35,0.9", "retrieval.reference_threshold=0.3,0.6"]
+
+    assert main([*argv, *sweep, *overrides]) == 0
+
+    out = capsys.readouterr().out
+    runs = _runs(client, experiment)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 4
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    combinations = {
+        (r.data.params["retrieval.evidence_threshold"], r.data.params["retrieval.reference_threshold"])
+        for r in children
+    }
+    assert combinations == {("0.35", "0.3"), ("0.35", "0.6"), ("0.9", "0.3"), ("0.9", "0.6")}
+    # An evidence bar of 0.9 answers nothing; ranked by answer rate, the 0.35 combinations come first.
+    by_bar = {r.data.params["retrieval.evidence_threshold"]: r.data.metrics["answer_rate"] for r in children}
+    assert by_bar["0.9"] == 0.0 and by_bar["0.35"] == 1.0
+    ranking = [line for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert len(ranking) == 4 and all("evidence_threshold=0.35" in line for line in ranking[:2])
+    assert parents[0].info.run_id in out and "best by answer_rate: retrieval.evidence_threshold=0.35" in out
+
+
+def test_search_runs_trials_as_child_runs_and_reports_the_held_out_split(tracked, capsys):
+    overrides, experiment, client = tracked
+    argv = ["eval", "--queries", QUERIES, "--search", "thresholds", "--trials", "2", "--seed", "3"]
+
+    assert main([*argv, "--experiment", experiment, *overrides]) == 0
+    first = capsys.readouterr().out
+    assert main([*argv, "--experiment", experiment, *overrides]) == 0
+    second = capsys.readouterr().out
+
+    best_lines = [line for line in first.splitlines() if line.startswith("best setting: ")]
+    assert len(best_lines) == 1 and "retrieval.evidence_threshold=" in best_lines[0]
+    assert best_lines[0] in second.splitlines()  # the same seed gives the same search
+    assert "held-out queries (not used to tune):" in first
+    runs = _runs(client, experiment)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 2 and len(runs) == 2 + 2 * 2
+    parent = parents[0]
+    assert parent.data.tags["best.overrides"] == best_lines[0].removeprefix("best setting: ")
+    assert {"holdout.best.hit_at_1", "holdout.default.hit_at_1", "best.hit_at_1"} <= set(parent.data.metrics)
+    # The held-out part (30% of 8 answerable + 2 off-topic) is not what the trials were scored on.
+    trial = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
+    assert trial.data.metrics["answerable"] + parent.data.metrics["holdout.best.answerable"] == 8
+
+
+def test_search_of_an_unknown_space_exits_2(sample_cfg, tmp_path, capsys):
+    overrides = sample_overrides(sample_cfg, f"paths.state_dir={tmp_path}", "mlflow=off")
+    assert main(["eval", "--queries", QUERIES, "search=nope", *overrides]) == 2
+    assert "search=nope" in capsys.readouterr().err
+
+
+def test_eval_with_record_links_each_query_to_its_tool_invocation_row(tracked, tmp_path):
+    from pipelines.settings import load_config
+    from pipelines.traces import open_store
+
+    overrides, experiment, client = tracked
+
+    assert (
+        main(["eval", "--queries", QUERIES, "--no-baselines", "--record", "--experiment", experiment, *overrides]) == 0
+    )
+
+    (run,) = _runs(client, experiment)
+    table = json.loads(Path(client.download_artifacts(run.info.run_id, "per_query.json", str(tmp_path))).read_text())
+    ids = [row[table["columns"].index("invocation_id")] for row in table["data"]]
+    store = open_store(load_config(overrides))
+    assert len(ids) == 10 and all(store.get(invocation_id) is not None for invocation_id in ids)
+
+
+def test_rank_by_takes_report_or_mlflow_names_and_refuses_others():
+    from pipelines.tuning.sweep import SweepResult, Trial, rankable
+
+    assert rankable("hit_at_1") == rankable("hit@1") == "hit@1"
+    with pytest.raises(ConfigError, match="--rank-by 'hit@2'"):
+        rankable("hit@2")
+    fast, slow = Trial(["a=1"], ["a=1"], {"latency_p95_ms": 5.0}), Trial(["a=2"], ["a=2"], {"latency_p95_ms": 9.0})
+    assert SweepResult([slow, fast], None, "latency_p95_ms", None).ranked() == [fast, slow]
