@@ -10,6 +10,8 @@ import copy
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from components.errors import BadInputError
+
 # Retrieval layers and outcomes as they appear in results and traces.
 LAYER_L0_L1 = "L0+L1"
 LAYER_L1 = "L1"
@@ -49,7 +51,7 @@ class CheapDeepcopy:
         return clone
 
 
-class InvalidQueryError(ValueError):
+class InvalidQueryError(BadInputError):
     """The query cannot be looked up (empty, or over the length limit with `on_overlong=error`)."""
 
 

@@ -15,11 +15,13 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from components.errors import BadInputError, first_line
+
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 SCHEMA_NAME = "knowledge_schema"
 
 
-class ConfigError(ValueError):
+class ConfigError(BadInputError):
     """A configuration that cannot be composed or validated (CLI exit status 2)."""
 
 
@@ -198,11 +200,10 @@ KNOWN_RERANK_SIGNALS = (
 
 
 def _one_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    message = text[0] if text else type(exc).__name__
+    message = first_line(exc)
     cause = exc.__cause__
     if cause is not None and str(cause).strip():
-        message = str(cause).strip().splitlines()[0]
+        message = first_line(cause)
         full_key = getattr(cause, "full_key", None)
         if full_key and full_key not in message:
             message = f"{full_key}: {message}"

@@ -10,6 +10,8 @@ from typing import Any
 
 from pymilvus import DataType, MilvusClient
 
+from components.errors import BadInputError, KnowledgeFailure, first_line
+
 logger = logging.getLogger(__name__)
 
 ID_FIELD = "id"
@@ -35,11 +37,11 @@ LITE_GRPC_OPTIONS = {
 }
 
 
-class MilvusUnavailableError(RuntimeError):
+class MilvusUnavailableError(KnowledgeFailure):
     """The vector store cannot be opened or does not answer."""
 
 
-class CollectionMismatchError(RuntimeError):
+class CollectionMismatchError(BadInputError):
     """The existing collection does not fit the configured embedder (another dimension)."""
 
 
@@ -104,7 +106,7 @@ def connect(uri: str) -> MilvusClient:
                 f"the Milvus Lite database {uri} is held by another process (a running `knowledge serve` "
                 "or another command); stop it, or use a Milvus server (milvus=server) that several processes can share"
             ) from exc
-        raise MilvusUnavailableError(f"cannot open Milvus at {uri}: {str(exc).splitlines()[0]}") from exc
+        raise MilvusUnavailableError(f"cannot open Milvus at {uri}: {first_line(exc)}") from exc
 
 
 def index_params_for(index_type: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -57,6 +57,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
 
 from components.common.text import printable
+from components.errors import KnowledgeFailure, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ def dispose_engines() -> None:
         engine.dispose()
 
 
-class TraceStoreError(RuntimeError):
+class TraceStoreError(KnowledgeFailure):
     """The trace database cannot be read (wrong URL, server down): for the review commands."""
 
 
@@ -360,7 +361,7 @@ class TraceStore:
         self._down_until = time.monotonic() + self.retry_interval
         if not self._outage_warned:
             self._outage_warned = True
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = first_line(exc)
             logger.warning(
                 "Trace database %s unavailable (%s): records go to the spool %s and are replayed on the next "
                 "successful write or by `knowledge traces replay`",
@@ -456,7 +457,7 @@ class TraceStore:
             with self._write_lock, self.engine.connect() as connection:
                 inserted = self._replay_into(connection)
         except Exception as exc:
-            raise TraceStoreError(f"cannot replay into {redact(self.db_url)}: {_first_line(exc)}") from exc
+            raise TraceStoreError(f"cannot replay into {redact(self.db_url)}: {first_line(exc)}") from exc
         self._mark_up()
         return pending, inserted
 
@@ -470,7 +471,7 @@ class TraceStore:
         except TraceStoreError:
             raise
         except Exception as exc:
-            raise TraceStoreError(f"cannot read traces from {redact(self.db_url)}: {_first_line(exc)}") from exc
+            raise TraceStoreError(f"cannot read traces from {redact(self.db_url)}: {first_line(exc)}") from exc
 
     def latest(self, last: int | None = 20, status: str | None = None) -> list[dict[str, Any]]:
         """The latest rows, newest first."""
@@ -506,7 +507,3 @@ class TraceStore:
         if self._engine is not None:
             self._engine.dispose()
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

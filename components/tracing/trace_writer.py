@@ -8,6 +8,7 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict
 
 from components.contracts import STATUS_ERROR, LookupResult
+from components.errors import first_line
 from components.tracing import stage_recorder
 from components.tracing.mlflow_sink import MlflowTraceSink, TraceJob, get_sink
 from components.tracing.trace_store import STATUS_OK, TRACE_LOST, TraceStore
@@ -24,10 +25,9 @@ def new_invocation_id() -> str:
 
 def error_info(exc: BaseException, component_name: str | None = None) -> dict[str, Any]:
     """The `error` of a failed call, as recorded and returned: type, one-line message, component."""
-    text = str(exc).strip()
     return {
         "type": type(exc).__name__,
-        "message": text.splitlines()[0] if text else type(exc).__name__,
+        "message": first_line(exc),
         "component": component_name,
     }
 
@@ -109,7 +109,7 @@ class TraceWriter:
         except Exception as exc:
             logger.warning(
                 "Trace database not ready at start-up (%s): lookups will spool their records until it is",
-                str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                first_line(exc),
             )
         if self.tracking_uri:
             stage_recorder.install()
