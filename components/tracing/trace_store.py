@@ -506,4 +506,3 @@ class TraceStore:
     def dispose(self) -> None:
         if self._engine is not None:
             self._engine.dispose()
-
