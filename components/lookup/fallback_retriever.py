@@ -3,6 +3,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.choices import VectorStoreMode
 from components.contracts import (
     FALLBACK_LOW_QUALITY,
     FALLBACK_NO_EVIDENCE,
@@ -17,7 +18,7 @@ from components.stores.vector_search import QueryEmbeddings, VectorSearch, make_
 
 logger = logging.getLogger(__name__)
 
-MODES = ("sdk", "haystack", "auto")
+MODES = VectorStoreMode.values()
 
 
 def usable(candidates: list[Candidate], evidence_threshold: float) -> list[Candidate]:
