@@ -1,14 +1,17 @@
 """
 The shared data contracts of lookup-knowledge, in one place.
 
-Components pass these dataclasses to each other; `to_dict()` gives the agent-facing camelCase
-shape (DESIGN.md) and `to_record()` the snake_case shape persisted in
-`tool_invocation.retrieval_details`. Nothing else builds these dicts by hand.
+Components pass these dataclasses to each other. Both dict shapes come from the field
+declarations (`serialize`): `to_dict()` gives the agent-facing camelCase shape (DESIGN.md),
+`to_record()` the snake_case shape persisted in `tool_invocation.retrieval_details`.
 """
 
 import copy
-from dataclasses import asdict, dataclass, field
-from typing import Any
+import re
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any, Literal
+
+from components.errors import BadInputError
 
 # Retrieval layers and outcomes as they appear in results and traces.
 LAYER_L0_L1 = "L0+L1"
@@ -49,12 +52,96 @@ class CheapDeepcopy:
         return clone
 
 
-class InvalidQueryError(ValueError):
+JSON = "json"
+RECORD = "record"
+Style = Literal["json", "record"]
+_SNAKE_PART = re.compile(r"_([a-z0-9])")
+
+
+def camel(name: str) -> str:
+    """`evidence_key` -> `evidenceKey`."""
+    return _SNAKE_PART.sub(lambda match: match.group(1).upper(), name)
+
+
+def wire(
+    json: str | None | object = MISSING,
+    record: str | None | object = MISSING,
+    omit_none: bool = False,
+    camel_keys: bool = False,
+) -> dict[str, Any]:
+    """
+    Field metadata for `serialize`: `json`/`record` rename the field in that shape (None leaves it
+    out), `omit_none` drops a None (or empty) value from the JSON shape ("when available"), and
+    `camel_keys` turns the snake_case keys of a plain dict value into camelCase in the JSON shape.
+    """
+    meta: dict[str, Any] = {"omit_none": omit_none, "camel_keys": camel_keys}
+    if json is not MISSING:
+        meta[JSON] = json
+    if record is not MISSING:
+        meta[RECORD] = record
+    return meta
+
+
+def _field_name(name: str, meta: Any, style: Style) -> str | None:
+    if style in meta:
+        return meta[style]
+    return camel(name) if style == JSON else name
+
+
+def serialize(value: Any, style: Style, camel_keys: bool = False) -> Any:
+    """
+    A contract as plain JSON-ready data: dataclasses become dicts named after their fields (camelCase
+    in the `json` style, field names in the `record` style, see `wire`); lists, tuples and sets
+    become lists; dict keys are data (signal names, ...) and stay as they are unless `camel_keys`.
+    """
+    if is_dataclass(value) and not isinstance(value, type):
+        data: dict[str, Any] = {}
+        for item in fields(value):
+            name = _field_name(item.name, item.metadata, style)
+            if name is None:
+                continue
+            content = getattr(value, item.name)
+            if style == JSON and item.metadata.get("omit_none") and not content and content != 0:
+                continue
+            data[name] = serialize(content, style, style == JSON and item.metadata.get("camel_keys", False))
+        return data
+    if isinstance(value, dict):
+        return {
+            (camel(k) if camel_keys and isinstance(k, str) else k): serialize(v, style, camel_keys)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [serialize(item, style, camel_keys) for item in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(serialize(item, style, camel_keys) for item in value)
+    return value
+
+
+class Contract:
+    """The two dict shapes of a contract dataclass, both derived from its field declarations."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The agent-facing shape: camelCase keys."""
+        return serialize(self, JSON)
+
+    def to_record(self) -> dict[str, Any]:
+        """The persisted shape: snake_case keys, the field names."""
+        return serialize(self, RECORD)
+
+
+class RecordContract(Contract):
+    """A contract that only tools and files read (index reports): `to_dict` is the record shape."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.to_record()
+
+
+class InvalidQueryError(BadInputError):
     """The query cannot be looked up (empty, or over the length limit with `on_overlong=error`)."""
 
 
 @dataclass
-class EntityRef:
+class EntityRef(RecordContract):
     """A named entity of a document, with the aliases that refer to it."""
 
     name: str
@@ -62,18 +149,15 @@ class EntityRef:
 
 
 @dataclass
-class SkippedFile:
+class SkippedFile(RecordContract):
     """A knowledge-base file that indexing left out, and why."""
 
     source: str
     reason: str
 
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
-
 
 @dataclass
-class IndexPlan:
+class IndexPlan(RecordContract):
     """What an indexing run must change: decided by comparing the KB with the collection."""
 
     added: list[str] = field(default_factory=list)
@@ -83,12 +167,9 @@ class IndexPlan:
     stale_ids: list[str] = field(default_factory=list)
     rebuild: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
-class IndexReport:
+class IndexReport(RecordContract):
     """The report printed after `knowledge index`."""
 
     added: list[str]
@@ -101,14 +182,9 @@ class IndexReport:
     collection_count: int
     seconds: float
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["skipped"] = [s.to_dict() for s in self.skipped]
-        return data
-
 
 @dataclass
-class QueryTransform(CheapDeepcopy):
+class QueryTransform(Contract, CheapDeepcopy):
     """How the raw query was normalised and expanded before retrieval."""
 
     raw: str
@@ -123,14 +199,9 @@ class QueryTransform(CheapDeepcopy):
         """The text embedded for the first attempt: the expanded variant when there is one."""
         return self.variants[-1]
 
-    def to_record(self) -> dict[str, Any]:
-        return asdict(self)
-
-    to_dict = to_record
-
 
 @dataclass
-class L0Hints(CheapDeepcopy):
+class L0Hints(Contract, CheapDeepcopy):
     """What the L0 index recognised in the query. Hint data only: never evidence."""
 
     matched_titles: list[str] = field(default_factory=list)
@@ -153,14 +224,9 @@ class L0Hints(CheapDeepcopy):
         domains = [d for d in self.domains if d and d.strip()]
         return domains[0] if len(domains) == 1 else None
 
-    def to_record(self) -> dict[str, Any]:
-        return asdict(self)
-
-    to_dict = to_record
-
 
 @dataclass
-class Candidate(CheapDeepcopy):
+class Candidate(RecordContract, CheapDeepcopy):
     """
     One chunk returned by a vector search, normalised to the same shape for every path.
 
@@ -193,80 +259,38 @@ class Candidate(CheapDeepcopy):
     # (None for chunks indexed before it was recorded).
     tokens: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
-class RetrievalAttempt(CheapDeepcopy):
+class RetrievalAttempt(Contract, CheapDeepcopy):
     """One L1 vector search and what came of it."""
 
     index: int
-    category_filter: str | None
-    filter_expression: str | None
+    category_filter: str | None = field(metadata=wire(json="category"))
+    filter_expression: str | None = field(metadata=wire(json="filter"))
     query: str
     path: str
     candidate_count: int
     usable_count: int
     top_similarity: float | None
     outcome: str
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "filter": self.filter_expression,
-            "category": self.category_filter,
-            "query": self.query,
-            "path": self.path,
-            "candidateCount": self.candidate_count,
-            "usableCount": self.usable_count,
-            "topSimilarity": self.top_similarity,
-            "outcome": self.outcome,
-            **({"error": self.error} if self.error else {}),
-        }
-
-    def to_record(self) -> dict[str, Any]:
-        return asdict(self)
+    error: str | None = field(default=None, metadata=wire(omit_none=True))
 
 
 @dataclass
-class RetrievalTrace(CheapDeepcopy):
+class RetrievalTrace(Contract, CheapDeepcopy):
     """Every attempt of one lookup, the one selected, and why a retry happened."""
 
     attempts: list[RetrievalAttempt] = field(default_factory=list)
     selected_attempt: int | None = None
-    fallback_reason: str | None = None
+    fallback_reason: str | None = field(default=None, metadata=wire(omit_none=True))
     vector_store_mode: str = "sdk"
     l1_enabled: bool = True
     # The similarity a candidate needed to count as evidence in this lookup.
     evidence_threshold: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "attempts": [a.to_dict() for a in self.attempts],
-            "selectedAttempt": self.selected_attempt,
-            "vectorStoreMode": self.vector_store_mode,
-            "l1Enabled": self.l1_enabled,
-            "evidenceThreshold": self.evidence_threshold,
-        }
-        if self.fallback_reason:
-            data["fallbackReason"] = self.fallback_reason
-        return data
-
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "attempts": [a.to_record() for a in self.attempts],
-            "selected_attempt": self.selected_attempt,
-            "fallback_reason": self.fallback_reason,
-            "vector_store_mode": self.vector_store_mode,
-            "l1_enabled": self.l1_enabled,
-            "evidence_threshold": self.evidence_threshold,
-        }
-
 
 @dataclass
-class RerankEntry(CheapDeepcopy):
+class RerankEntry(Contract, CheapDeepcopy):
     """How one candidate earned its final rank."""
 
     rank: int
@@ -276,22 +300,9 @@ class RerankEntry(CheapDeepcopy):
     final_score: float
     boosts: dict[str, float]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "source": self.source,
-            "evidenceKey": self.evidence_key,
-            "baseScore": self.base_score,
-            "finalScore": self.final_score,
-            "boosts": self.boosts,
-        }
-
-    def to_record(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
-class DedupStats(CheapDeepcopy):
+class DedupStats(RecordContract, CheapDeepcopy):
     """Counts of the post-retrieval step."""
 
     candidate_count: int
@@ -299,12 +310,9 @@ class DedupStats(CheapDeepcopy):
     merged: int
     capped: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
-class EvidenceBlock(CheapDeepcopy):
+class EvidenceBlock(Contract, CheapDeepcopy):
     """One chunk of knowledge returned to the agent as evidence."""
 
     evidence_key: str
@@ -320,24 +328,7 @@ class EvidenceBlock(CheapDeepcopy):
     title: str | None = None
     breadcrumb: str | None = None
     category: str | None = None
-    tokens: int | None = None  # of `content`, from the index (see Candidate.tokens)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "evidenceKey": self.evidence_key,
-            "source": self.source,
-            "title": self.title,
-            "breadcrumb": self.breadcrumb,
-            "category": self.category,
-            "retrievalLayer": self.retrieval_layer,
-            "score": self.score,
-            "scoreLabel": self.score_label,
-            "rawScore": self.raw_score,
-            "rawScoreLabel": self.raw_score_label,
-            "rerankScore": self.rerank_score,
-            "content": self.content,
-            "hitReasons": self.hit_reasons,
-        }
+    tokens: int | None = field(default=None, metadata=wire(json=None))  # of `content`, from the index
 
     def to_summary(self, content_chars: int) -> dict[str, Any]:
         """The compact form persisted in retrieval_details: content truncated, never duplicated whole."""
@@ -358,7 +349,7 @@ class EvidenceBlock(CheapDeepcopy):
 
 
 @dataclass
-class PackedBlock(CheapDeepcopy):
+class PackedBlock(Contract, CheapDeepcopy):
     """An evidence block as placed in the context pack."""
 
     evidence_key: str
@@ -369,20 +360,9 @@ class PackedBlock(CheapDeepcopy):
     tokens: int
     truncated: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "evidenceKey": self.evidence_key,
-            "source": self.source,
-            "title": self.title,
-            "breadcrumb": self.breadcrumb,
-            "hitReasons": self.hit_reasons,
-            "tokens": self.tokens,
-            "truncated": self.truncated,
-        }
-
 
 @dataclass
-class ContextPack(CheapDeepcopy):
+class ContextPack(Contract, CheapDeepcopy):
     """The compact context handed to the agent, within a token budget."""
 
     text: str
@@ -394,18 +374,6 @@ class ContextPack(CheapDeepcopy):
     blocks: list[PackedBlock] = field(default_factory=list)
     # Blocks left out for the budget, also those whose source is included through another block.
     omitted_evidence_keys: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "budgetTokens": self.budget_tokens,
-            "usedTokens": self.used_tokens,
-            "includedSources": self.included_sources,
-            "omittedSources": self.omitted_sources,
-            "omittedEvidenceKeys": self.omitted_evidence_keys,
-            "truncated": self.truncated,
-            "blocks": [b.to_dict() for b in self.blocks],
-        }
 
     def summary(self) -> dict[str, Any]:
         """The part persisted in retrieval_details (no text)."""
@@ -421,22 +389,22 @@ class ContextPack(CheapDeepcopy):
 
 
 @dataclass
-class SidecarReport(CheapDeepcopy):
+class SidecarReport(Contract, CheapDeepcopy):
     """The side-by-side comparison of the main vector path with the other one."""
 
     status: str
     path: str | None = None
     main_path: str | None = None
     error: str | None = None
-    results: list[dict[str, Any]] = field(default_factory=list)
-    comparison: dict[str, Any] = field(default_factory=dict)
+    results: list[dict[str, Any]] = field(default_factory=list, metadata=wire(camel_keys=True))
+    comparison: dict[str, Any] = field(default_factory=dict, metadata=wire(camel_keys=True))
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+_FAILURE_KEYS = ("found", "evidenceStatus", "message", "error", "evidenceBlocks", "invocationId", "traceStatus")
 
 
 @dataclass
-class LookupResult:
+class LookupResult(Contract):
     """The evidence-first result of one lookup_knowledge call."""
 
     found: bool
@@ -450,14 +418,14 @@ class LookupResult:
     completeness_hint: str
     query_transform: QueryTransform
     l0_hints: L0Hints
-    dedup: DedupStats
-    message: str | None = None
-    sidecar: SidecarReport | None = None
+    dedup: DedupStats = field(metadata=wire(json=None))
+    message: str | None = field(default=None, metadata=wire(omit_none=True))
+    sidecar: SidecarReport | None = field(default=None, metadata=wire(omit_none=True))
     invocation_id: str | None = None
-    trace_status: str | None = None
-    error: dict[str, Any] | None = None
+    trace_status: str | None = field(default=None, metadata=wire(omit_none=True))
+    error: dict[str, Any] | None = field(default=None, metadata=wire(omit_none=True))
     # Error results only: the result fields that stages finished before the failure filled in.
-    completed_parts: list[str] | None = None
+    completed_parts: list[str] | None = field(default=None, metadata=wire(json=None, record=None))
 
     @classmethod
     def failure(
@@ -497,58 +465,14 @@ class LookupResult:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        data = super().to_dict()
         if self.evidence_status == STATUS_ERROR:
-            failed: dict[str, Any] = {
-                "found": False,
-                "evidenceStatus": STATUS_ERROR,
-                "message": self.message,
-                "error": self.error,
-                "evidenceBlocks": [],
-                **self._finished_parts(),
-                "invocationId": self.invocation_id,
-            }
-            if self.trace_status is not None:
-                failed["traceStatus"] = self.trace_status
-            return failed
-        data: dict[str, Any] = {
-            "found": self.found,
-            "evidenceStatus": self.evidence_status,
-        }
-        if self.message:
-            data["message"] = self.message
-        data.update(
-            {
-                "retrievalLayer": self.retrieval_layer,
-                "evidenceBlocks": [b.to_dict() for b in self.evidence_blocks],
-                "contextPack": self.context_pack.to_dict(),
-                "retrievalTrace": self.retrieval_trace.to_dict(),
-                "rerankTrace": [r.to_dict() for r in self.rerank_trace],
-                "relevanceLevel": self.relevance_level,
-                "completenessHint": self.completeness_hint,
-                "queryTransform": self.query_transform.to_record(),
-                "l0Hints": self.l0_hints.to_record(),
-            }
-        )
-        if self.sidecar is not None:
-            data["sidecar"] = self.sidecar.to_dict()
-        data["invocationId"] = self.invocation_id
-        if self.trace_status is not None:
-            data["traceStatus"] = self.trace_status
+            # A failed lookup shows the error, its invocation id, and what the stages before the
+            # failure produced: the spec's traceability holds for errors too.
+            kept = set(_FAILURE_KEYS) | {camel(part) for part in self.completed_parts or ()}
+            return {key: value for key, value in data.items() if key in kept}
         return data
 
-    def _finished_parts(self) -> dict[str, Any]:
-        """What the stages before a failure produced: the spec's traceability holds for errors too."""
-        parts = set(self.completed_parts or ())
-        data: dict[str, Any] = {}
-        if "query_transform" in parts:
-            data["queryTransform"] = self.query_transform.to_record()
-        if "l0_hints" in parts:
-            data["l0Hints"] = self.l0_hints.to_record()
-        if "retrieval_trace" in parts:
-            data["retrievalTrace"] = self.retrieval_trace.to_dict()
-        if "rerank_trace" in parts:
-            data["rerankTrace"] = [r.to_dict() for r in self.rerank_trace]
-        return data
 
     def retrieval_details(self, content_chars: int) -> dict[str, Any]:
         """The record persisted in tool_invocation.retrieval_details (spec keys, snake_case)."""
@@ -558,7 +482,7 @@ class LookupResult:
             "retrieval_layer": self.retrieval_layer,
             "retrieval_trace": self.retrieval_trace.to_record(),
             "fallback_reason": self.retrieval_trace.fallback_reason,
-            "rerank_trace": [r.to_record() for r in self.rerank_trace],
+            "rerank_trace": serialize(self.rerank_trace, RECORD),
             "context_pack_summary": self.context_pack.summary(),
             "evidence_blocks": [b.to_summary(content_chars) for b in self.evidence_blocks],
             "candidate_count": self.dedup.candidate_count,
@@ -567,5 +491,5 @@ class LookupResult:
             "relevance_level": self.relevance_level,
         }
         if self.sidecar is not None:
-            details["sidecar"] = self.sidecar.to_dict()
+            details["sidecar"] = self.sidecar.to_record()
         return details

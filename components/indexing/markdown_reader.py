@@ -13,6 +13,7 @@ from haystack import Document, component
 from components.common.markdown_sections import first_heading, is_blank_document
 from components.common.text import clean
 from components.contracts import SkippedFile
+from components.errors import BadInputError
 from components.stores.milvus_collection import MAX_CATEGORY_CHARS
 
 logger = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ logger = logging.getLogger(__name__)
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 
 
-class KnowledgeBaseError(ValueError):
+class KnowledgeBaseError(BadInputError):
     """The knowledge base path cannot be indexed at all (missing, not a folder, no markdown)."""
 
 

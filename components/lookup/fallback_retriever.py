@@ -3,6 +3,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.choices import VectorStoreMode
 from components.contracts import (
     FALLBACK_LOW_QUALITY,
     FALLBACK_NO_EVIDENCE,
@@ -12,11 +13,12 @@ from components.contracts import (
     RetrievalAttempt,
     RetrievalTrace,
 )
+from components.errors import first_line
 from components.stores.vector_search import QueryEmbeddings, UnsupportedFilterError, VectorSearch, make_search
 
 logger = logging.getLogger(__name__)
 
-MODES = ("sdk", "haystack", "auto")
+MODES = VectorStoreMode.values()
 
 
 def usable(candidates: list[Candidate], evidence_threshold: float) -> list[Candidate]:
@@ -201,8 +203,6 @@ class FallbackRetriever:
             return self._search("haystack").search(embedding, self.top_k, category), "haystack", None
         except Exception as exc:  # auto mode: any failure of the framework path falls back to the SDK
             self._searches.pop("haystack", None)
-            note = (
-                f"haystack path failed, used sdk: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            )
+            note = f"haystack path failed, used sdk: {type(exc).__name__}: {first_line(exc)}"
             logger.warning("Vector store auto mode: %s", note)
             return self._search("sdk").search(embedding, self.top_k, category), "sdk", note

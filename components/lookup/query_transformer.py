@@ -3,6 +3,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.choices import OnOverlong
 from components.common.text import clean, printable
 from components.contracts import InvalidQueryError, QueryTransform
 from components.stores.l0_index_file import L0IndexHandle
@@ -48,8 +49,8 @@ class QueryTransformer:
         :param expand_entities: Add a variant naming the canonical entities of aliases in the query
             and the titles of documents it names.
         """
-        if on_overlong not in ("truncate", "error"):
-            raise ValueError(f"on_overlong must be 'truncate' or 'error', not {on_overlong!r}")
+        if on_overlong not in OnOverlong.values():
+            raise ValueError(f"on_overlong must be one of {', '.join(OnOverlong.values())}, not {on_overlong!r}")
         self.l0_index_path = l0_index_path
         self.max_chars = max_chars
         self.on_overlong = on_overlong

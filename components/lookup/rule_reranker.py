@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 from haystack import component
 
+from components.common.choices import DEFAULT_RERANK_WEIGHTS
 from components.common.text import fold, terms
 from components.contracts import Candidate, L0Hints, QueryTransform
 from components.stores.l0_index import L0Index
@@ -14,20 +15,7 @@ from components.stores.vector_search import QueryEmbeddings
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_WEIGHTS = {
-    "similarity": 1.0,
-    "document_similarity": 0.5,
-    "lexical_overlap": 0.4,
-    "title_overlap": 0.2,
-    "document_lexical": 0.2,
-    "name_match": 0.5,
-    "title_match": 0.1,
-    "keyword_match": 0.1,
-    "entity_match": 0.05,
-    "domain_match": 0.03,
-    "section_match": 0.02,
-    "document_support": 0.05,
-}
+DEFAULT_WEIGHTS = DEFAULT_RERANK_WEIGHTS
 
 # What a query asks for, by words it uses; matched against the kind of a chunk's section.
 _INTENTS: dict[str, tuple[str, ...]] = {

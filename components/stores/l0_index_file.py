@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from components.errors import BadInputError
 from components.stores.l0_index import L0Entry, L0Index
 
 logger = logging.getLogger(__name__)
@@ -18,7 +19,7 @@ logger = logging.getLogger(__name__)
 L0_FORMAT_VERSION = 1
 
 
-class L0IndexMissingError(FileNotFoundError):
+class L0IndexMissingError(BadInputError, FileNotFoundError):
     """The query side found no L0 index: the knowledge base has not been indexed yet."""
 
 

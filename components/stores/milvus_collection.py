@@ -14,6 +14,8 @@ from typing import Any
 
 from pymilvus import DataType, MilvusClient
 
+from components.errors import BadInputError, KnowledgeFailure, first_line
+
 logger = logging.getLogger(__name__)
 
 ID_FIELD = "id"
@@ -39,11 +41,11 @@ LITE_GRPC_OPTIONS = {
 }
 
 
-class MilvusUnavailableError(RuntimeError):
+class MilvusUnavailableError(KnowledgeFailure):
     """The vector store cannot be opened or does not answer."""
 
 
-class CollectionMismatchError(RuntimeError):
+class CollectionMismatchError(BadInputError):
     """The existing collection does not fit the configured embedder (another dimension)."""
 
 

@@ -66,6 +66,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
 from components.common.text import printable
+from components.errors import KnowledgeFailure, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def dispose_engines() -> None:
         engine.dispose()
 
 
-class TraceStoreError(RuntimeError):
+class TraceStoreError(KnowledgeFailure):
     """The trace database cannot be read (wrong URL, server down): for the review commands."""
 
 
@@ -487,7 +488,7 @@ class TraceStore:
                     if not is_content_error(exc):
                         raise
                     connection.rollback()
-                    return self._dead_letter([to_jsonable(record)], _first_line(exc))
+                    return self._dead_letter([to_jsonable(record)], first_line(exc))
         except Exception as exc:  # any database failure: keep the record locally, never fail the lookup
             self.mark_down(exc)
             return self._spool(record)
@@ -497,7 +498,7 @@ class TraceStore:
     def mark_down(self, exc: BaseException) -> None:
         """Note that the database is unavailable: warn once per outage, spool for `retry_interval`."""
         self._down_until = time.monotonic() + self.retry_interval
-        reason = _first_line(exc)
+        reason = first_line(exc)
         if self._timed_out:
             self._timed_out = False
             reason = f"no answer within {self.timeout_s:g} s (trace.timeout_s)"
@@ -638,7 +639,7 @@ class TraceStore:
                 if not is_content_error(exc):
                     raise
                 connection.rollback()
-                self._dead_letter([data], _first_line(exc))
+                self._dead_letter([data], first_line(exc))
                 rejected += 1
         return inserted, rejected
 
@@ -664,7 +665,7 @@ class TraceStore:
             with self._write_lock, self._deadline(), self.engine.connect() as connection:
                 report = self._replay_into(connection)
         except Exception as exc:
-            raise TraceStoreError(f"cannot replay into {redact(self.db_url)}: {_first_line(exc)}") from exc
+            raise TraceStoreError(f"cannot replay into {redact(self.db_url)}: {first_line(exc)}") from exc
         self._mark_up()
         return report
 
@@ -678,7 +679,7 @@ class TraceStore:
         except TraceStoreError:
             raise
         except Exception as exc:
-            raise TraceStoreError(f"cannot read traces from {redact(self.db_url)}: {_first_line(exc)}") from exc
+            raise TraceStoreError(f"cannot read traces from {redact(self.db_url)}: {first_line(exc)}") from exc
 
     def latest(self, last: int | None = 20, status: str | None = None) -> list[dict[str, Any]]:
         """The latest rows, newest first."""
@@ -713,11 +714,6 @@ class TraceStore:
     def dispose(self) -> None:
         if self._engine is not None:
             self._engine.dispose()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _append_lines(path: Path, lines: list[str]) -> None:

@@ -29,12 +29,7 @@ _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
 
 class CorpusNotFoundError(KnowledgeBaseError):
-    """
-    The corpus to repeat is missing or holds no markdown: bad input, CLI exit status 2. (A
-    KnowledgeBaseError, not the CLI's UsageError: under `python -m pipelines.cli` that class
-    exists twice, as `__main__.UsageError` and `pipelines.cli.UsageError`, and the CLI would not
-    recognise the second one.)
-    """
+    """The corpus to repeat is missing or holds no markdown: bad input, CLI exit status 2."""
 
 
 @dataclass(frozen=True)

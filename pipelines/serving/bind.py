@@ -5,10 +5,12 @@ import os
 
 from omegaconf import DictConfig
 
+from components.errors import BadInputError
+
 API_KEY_ENV = "KNOWLEDGE_API_KEY"
 
 
-class ServeError(ValueError):
+class ServeError(BadInputError):
     """A server that must not or cannot start (CLI exit status 2)."""
 
 

@@ -36,8 +36,8 @@ def test_l0_produces_traceable_hint_data(tomato):
     assert hints.entities == ["Tomato"]
     assert hints.matched_sources == [TOMATO_SOURCE]
 
-    exposed = result.to_dict()["l0Hints"]
-    assert exposed == {
+    recorded = result.retrieval_details(200)["l0_hints"]
+    assert recorded == {
         "matched_titles": ["Watering Tomato Plants"],
         "matched_keywords": ["tomato watering"],
         "domains": ["gardening"],
@@ -46,8 +46,16 @@ def test_l0_produces_traceable_hint_data(tomato):
         "named_sources": [],
         "uncovered_terms": [],
     }
-    # The record persisted in tool_invocation.retrieval_details carries the same hint data.
-    assert result.retrieval_details(200)["l0_hints"] == exposed
+    # The agent sees the same hint data under camelCase keys.
+    assert result.to_dict()["l0Hints"] == {
+        "matchedTitles": ["Watering Tomato Plants"],
+        "matchedKeywords": ["tomato watering"],
+        "domains": ["gardening"],
+        "entities": ["Tomato"],
+        "matchedSources": [TOMATO_SOURCE],
+        "namedSources": [],
+        "uncoveredTerms": [],
+    }
 
 
 def test_l0_does_not_bypass_semantic_retrieval(sample_service):

@@ -27,6 +27,18 @@ BAD_OVERRIDES = [
     ("rerank.weights.foo=1", "rerank.weights.foo", "not in struct"),
     ("+rerank.weights.foo=1", "rerank.weights", "foo"),
     ("milvus=nosuchgroup", "milvus", "Could not find"),
+    ("milvus.index_type=IVF_PQ", "milvus.index_type", "FLAT, IVF_FLAT, AUTOINDEX"),
+    ("query.max_chars=0", "query.max_chars", "at least 1"),
+    ("query.max_chars=-1", "query.max_chars", "at least 1"),
+    ("embedder.batch_size=0", "embedder.batch_size", "at least 1"),
+    ("retrieval.max_evidence=-2", "retrieval.max_evidence", "at least 1"),
+    ("retrieval.per_document_cap=-1", "retrieval.per_document_cap", "at least 1"),
+    ("context.budget_tokens=-5", "context.budget_tokens", "at least 16"),
+    ("trace.summary_chars=-1", "trace.summary_chars", "at least 0"),
+    ("chunking.min_tokens=-1", "chunking.min_tokens", "at least 0"),
+    ("l0.title_min_overlap=1.5", "l0.title_min_overlap", "[0, 1]"),
+    ("l0.domain_min_precision=-0.5", "l0.domain_min_precision", "[0, 1]"),
+    ("rerank.weights.name_match=-0.5", "rerank.weights.name_match", "at least 0"),
 ]
 
 
@@ -121,3 +133,24 @@ def test_main_bad_config_exits_2(args, fragment, capsys, tmp_path, monkeypatch):
     assert len(lines) == 1, captured.err
     assert fragment in lines[0]
     assert captured.out == ""
+
+
+def test_schema_holds_no_values():
+    """Each value is defined once, in conf/: the typed schema only types the keys."""
+    from dataclasses import fields, is_dataclass
+
+    from omegaconf import MISSING
+
+    from pipelines.settings import KnowledgeConfig
+
+    for group in fields(KnowledgeConfig):
+        assert is_dataclass(group.type), group.name
+        for key in fields(group.type):
+            assert key.default is MISSING, f"{group.name}.{key.name}"
+
+
+def test_choices_come_back_as_plain_strings():
+    cfg = load_config(["retrieval.vector_store_mode=auto", "milvus=server"])
+    assert type(cfg.retrieval.vector_store_mode) is str and cfg.retrieval.vector_store_mode == "auto"
+    assert type(cfg.milvus.index_type) is str and cfg.milvus.index_type == "IVF_FLAT"
+    assert type(cfg.query.on_overlong) is str and type(cfg.sidecar.path) is str

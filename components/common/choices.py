@@ -1,0 +1,63 @@
+"""
+The closed sets of values a setting or a component parameter may take, each defined once: the
+configuration schema types its keys with these enums (Hydra rejects any other value at load time)
+and the components check their init parameters against the same sets.
+"""
+
+from enum import StrEnum
+
+
+class Choice(StrEnum):
+    """An enum whose member names are its values, so Hydra and the components spell them alike."""
+
+    @classmethod
+    def values(cls) -> tuple[str, ...]:
+        return tuple(member.value for member in cls)
+
+
+class VectorStoreMode(Choice):
+    """sdk: pymilvus MilvusClient.search; haystack: MilvusEmbeddingRetriever; auto: haystack, then sdk."""
+
+    sdk = "sdk"
+    haystack = "haystack"
+    auto = "auto"
+
+
+class SidecarPath(Choice):
+    """other: the path the main lookup did not use; or one path by name."""
+
+    other = "other"
+    sdk = "sdk"
+    haystack = "haystack"
+
+
+class OnOverlong(Choice):
+    truncate = "truncate"
+    error = "error"
+
+
+class IndexType(Choice):
+    """Milvus index types that load again after reopening (IVF_PQ, DISKANN, SCANN do not, on Milvus Lite)."""
+
+    FLAT = "FLAT"
+    IVF_FLAT = "IVF_FLAT"
+    AUTOINDEX = "AUTOINDEX"
+
+
+# The rerank signals and their default weights (each signal lies in [0, 1]); conf/rerank sets the
+# weights a run uses, and names no other signal.
+DEFAULT_RERANK_WEIGHTS: dict[str, float] = {
+    "similarity": 1.0,
+    "document_similarity": 0.5,
+    "lexical_overlap": 0.4,
+    "title_overlap": 0.2,
+    "document_lexical": 0.2,
+    "name_match": 0.5,
+    "title_match": 0.1,
+    "keyword_match": 0.1,
+    "entity_match": 0.05,
+    "domain_match": 0.03,
+    "section_match": 0.02,
+    "document_support": 0.05,
+}
+RERANK_SIGNALS = tuple(DEFAULT_RERANK_WEIGHTS)

@@ -1,0 +1,161 @@
+"""
+The contracts' two dict shapes come from their field declarations: camelCase for the agent,
+snake_case field names for the persisted record.
+"""
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from components.contracts import (
+    JSON,
+    RECORD,
+    Contract,
+    IndexReport,
+    L0Hints,
+    LookupResult,
+    QueryTransform,
+    RetrievalAttempt,
+    SidecarReport,
+    SkippedFile,
+    camel,
+    serialize,
+    wire,
+)
+
+# rerankTrace[].boosts maps rerank signal names (configuration values, `rerank.weights` keys) to
+# their contributions: its keys are data, not field names, and keep their spelling.
+DATA_KEY_PATHS = {("rerankTrace", "boosts")}
+
+
+@dataclass
+class Inner:
+    some_value: int
+    note: str | None = field(default=None, metadata=wire(omit_none=True))
+
+
+@dataclass
+class Outer(Contract):
+    first_name: str
+    inner_items: list[Inner]
+    renamed_field: str = field(default="x", metadata=wire(json="alias", record="stored_alias"))
+    hidden_field: int = field(default=1, metadata=wire(json=None))
+    label_counts: dict[str, int] = field(default_factory=dict)
+    snake_map: dict[str, int] = field(default_factory=dict, metadata=wire(camel_keys=True))
+    tags: frozenset[str] = frozenset()
+
+
+def test_camel():
+    assert camel("evidence_key") == "evidenceKey"
+    assert camel("l1_enabled") == "l1Enabled"
+    assert camel("found") == "found"
+
+
+def test_serialize_names_fields_by_style_and_metadata():
+    outer = Outer(
+        "a", [Inner(1), Inner(2, "n")], label_counts={"some_label": 1}, snake_map={"a_b": 2}, tags=frozenset("ba")
+    )
+    assert outer.to_dict() == {
+        "firstName": "a",
+        "innerItems": [{"someValue": 1}, {"someValue": 2, "note": "n"}],
+        "alias": "x",
+        "labelCounts": {"some_label": 1},
+        "snakeMap": {"aB": 2},
+        "tags": ["a", "b"],
+    }
+    assert outer.to_record() == {
+        "first_name": "a",
+        "inner_items": [{"some_value": 1, "note": None}, {"some_value": 2, "note": "n"}],
+        "stored_alias": "x",
+        "hidden_field": 1,
+        "label_counts": {"some_label": 1},
+        "snake_map": {"a_b": 2},
+        "tags": ["a", "b"],
+    }
+
+
+def test_omit_none_keeps_zero_and_false():
+    attempt = RetrievalAttempt(0, None, None, "q", "sdk", 0, 0, None, "no_evidence")
+    data = serialize(attempt, JSON)
+    assert "error" not in data and data["index"] == 0 and data["filter"] is None and data["category"] is None
+    assert serialize(attempt, RECORD)["error"] is None
+
+
+def test_query_transform_and_l0_hints_are_camel_case_for_the_agent():
+    transform = QueryTransform(raw="r", normalized="n", variants=["n"], original_chars=1)
+    assert transform.to_dict()["originalChars"] == 1 and transform.to_record()["original_chars"] == 1
+    assert set(L0Hints().to_dict()) == {
+        "matchedTitles",
+        "matchedKeywords",
+        "domains",
+        "entities",
+        "matchedSources",
+        "namedSources",
+        "uncoveredTerms",
+    }
+
+
+def test_sidecar_report_keys_are_camel_case_in_json_and_snake_case_in_the_record():
+    report = SidecarReport(
+        status="ok",
+        path="haystack",
+        main_path="sdk",
+        results=[{"evidence_key": "k", "score_label": "s"}],
+        comparison={"overlap_ratio": 1.0, "score_semantics": {"main": "a"}},
+    )
+    assert report.to_dict() == {
+        "status": "ok",
+        "path": "haystack",
+        "mainPath": "sdk",
+        "error": None,
+        "results": [{"evidenceKey": "k", "scoreLabel": "s"}],
+        "comparison": {"overlapRatio": 1.0, "scoreSemantics": {"main": "a"}},
+    }
+    assert report.to_record()["comparison"] == {"overlap_ratio": 1.0, "score_semantics": {"main": "a"}}
+
+
+def test_index_report_keeps_its_snake_case_shape():
+    report = IndexReport([], [], [], [], [SkippedFile("a.md", "empty")], 1, 0, 1, 0.5)
+    assert report.to_dict()["skipped"] == [{"source": "a.md", "reason": "empty"}]
+    assert report.to_dict()["chunks_written"] == 1
+
+
+def test_failed_result_shows_the_error_and_no_traces():
+    error = {"type": "RuntimeError", "message": "boom", "component": "retriever"}
+    data = LookupResult.failure("q", error, invocation_id="i").to_dict()
+    assert data == {
+        "found": False,
+        "evidenceStatus": "error",
+        "message": "Knowledge lookup failed in retriever: boom",
+        "error": error,
+        "evidenceBlocks": [],
+        "invocationId": "i",
+    }
+
+
+def snake_case_keys(value, path: tuple[str, ...] = ()) -> list[str]:
+    """Every dict key with an underscore, with its path; the keys of DATA_KEY_PATHS are skipped."""
+    found = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if "_" in key:
+                found.append(".".join((*path, key)))
+            if (*path[-1:], key) not in DATA_KEY_PATHS:
+                found += snake_case_keys(item, (*path, key))
+    elif isinstance(value, list):
+        for item in value:
+            found += snake_case_keys(item, path)
+    return found
+
+
+@pytest.mark.parametrize("query", ["disk almost full on a worker node", "best pizza in town"])
+def test_no_snake_case_key_in_the_agent_facing_json_of_a_real_lookup(sample_service, query):
+    data = json.loads(json.dumps(sample_service.lookup(query).to_dict()))
+    assert snake_case_keys(data) == []
+    assert data["queryTransform"] and data["l0Hints"] and "retrievalTrace" in data
+
+
+def test_snake_case_keys_finds_nested_keys_but_not_signal_names():
+    data = {"a": [{"b_c": 1}], "rerankTrace": [{"boosts": {"name_match": 0.5}}]}
+    assert snake_case_keys(data) == ["a.b_c"]

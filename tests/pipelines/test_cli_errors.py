@@ -1,0 +1,200 @@
+"""
+Exit statuses of every command through `pipelines.cli.main`: 0 on success, 2 on bad input,
+1 on any other failure, each failure as exactly one stderr line and no traceback. (`bench`
+exits 0 and 1 through the same `main`; its runs take minutes, so only its bad input is here.)
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from components.common.embedding_models import ModelNotFoundError
+from components.contracts import InvalidQueryError
+from components.errors import BadInputError, KnowledgeError, KnowledgeFailure, exit_code_of, first_line
+from components.indexing.markdown_reader import KnowledgeBaseError
+from components.stores.l0_index_file import L0IndexMissingError
+from components.stores.milvus_collection import CollectionMismatchError, MilvusUnavailableError
+from components.tracing.trace_store import TraceStoreError
+from pipelines.cli import UsageError, main
+from pipelines.evaluation import EvaluationInputError
+from pipelines.settings import ConfigError
+
+DISK_QUERY = "disk almost full on a worker node"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, list[str]]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, [line for line in captured.err.splitlines() if line.strip()]
+
+
+def sample_args(sample_cfg, *extra: str) -> list[str]:
+    return [f"paths.state_dir={sample_cfg.paths.state_dir}", "mlflow=off", *extra]
+
+
+@pytest.fixture
+def a_file(tmp_path) -> Path:
+    """A plain file: any path below it cannot be created, an OSError nobody anticipates."""
+    path = tmp_path / "a-file"
+    path.write_text("not a folder")
+    return path
+
+
+def assert_one_error_line(lines: list[str], expected: str) -> None:
+    assert lines == [f"knowledge: error: {expected}"]
+
+
+@pytest.mark.parametrize(
+    ("error", "branch"),
+    [
+        (InvalidQueryError, BadInputError),
+        (KnowledgeBaseError, BadInputError),
+        (ConfigError, BadInputError),
+        (UsageError, BadInputError),
+        (ModelNotFoundError, BadInputError),
+        (L0IndexMissingError, BadInputError),
+        (EvaluationInputError, BadInputError),
+        (CollectionMismatchError, BadInputError),
+        (MilvusUnavailableError, KnowledgeFailure),
+        (TraceStoreError, KnowledgeFailure),
+    ],
+)
+def test_every_error_class_sits_in_one_branch(error, branch):
+    assert issubclass(error, branch) and issubclass(error, KnowledgeError)
+    assert exit_code_of(error("x")) == (2 if branch is BadInputError else 1)
+
+
+def test_l0_index_missing_is_still_a_file_not_found_error():
+    assert issubclass(L0IndexMissingError, FileNotFoundError)
+
+
+def test_unexpected_errors_exit_1():
+    assert exit_code_of(RuntimeError("boom")) == 1 and exit_code_of(OSError("disk")) == 1
+
+
+def test_first_line_skips_blank_lines_and_names_the_type_of_an_empty_message():
+    assert first_line(ValueError("\n  first \nsecond")) == "first"
+    assert first_line(RuntimeError()) == "RuntimeError"
+    assert first_line(KeyError("")) == "''"
+
+
+# --- index ------------------------------------------------------------------------------------------
+
+
+def test_index_exit_0(capsys, tmp_path, small_kb):
+    code, out, err = run(capsys, "index", "--kb", str(small_kb), f"paths.state_dir={tmp_path}", "mlflow=off")
+    assert code == 0 and out.startswith(f"Indexed {small_kb}") and err == []
+
+
+def test_index_missing_kb_exit_2(capsys, tmp_path):
+    missing = tmp_path / "nope"
+    code, out, err = run(capsys, "index", "--kb", str(missing), f"paths.state_dir={tmp_path}", "mlflow=off")
+    assert code == 2 and out == ""
+    assert_one_error_line(err, f"knowledge base {missing} does not exist")
+
+
+def test_index_unwritable_store_exit_1(capsys, tmp_path, small_kb, a_file):
+    code, out, err = run(
+        capsys, "index", "--kb", str(small_kb), f"paths.state_dir={tmp_path}", "mlflow=off", f"milvus.uri={a_file}/m.db"
+    )
+    assert code == 1 and out == ""
+    assert_one_error_line(err, f"[Errno 17] File exists: '{a_file}'")
+
+
+# --- lookup -----------------------------------------------------------------------------------------
+
+
+def test_lookup_exit_0(capsys, sample_cfg):
+    code, out, err = run(capsys, "lookup", DISK_QUERY, *sample_args(sample_cfg))
+    assert code == 0 and json.loads(out)["found"] is True and err == []
+
+
+def test_lookup_unknown_model_exit_2(capsys, sample_cfg):
+    code, out, err = run(capsys, "lookup", DISK_QUERY, *sample_args(sample_cfg, "embedder.model=packaged:nope"))
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "unknown packaged model 'nope'; packaged: all-MiniLM-L6-v2")
+
+
+def test_lookup_bad_config_value_exit_2(capsys, sample_cfg):
+    code, out, err = run(capsys, "lookup", DISK_QUERY, *sample_args(sample_cfg, "retrieval.top_k=0"))
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "retrieval.top_k=0 must be at least 1")
+
+
+def test_lookup_store_failure_exit_1(capsys, sample_cfg, a_file):
+    code, out, err = run(capsys, "lookup", DISK_QUERY, *sample_args(sample_cfg, f"milvus.uri={a_file}/m.db"))
+    result = json.loads(out)
+    assert code == 1 and result["evidenceStatus"] == "error"
+    assert_one_error_line(
+        err,
+        f"Knowledge lookup failed in retriever: [Errno 17] File exists: '{a_file}' "
+        f"(invocation {result['invocationId']})",
+    )
+
+
+def test_debug_adds_the_traceback_before_the_line(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("KNOWLEDGE_DEBUG", "1")
+    code, _, err = run(capsys, "index", "--kb", str(tmp_path / "nope"), f"paths.state_dir={tmp_path}", "mlflow=off")
+    assert code == 2 and err[0].startswith("Traceback") and err[-1].startswith("knowledge: error: knowledge base")
+
+
+# --- eval -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def queries_file(tmp_path) -> Path:
+    path = tmp_path / "queries.jsonl"
+    rows = [{"query": DISK_QUERY, "relevant": ["disk/disk-full.md"]}, {"query": "best pizza in town", "relevant": []}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_eval_exit_0(capsys, sample_cfg, queries_file):
+    code, out, err = run(capsys, "eval", "--queries", str(queries_file), "--no-baselines", *sample_args(sample_cfg))
+    assert code == 0 and "hit@1" in out and err == []
+
+
+def test_eval_missing_queries_exit_2(capsys, sample_cfg, tmp_path):
+    missing = tmp_path / "missing.jsonl"
+    code, out, err = run(capsys, "eval", "--queries", str(missing), *sample_args(sample_cfg))
+    assert code == 2 and out == ""
+    assert_one_error_line(err, f"cannot read {missing}: No such file or directory")
+
+
+def test_eval_unwritable_details_exit_1(capsys, sample_cfg, queries_file, a_file):
+    argv = ["eval", "--queries", str(queries_file), "--no-baselines", "--details", f"{a_file}/details.jsonl"]
+    code, _, err = run(capsys, *argv, *sample_args(sample_cfg))
+    assert code == 1
+    assert_one_error_line(err, f"[Errno 20] Not a directory: '{a_file}/details.jsonl'")
+
+
+# --- bench ------------------------------------------------------------------------------------------
+
+
+def test_bench_missing_corpus_exit_2(capsys, tmp_path):
+    missing = tmp_path / "nope"
+    code, out, err = run(capsys, "bench", "index", "--corpus", str(missing), f"paths.state_dir={tmp_path}")
+    assert code == 2 and out == ""
+    assert_one_error_line(err, f"benchmark corpus {missing} does not exist (give one with --corpus DIR)")
+
+
+# --- traces -----------------------------------------------------------------------------------------
+
+
+def test_traces_exit_0(capsys, sample_cfg):
+    code, _, err = run(capsys, "traces", "list", "--last", "1", *sample_args(sample_cfg))
+    assert code == 0 and err == []
+
+
+def test_traces_bad_status_exit_2(capsys, sample_cfg):
+    code, out, err = run(capsys, "traces", "list", "--status", "bogus", *sample_args(sample_cfg))
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "--status 'bogus' is not one of ok, error")
+
+
+def test_traces_unreadable_store_exit_1(capsys, sample_cfg, a_file):
+    url = f"sqlite:///{a_file}/t.db"
+    code, out, err = run(capsys, "traces", "list", *sample_args(sample_cfg, f"trace.db_url={url}"))
+    assert code == 1 and out == ""
+    assert_one_error_line(err, f"cannot read traces from {url}: [Errno 17] File exists: '{a_file}'")
