@@ -473,7 +473,6 @@ class LookupResult(Contract):
             return {key: value for key, value in data.items() if key in kept}
         return data
 
-
     def retrieval_details(self, content_chars: int) -> dict[str, Any]:
         """The record persisted in tool_invocation.retrieval_details (spec keys, snake_case)."""
         details: dict[str, Any] = {

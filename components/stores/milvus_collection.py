@@ -14,7 +14,7 @@ from typing import Any
 
 from pymilvus import DataType, MilvusClient
 
-from components.errors import BadInputError, KnowledgeFailure, first_line
+from components.errors import BadInputError, KnowledgeFailure
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict
 
 from components.contracts import STATUS_ERROR, LookupResult
-from components.errors import first_line
 from components.tracing import stage_recorder
 from components.tracing.mlflow_sink import MlflowTraceSink, TraceJob, get_sink
 from components.tracing.trace_store import DEFAULT_TIMEOUT_S, STATUS_OK, TRACE_LOST, TraceStore
