@@ -63,7 +63,9 @@ def resolve_pipeline_data(
     """
     root = OmegaConf.create(
         {
-            **OmegaConf.to_container(cfg, resolve=True),
+            # Unresolved, so that the config resolves once, here: a value escaped to stay literal
+            # (a `--kb` path holding `${`) is unescaped once, not parsed a second time.
+            **OmegaConf.to_container(cfg, resolve=False),
             "derived": dict(derived or {}),
             _PIPELINE_KEY: dict(data),
         }

@@ -150,7 +150,7 @@ EXPECTED_SKIPS = {
     "ops/only-headings.md": "empty document",
     "ops/only-frontmatter.md": "empty document",
     "ops/zero-bytes.md": "empty document",
-    "ops/dangling.md": "unreadable",
+    "ops/dangling.md": "broken symlink",
     "ops/outside-file.md": "symlink points outside the knowledge base",
     "linked-folder": "symlink points outside the knowledge base",
 }
