@@ -47,6 +47,7 @@ def build_trace_writer(cfg: DictConfig) -> TraceWriter:
         experiment=cfg.mlflow.experiment,
         artifact_location=cfg.mlflow.artifact_location,
         retry_interval=float(cfg.trace.retry_interval_s),
+        sample_rate=float(cfg.mlflow.sample_rate),
     )
 
 

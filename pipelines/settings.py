@@ -113,6 +113,7 @@ class MlflowConfig:
     tracking_uri: str | None = "sqlite:///${paths.state_dir}/mlflow.db"
     experiment: str = "lookup-knowledge"
     artifact_location: str | None = "${paths.state_dir}/mlflow-artifacts"
+    sample_rate: float = 1.0
 
 
 @dataclass
