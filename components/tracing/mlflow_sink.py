@@ -23,8 +23,13 @@ logger = logging.getLogger(__name__)
 _PROBE_TIMEOUT_S = 2.0
 # Traces of lookups that finish before MLflow's set-up (its import alone takes seconds) wait here.
 _MAX_EARLY = 1000
-# One writer: a SQLite store takes one writer at a time, more only add lock retries and CPU.
-_ASYNC_DEFAULTS = {"MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS": "1"}
+# One writer (a SQLite store takes one at a time; more only add lock retries and CPU) and large
+# span batches: the SQL store's cost is mostly per write, not per span (docs/tracing.md).
+# Environment variables of the same names override these.
+_ASYNC_DEFAULTS = {
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS": "1",
+    "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "200",
+}
 
 
 def _probe(tracking_uri: str) -> str | None:

@@ -89,6 +89,44 @@ def _flush() -> bool:
     return flush_all(timeout=300)
 
 
+def trace_cost(
+    service: Any, queries: Sequence[str], n: int = 30, build: Callable[[Any], dict[str, Any]] | None = None
+) -> dict[str, float]:
+    """
+    CPU milliseconds per trace, apart from the lookup: building the trace (`build`, default
+    `build_trace`), handing it to MLflow (spans), and writing it (MLflow's async queue drained).
+    `service` has MLflow on; its lookups here are not timed, their traces are held back and
+    replayed.
+    """
+    from components.tracing.mlflow_sink import _write, flush_all
+    from components.tracing.trace_summary import build_trace
+
+    build = build or build_trace
+    sink = service.trace_writer._sink
+    held: list[Any] = []
+    submit = sink.submit
+    sink.submit = held.append
+    try:
+        for i in range(n):
+            service.lookup(queries[i % len(queries)])
+    finally:
+        sink.submit = submit
+    flush_all()
+    cpu = time.process_time()
+    traces = [build(job) for job in held]
+    built = time.process_time()
+    for trace in traces:
+        _write(trace, sink.experiment_id)
+    handed = time.process_time()
+    flush_all()
+    written = time.process_time()
+    return {
+        "build_ms": round((built - cpu) * 1000.0 / len(held), 2),
+        "spans_ms": round((handed - built) * 1000.0 / len(held), 2),
+        "write_ms": round((written - handed) * 1000.0 / len(held), 2),
+    }
+
+
 def _saturate(lookup: Callable[[str], Any], queries: Sequence[str], threads: int, seconds: float) -> int:
     """Lookups done by `threads` threads back to back until `seconds` have passed."""
     stop = time.perf_counter() + seconds
@@ -161,6 +199,7 @@ def compare_tracing_overhead(
     rounds: int = 3,
     latency_lookups: int = 12,
     server_pid: int | None = None,
+    trace_parts: bool = True,
     out: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """
@@ -168,7 +207,9 @@ def compare_tracing_overhead(
     each mode `latency_lookups` single-thread lookups, then `threads` threads for `seconds`, then
     waits for its traces to be written. MLflow on uses `cfg.mlflow.tracking_uri`, or a sqlite store
     under the state folder when the config has MLflow off. `server_pid`: a tracking server's
-    process, whose CPU counts in the total. Prints and returns the figures.
+    process, whose CPU counts in the total. `trace_parts`: also time a trace's parts apart
+    (`trace_cost`; in this process only, a tracking server's share is not in it). Prints and
+    returns the figures.
     """
     from pipelines.lookup import LookupService
 
@@ -229,6 +270,7 @@ def compare_tracing_overhead(
     report["p50_overhead"] = round(report["on"]["p50_ms"] / report["off"]["p50_ms"] - 1.0, 4)
     report["cpu_ms_per_trace"] = round(report["on"]["cpu_ms_per_lookup"] - report["off"]["cpu_ms_per_lookup"], 2)
     report["within_limit"] = report["throughput_cost"] <= THROUGHPUT_LIMIT
+    report["trace_cpu_ms"] = trace_cost(services["on"], queries) if trace_parts else None
     for line in format_tracing_figures(report):
         out(line)
     return report
@@ -250,6 +292,12 @@ def format_tracing_figures(r: dict[str, Any]) -> list[str]:
         f"  tracing costs {r['throughput_cost'] * 100:+.1f}% of saturated throughput ({verdict} the "
         f"{THROUGHPUT_LIMIT:.0%} limit), {r['cpu_ms_per_trace']:+.1f} ms CPU per lookup, p50 {r['p50_overhead'] * 100:+.1f}%"
     )
+    if r.get("trace_cpu_ms"):
+        t = r["trace_cpu_ms"]
+        lines.append(
+            f"  one trace, CPU in this process: build {t['build_ms']:.2f} ms, spans {t['spans_ms']:.2f} ms, "
+            f"written by MLflow's queue {t['write_ms']:.2f} ms"
+        )
     lines.append(f"  {format_other_cpu(r['other_cpu_share'])}")
     return lines
 

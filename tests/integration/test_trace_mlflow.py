@@ -229,7 +229,9 @@ def test_tracing_overhead_comparison_runs_both_modes(sample_cfg, tmp_path, mlflo
             report[mode]["p50_ms"] > 0 and report[mode]["lookups_per_s"] > 0 and report[mode]["cpu_ms_per_lookup"] > 0
         )
     assert report["flushed"] and "throughput_cost" in report
-    assert len(lines) == 5 and "saturated" in lines[1] and "of saturated throughput" in lines[3]
+    assert report["trace_cpu_ms"]["build_ms"] > 0 and report["trace_cpu_ms"]["write_ms"] > 0
+    assert len(lines) == 6 and "saturated" in lines[1] and "of saturated throughput" in lines[3]
+    assert "one trace" in lines[4] and "other processes" in lines[5]
 
 
 def test_sample_rate_zero_traces_failed_calls_only(traced, mlflow_store, monkeypatch):
