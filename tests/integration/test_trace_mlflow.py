@@ -57,7 +57,7 @@ def traced(sample_cfg, mlflow_store, tmp_path_factory):
 
 
 def traces_of(mlflow_store: str, filter_string: str | None = None):
-    """Every trace of the test experiment, once the export process has written what it was given."""
+    """Every trace of the test experiment, once MLflow has written what it was given."""
     assert flush_all(timeout=180)
     client = mlflow.MlflowClient(mlflow_store)
     experiment = client.get_experiment_by_name(EXPERIMENT)
