@@ -122,6 +122,7 @@ class MlflowConfig:
     tracking_uri: str | None = MISSING
     experiment: str = MISSING
     artifact_location: str | None = MISSING
+    sample_rate: float = MISSING
 
 
 @dataclass
@@ -184,6 +185,7 @@ _UNIT_INTERVAL = (
     "retrieval.high_relevance",
     "l0.title_min_overlap",
     "l0.domain_min_precision",
+    "mlflow.sample_rate",
 )
 
 
@@ -205,7 +207,7 @@ def _validate_values(cfg: DictConfig) -> None:
     for key in _UNIT_INTERVAL:
         value = OmegaConf.select(cfg, key)
         if not 0.0 <= value <= 1.0:
-            raise ConfigError(f"{key}={value} must lie in [0, 1] (a normalized similarity)")
+            raise ConfigError(f"{key}={value} must lie in [0, 1]")
     for key, lowest in _AT_LEAST.items():
         value = OmegaConf.select(cfg, key)
         if value < lowest:

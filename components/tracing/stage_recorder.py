@@ -5,9 +5,9 @@ Haystack opens one `haystack.pipeline.run` span per run and one `haystack.compon
 component through its global tracer. `StageRecorderTracer` wraps whatever tracer is installed
 (often Haystack's `NullTracer`) and, during a top-level pipeline run, keeps for each component its
 start and end time and *references* to its inputs and outputs in a `StageRecording` held in a
-context variable, so each thread (each concurrent lookup) has its own. Nothing is serialized on
-the lookup thread: `TraceWriter` hands the recording to the MLflow sink, which summarizes it on
-its own thread and writes it from a separate process.
+context variable, so each thread (each concurrent lookup) has its own. Nothing is serialized
+while the pipeline runs: `TraceWriter` hands the recording to the MLflow sink, which writes a
+brief of it (`components.tracing.trace_summary`).
 
 The tracer is installed once per process by `install()` (idempotent), only when MLflow tracing
 is configured; without it, recordings stay empty and nothing changes. Calls are passed on to
@@ -27,7 +27,7 @@ stage_recorder.last_recording()   # after the run (or its failure), in the same 
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,14 +43,6 @@ _OUTPUT_TAG = "haystack.component.output"
 _current: ContextVar["StageRecording | None"] = ContextVar("knowledge_stage_recording", default=None)
 _last: ContextVar["StageRecording | None"] = ContextVar("knowledge_last_stage_recording", default=None)
 _install_lock = threading.Lock()
-
-# How many top-level pipeline runs are in progress in this process: MLflow export waits for
-# zero, so that tracing uses the time between lookups rather than the lookups' own CPU.
-_active_runs = 0
-_activity_lock = threading.Lock()
-_idle = threading.Event()
-_idle.set()
-_activity_listeners: list[Callable[[int], None]] = []
 
 
 @dataclass
@@ -120,7 +112,6 @@ class StageRecorderTracer(Tracer):
         if operation_name == PIPELINE_OPERATION and recording is None:
             recording = StageRecording(start_ns=time.time_ns())
             token = _current.set(recording)
-            _activity(+1)
         elif operation_name == COMPONENT_OPERATION and recording is not None:
             tags = tags or {}
             stage = Stage(
@@ -147,7 +138,6 @@ class StageRecorderTracer(Tracer):
                 recording.end_ns = now
                 _current.reset(token)
                 _last.set(recording)
-                _activity(-1)
 
     def current_span(self) -> Span | None:
         return self.delegate.current_span()
@@ -176,34 +166,3 @@ def last_recording() -> StageRecording | None:
 
 def clear_last_recording() -> None:
     _last.set(None)
-
-
-def _activity(delta: int) -> None:
-    global _active_runs
-    with _activity_lock:
-        _active_runs += delta
-        count = _active_runs
-        if count:
-            _idle.clear()
-        else:
-            _idle.set()
-        listeners = list(_activity_listeners)
-    for listener in listeners:
-        listener(count)
-
-
-def active_runs() -> int:
-    """Top-level pipeline runs in progress in this process (0 when the tracer is not installed)."""
-    return _active_runs
-
-
-def wait_idle(timeout: float | None = None) -> bool:
-    """Block until no pipeline run is in progress (True), or until `timeout` (False)."""
-    return _idle.wait(timeout)
-
-
-def add_activity_listener(listener: Callable[[int], None]) -> None:
-    """Call `listener(active_runs)` whenever a top-level pipeline run starts or ends."""
-    with _activity_lock:
-        if listener not in _activity_listeners:
-            _activity_listeners.append(listener)

@@ -1,6 +1,7 @@
 import dataclasses
 import hashlib
 import logging
+import random
 import time
 import uuid
 from datetime import UTC, datetime
@@ -10,8 +11,9 @@ from haystack import component, default_from_dict, default_to_dict
 
 from components.contracts import STATUS_ERROR, LookupResult
 from components.tracing import stage_recorder
-from components.tracing.mlflow_sink import MlflowTraceSink, TraceJob, get_sink
+from components.tracing.mlflow_sink import MlflowTraceSink, get_sink
 from components.tracing.trace_store import DEFAULT_TIMEOUT_S, STATUS_OK, TRACE_LOST, TraceStore
+from components.tracing.trace_summary import TraceJob
 
 logger = logging.getLogger(__name__)
 
@@ -125,10 +127,10 @@ class TraceWriter:
     (`recorded`, or `spooled` when the database is unavailable: the record then waits in the
     local spool and is replayed later). Recording never fails the lookup.
 
-    The MLflow trace is built and written off the lookup path (a feeder thread and an export
-    process, see `components.tracing.mlflow_sink`), with one span per pipeline component as recorded
-    by `components.tracing.stage_recorder`, tagged with the invocation id, `found`, the retrieval layer
-    and the fallback reason.
+    The MLflow trace (`components.tracing.trace_summary`: the decision, and one span per pipeline
+    component as recorded by `components.tracing.stage_recorder`, tagged with the invocation id,
+    `found`, the retrieval layer and the fallback reason) is handed to MLflow's asynchronous
+    trace logging (`components.tracing.mlflow_sink`); `sample_rate` traces only a share of lookups.
 
     Usage example:
 
@@ -151,6 +153,7 @@ class TraceWriter:
         artifact_location: str | None = None,
         retry_interval: float = 5.0,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        sample_rate: float = 1.0,
     ) -> None:
         """
         :param db_url: SQLAlchemy URL of the `tool_invocation` database (SQLite file, PostgreSQL ...).
@@ -163,9 +166,12 @@ class TraceWriter:
             MLflow would use the current directory).
         :param retry_interval: Seconds to spool without retrying after the database failed.
         :param timeout_s: Longest wait on a server trace database per call before spooling.
+        :param sample_rate: Share of lookups that get an MLflow trace (0 to 1); failed calls always do.
         """
         if summary_chars < 0:
             raise ValueError(f"summary_chars must be >= 0, not {summary_chars}")
+        if not 0.0 <= sample_rate <= 1.0:
+            raise ValueError(f"sample_rate must be between 0 and 1, not {sample_rate}")
         self.db_url = db_url
         self.spool_path = spool_path
         self.summary_chars = summary_chars
@@ -175,6 +181,7 @@ class TraceWriter:
         self.artifact_location = artifact_location
         self.retry_interval = retry_interval
         self.timeout_s = timeout_s
+        self.sample_rate = sample_rate
         self.store = TraceStore(db_url, spool_path, retry_interval=retry_interval, timeout_s=timeout_s)
         self._sink: MlflowTraceSink | None = None
         self._warm = False
@@ -210,6 +217,7 @@ class TraceWriter:
             artifact_location=self.artifact_location,
             retry_interval=self.retry_interval,
             timeout_s=self.timeout_s,
+            sample_rate=self.sample_rate,
         )
 
     @classmethod
@@ -350,7 +358,7 @@ class TraceWriter:
         writer_started_ns: int | None,
         recording: stage_recorder.StageRecording | None = None,
     ) -> None:
-        if self._sink is None:
+        if self._sink is None or (status != STATUS_ERROR and random.random() >= self.sample_rate):
             return
         if recording is None:
             recording = stage_recorder.current_recording()
@@ -374,7 +382,6 @@ class TraceWriter:
             ended_ns=time.time_ns(),
             details=details,
             trace_status=trace_status,
-            summary_chars=self.summary_chars,
             result=result,
             recording=recording,
             writer_started_ns=writer_started_ns,

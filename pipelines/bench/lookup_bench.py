@@ -218,7 +218,8 @@ def bench_lookup(
     """
     Lookup latency of the pipeline against one embedding + one search (see the module docstring),
     then, on the same collection, lookup latency with MLflow tracing off vs on
-    (`pipelines.bench.tracing.compare_tracing_overhead`, `tracing_lookups` per mode; 0 skips it).
+    (`pipelines.bench.tracing.compare_tracing_overhead`: `tracing_lookups` single-thread lookups
+    per mode and `tracing_lookups / 15` s of saturation per mode and round; 0 skips it).
     """
     from pipelines.indexing import run_indexing
     from pipelines.lookup import LookupService
@@ -259,7 +260,11 @@ def bench_lookup(
 
             echo("")
             tracing = compare_tracing_overhead(
-                cfg, [c.query for c in cases] or list(candidates.values())[0], n=tracing_lookups, out=echo
+                cfg,
+                [c.query for c in cases] or list(candidates.values())[0],
+                latency_lookups=max(1, tracing_lookups // 3),
+                seconds=tracing_lookups / 15,
+                out=echo,
             )
         _cleanup_milvus(cfg)
 

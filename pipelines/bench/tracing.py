@@ -1,25 +1,37 @@
 """
-Lookup latency with MLflow tracing off vs on, in the same run (to be wired into
-`knowledge bench lookup`).
+What MLflow tracing costs a lookup: tracing off vs on, in the same process, in alternating blocks.
 
-Two `LookupService`s over the same index and trace database, one with `mlflow.tracking_uri`
-null and one with MLflow on, timed in alternating blocks so both see the same machine load. Both
-record their `tool_invocation` row (that is not optional); the difference is the MLflow trace.
-After each "on" block the bench waits for its traces to be written (untimed): that pause is
-where the export, which yields to lookups, does its work.
+For each mode: total CPU per lookup across all processes (this one, its child processes, and a
+tracking server the bench started), saturated throughput (`threads` threads calling
+`LookupService.lookup` back to back for `seconds`, then waiting for the traces to be written,
+which counts in the time), and single-thread p50/p95 latency. Both modes record their
+`tool_invocation` row; the difference is the MLflow trace.
 
-    python -m pipelines.bench.tracing [--lookups N] [--block B] [key=value ...]
+    python -m pipelines.bench.tracing [--threads N] [--seconds S] [--rounds R] [--server] [key=value ...]
+
+With no `mlflow.tracking_uri` in the config, MLflow on writes to a sqlite store in the bench's
+temp folder; `--server` starts `mlflow server` on 127.0.0.1 (sqlite backend) and traces to it.
 """
 
 import argparse
+import contextlib
 import copy
+import os
+import signal
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
+
+from pipelines.bench.machine import _machine_busy_s, format_other_cpu, percentile
 
 DEFAULT_QUERIES = (
     "disk almost full on a worker node",
@@ -29,34 +41,176 @@ DEFAULT_QUERIES = (
     "inode exhaustion df -i",
     "how to bake sourdough bread",
 )
-LIMIT = 0.05
+# Tracing on may cost at most this share of saturated throughput.
+THROUGHPUT_LIMIT = 0.10
 
 
-def _p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+class ProcessTreeCpu:
+    """CPU seconds (user + system) of this process and every process under it seen so far."""
+
+    def __init__(self, extra_pids: Sequence[int] = ()) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._roots = [psutil.Process(), *(psutil.Process(pid) for pid in extra_pids)]
+        self._seen: dict[int, Any] = {}
+        self._last: dict[int, float] = {}
+
+    def _cpu(self, process: Any) -> float:
+        try:
+            times = process.cpu_times()
+            self._last[process.pid] = times.user + times.system
+        except self._psutil.Error:
+            pass  # exited: its last reading stands
+        return self._last.get(process.pid, 0.0)
+
+    def total(self) -> float:
+        for root in self._roots:
+            with contextlib.suppress(self._psutil.Error):
+                for child in root.children(recursive=True):
+                    self._seen.setdefault(child.pid, child)
+        processes = [*self._roots, *self._seen.values()]
+        return sum(self._cpu(p) for p in processes)
+
+
+def other_cpu_share(machine_start: float | None, tree_start: float, tree_end: float, wall_start: float) -> float | None:
+    """Share of all CPUs that processes outside the bench's process tree used since the starts."""
+    machine_end = _machine_busy_s()
+    wall = time.perf_counter() - wall_start
+    if machine_start is None or machine_end is None or wall <= 0:
+        return None
+    others = (machine_end - machine_start) - (tree_end - tree_start)
+    return round(max(0.0, others) / (wall * (os.cpu_count() or 1)), 3)
+
+
+def _flush() -> bool:
+    from components.tracing.mlflow_sink import flush_all
+
+    return flush_all(timeout=300)
+
+
+def trace_cost(
+    service: Any, queries: Sequence[str], n: int = 30, build: Callable[[Any], dict[str, Any]] | None = None
+) -> dict[str, float]:
+    """
+    CPU milliseconds per trace, apart from the lookup: building the trace (`build`, default
+    `build_trace`), handing it to MLflow (spans), and writing it (MLflow's async queue drained).
+    `service` has MLflow on; its lookups here are not timed, their traces are held back and
+    replayed.
+    """
+    from components.tracing.mlflow_sink import _write, flush_all
+    from components.tracing.trace_summary import build_trace
+
+    build = build or build_trace
+    sink = service.trace_writer._sink
+    held: list[Any] = []
+    submit = sink.submit
+    sink.submit = held.append
+    try:
+        for i in range(n):
+            service.lookup(queries[i % len(queries)])
+    finally:
+        sink.submit = submit
+    flush_all()
+    cpu = time.process_time()
+    traces = [build(job) for job in held]
+    built = time.process_time()
+    for trace in traces:
+        _write(trace, sink.experiment_id)
+    handed = time.process_time()
+    flush_all()
+    written = time.process_time()
+    return {
+        "build_ms": round((built - cpu) * 1000.0 / len(held), 2),
+        "spans_ms": round((handed - built) * 1000.0 / len(held), 2),
+        "write_ms": round((written - handed) * 1000.0 / len(held), 2),
+    }
+
+
+def _saturate(lookup: Callable[[str], Any], queries: Sequence[str], threads: int, seconds: float) -> int:
+    """Lookups done by `threads` threads back to back until `seconds` have passed."""
+    stop = time.perf_counter() + seconds
+    counts = [0] * threads
+
+    def work(index: int) -> None:
+        position = index
+        while time.perf_counter() < stop:
+            lookup(queries[position % len(queries)])
+            position += threads
+            counts[index] += 1
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return sum(counts)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def mlflow_server(folder: Path, ready_timeout: float = 120.0) -> Iterator[tuple[str, int]]:
+    """An `mlflow server` on a free 127.0.0.1 port (sqlite backend in `folder`): (URI, pid); stopped after."""
+    import urllib.request
+
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    command = [
+        sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{folder}/server.db",
+        "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+        "--workers", "1",
+    ]  # fmt: skip
+    log = open(folder / "server.log", "wb")  # noqa: SIM115 (closed below)
+    server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"mlflow server did not start; see {folder / 'server.log'}") from None
+                time.sleep(0.5)
+        yield uri, server.pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
+            server.wait(10)
+        log.close()
 
 
 def compare_tracing_overhead(
     cfg: DictConfig,
     queries: Sequence[str] = DEFAULT_QUERIES,
-    n: int = 60,
-    block: int = 10,
+    threads: int = 2,
+    seconds: float = 4.0,
+    rounds: int = 3,
+    latency_lookups: int = 12,
+    server_pid: int | None = None,
+    trace_parts: bool = True,
     out: Callable[[str], Any] = print,
 ) -> dict[str, Any]:
     """
-    Time `n` lookups with MLflow off and `n` with it on, in alternating blocks of `block`
-    (off-on, on-off, ...).
-
-    MLflow on uses `cfg.mlflow.tracking_uri`, or the default sqlite store under the state folder
-    when the config has MLflow off. Returns and prints p50/p95 of each and the p50 overhead, and,
-    as a figure that other processes on a shared machine do not blur, the CPU time of this process
-    per lookup in each mode (the "on" side includes the feeder thread's work, drained after each
-    block) and the export process's CPU per trace.
+    Tracing off vs on over `rounds` rounds; each round runs both modes (off-on, then on-off) and
+    each mode `latency_lookups` single-thread lookups, then `threads` threads for `seconds`, then
+    waits for its traces to be written. MLflow on uses `cfg.mlflow.tracking_uri`, or a sqlite store
+    under the state folder when the config has MLflow off. `server_pid`: a tracking server's
+    process, whose CPU counts in the total. `trace_parts`: also time a trace's parts apart
+    (`trace_cost`; in this process only, a tracking server's share is not in it). Prints and
+    returns the figures.
     """
-    import psutil
-
-    from components.tracing.mlflow_sink import flush_all, get_sink
     from pipelines.lookup import LookupService
 
     cfg_off = copy.deepcopy(cfg)
@@ -70,87 +224,98 @@ def compare_tracing_overhead(
         service.warm_up()
         for query in queries:  # untimed: first-call costs (and MLflow's store set-up) stay out
             service.lookup(query)
-    flush_all()
-    sink = get_sink(cfg_on.mlflow.tracking_uri, cfg_on.mlflow.experiment)
-    child = psutil.Process(sink._process.pid) if sink._process is not None else None
+    _flush()
 
-    def child_cpu() -> float:
-        try:
-            return sum(child.cpu_times()[:2]) if child is not None else 0.0
-        except psutil.Error:
-            return 0.0
-
-    timings: dict[str, list[float]] = {"off": [], "on": []}
+    tree = ProcessTreeCpu([server_pid] if server_pid else [])
+    latencies: dict[str, list[float]] = {"off": [], "on": []}
+    lookups = {"off": 0, "on": 0}
+    saturated = {"off": [0, 0.0], "on": [0, 0.0]}  # lookups, seconds (flush included)
     cpu = {"off": 0.0, "on": 0.0}
-    block_ratios: list[float] = []
-    position = 0
-    flush_s = 0.0
-    child_start = child_cpu()
-    pair = 0
-    while min(len(v) for v in timings.values()) < n:
-        medians = {}
-        # ABBA order: neither mode always runs first after a pause.
-        order = ("off", "on") if pair % 2 == 0 else ("on", "off")
-        pair += 1
-        for mode in order:
-            times = []
-            cpu_start = time.process_time()
-            for _ in range(min(block, n - len(timings[mode]))):
-                query = queries[position % len(queries)]
-                position += 1
-                start = time.perf_counter()
-                services[mode].lookup(query)
-                times.append((time.perf_counter() - start) * 1000.0)
-            if mode == "on":  # the block's traces leave before the next "off" block starts
-                flush_start = time.perf_counter()
-                flush_all()
-                flush_s += time.perf_counter() - flush_start
-            cpu[mode] += time.process_time() - cpu_start
-            timings[mode] += times
-            medians[mode] = statistics.median(times) if times else None
-        if medians["off"] and medians["on"]:
-            block_ratios.append(medians["on"] / medians["off"])
-    export_cpu = child_cpu() - child_start
-    flushed = flush_all()
+    flushed = True
+    machine_start, tree_start, wall_start = _machine_busy_s(), tree.total(), time.perf_counter()
+    for round_index in range(rounds):
+        for mode in ("off", "on") if round_index % 2 == 0 else ("on", "off"):
+            lookup = services[mode].lookup
+            cpu_start = tree.total()
+            for i in range(latency_lookups):
+                started = time.perf_counter()
+                lookup(queries[i % len(queries)])
+                latencies[mode].append((time.perf_counter() - started) * 1000.0)
+            started = time.perf_counter()
+            done = _saturate(lookup, queries, threads, seconds)
+            flushed = _flush() and flushed  # the traces are part of the work: their time counts
+            saturated[mode][0] += done
+            saturated[mode][1] += time.perf_counter() - started
+            lookups[mode] += latency_lookups + done
+            cpu[mode] += tree.total() - cpu_start
+    other_share = other_cpu_share(machine_start, tree_start, tree.total(), wall_start)
 
-    report: dict[str, Any] = {"n": n, "block": block, "tracking_uri": cfg_on.mlflow.tracking_uri}
-    for mode, values in timings.items():
-        report[mode] = {
-            "p50_ms": statistics.median(values),
-            "p95_ms": _p(values, 0.95),
-            "mean_ms": statistics.fmean(values),
-        }
-    report["overhead_p50"] = report["on"]["p50_ms"] / report["off"]["p50_ms"] - 1.0
-    # Each "on" block against the "off" block just before it: robust to load that drifts during the run.
-    report["overhead_paired_blocks"] = statistics.median(block_ratios) - 1.0 if block_ratios else None
-    report["within_limit"] = report["overhead_p50"] <= LIMIT
-    report["flush_s"] = flush_s
-    report["flushed"] = flushed
-    report["cpu_ms_per_lookup"] = {mode: cpu[mode] * 1000.0 / len(timings[mode]) for mode in cpu}
-    report["overhead_cpu"] = cpu["on"] / cpu["off"] - 1.0 if cpu["off"] else None
-    report["export_cpu_ms_per_trace"] = export_cpu * 1000.0 / len(timings["on"])
-    out(
-        f"lookup latency, MLflow tracing off vs on ({report['tracking_uri']}; {n} lookups each, alternating blocks of {block}, ABBA)"
-    )
+    report: dict[str, Any] = {
+        "tracking_uri": cfg_on.mlflow.tracking_uri,
+        "threads": threads,
+        "seconds": seconds,
+        "rounds": rounds,
+        "flushed": flushed,
+        "other_cpu_share": other_share,
+    }
     for mode in ("off", "on"):
-        r = report[mode]
-        out(f"  tracing {mode:<3}  p50 {r['p50_ms']:7.1f} ms   p95 {r['p95_ms']:7.1f} ms   mean {r['mean_ms']:7.1f} ms")
-    verdict = "within" if report["within_limit"] else "OVER"
-    paired = report["overhead_paired_blocks"] if report["overhead_paired_blocks"] is not None else float("nan")
-    out(
-        f"  p50 overhead {report['overhead_p50'] * 100:+.1f}% ({verdict} the {LIMIT:.0%} limit); median of paired "
-        f"block ratios {paired * 100:+.1f}%"
-    )
-    cpu_ms = report["cpu_ms_per_lookup"]
-    out(
-        f"  CPU of this process per lookup: off {cpu_ms['off']:.1f} ms, on {cpu_ms['on']:.1f} ms "
-        f"({(report['overhead_cpu'] or 0) * 100:+.1f}%); export process (nice, separate) "
-        f"{report['export_cpu_ms_per_trace']:.1f} ms per trace; waited {flush_s:.2f} s for exports between blocks"
-    )
+        report[mode] = {
+            "p50_ms": round(statistics.median(latencies[mode]), 2),
+            "p95_ms": round(percentile(latencies[mode], 0.95), 2),
+            "lookups_per_s": round(saturated[mode][0] / saturated[mode][1], 2),
+            "cpu_ms_per_lookup": round(cpu[mode] * 1000.0 / lookups[mode], 2),
+            "lookups": lookups[mode],
+        }
+    report["throughput_cost"] = round(1.0 - report["on"]["lookups_per_s"] / report["off"]["lookups_per_s"], 4)
+    report["p50_overhead"] = round(report["on"]["p50_ms"] / report["off"]["p50_ms"] - 1.0, 4)
+    report["cpu_ms_per_trace"] = round(report["on"]["cpu_ms_per_lookup"] - report["off"]["cpu_ms_per_lookup"], 2)
+    report["within_limit"] = report["throughput_cost"] <= THROUGHPUT_LIMIT
+    report["trace_cpu_ms"] = trace_cost(services["on"], queries) if trace_parts else None
+    for line in format_tracing_figures(report):
+        out(line)
     return report
 
 
+def format_tracing_figures(r: dict[str, Any]) -> list[str]:
+    verdict = "within" if r["within_limit"] else "OVER"
+    lines = [
+        f"MLflow tracing off vs on ({r['tracking_uri']}; {r['rounds']} alternating rounds, saturation "
+        f"{r['threads']} threads x {r['seconds']:g} s per mode and round, trace writing included)"
+    ]
+    for mode in ("off", "on"):
+        m = r[mode]
+        lines.append(
+            f"  tracing {mode:<3}  saturated {m['lookups_per_s']:6.1f} lookups/s   CPU {m['cpu_ms_per_lookup']:6.1f} ms "
+            f"per lookup (all processes)   p50 {m['p50_ms']:6.1f} ms   p95 {m['p95_ms']:6.1f} ms   [{m['lookups']} lookups]"
+        )
+    lines.append(
+        f"  tracing costs {r['throughput_cost'] * 100:+.1f}% of saturated throughput ({verdict} the "
+        f"{THROUGHPUT_LIMIT:.0%} limit), {r['cpu_ms_per_trace']:+.1f} ms CPU per lookup, p50 {r['p50_overhead'] * 100:+.1f}%"
+    )
+    if r.get("trace_cpu_ms"):
+        t = r["trace_cpu_ms"]
+        lines.append(
+            f"  one trace, CPU in this process: build {t['build_ms']:.2f} ms, spans {t['spans_ms']:.2f} ms, "
+            f"written by MLflow's queue {t['write_ms']:.2f} ms"
+        )
+    lines.append(f"  {format_other_cpu(r['other_cpu_share'])}")
+    return lines
+
+
+def small_kb_config(cfg: DictConfig, work: Path, kb: str | Path) -> DictConfig:
+    """`cfg` writing everything under `work`, indexing `kb` (MLflow settings kept)."""
+    from pipelines.bench.corpus import bench_config
+
+    tracking_uri, artifacts = cfg.mlflow.tracking_uri, cfg.mlflow.artifact_location
+    bench = bench_config(cfg, work / "state", Path(kb).resolve())
+    if tracking_uri and not str(tracking_uri).startswith("sqlite:"):
+        bench.mlflow.tracking_uri = tracking_uri  # a server: kept as given
+        bench.mlflow.artifact_location = artifacts
+    return bench
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from pipelines.indexing import run_indexing
     from pipelines.settings import load_config
 
     parser = argparse.ArgumentParser(
@@ -158,11 +323,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--lookups", type=int, default=60, help="timed lookups per mode")
-    parser.add_argument("--block", type=int, default=10, help="lookups per block before switching mode")
+    parser.add_argument("--kb", default="knowledge", help="markdown folder to index (default: knowledge/)")
+    parser.add_argument("--threads", type=int, default=2, help="threads calling lookup back to back")
+    parser.add_argument("--seconds", type=float, default=4.0, help="saturation time per mode and round")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating off/on rounds")
+    parser.add_argument("--server", action="store_true", help="trace to an `mlflow server` started here")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args(argv)
-    report = compare_tracing_overhead(load_config(args.overrides), n=args.lookups, block=args.block)
+    with tempfile.TemporaryDirectory(prefix="knowledge-bench-tracing-") as tmp:
+        work = Path(tmp)
+        cfg = small_kb_config(load_config(args.overrides), work, args.kb)
+        run_indexing(cfg, rebuild=True)
+        with contextlib.ExitStack() as stack:
+            server_pid = None
+            if args.server:
+                cfg.mlflow.tracking_uri, server_pid = stack.enter_context(mlflow_server(work))
+                cfg.mlflow.artifact_location = None
+            report = compare_tracing_overhead(
+                cfg, threads=args.threads, seconds=args.seconds, rounds=args.rounds, server_pid=server_pid
+            )
     return 0 if report["within_limit"] else 1
 
 

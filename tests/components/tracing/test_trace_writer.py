@@ -21,6 +21,7 @@ def test_trace_writer_serializes_with_plain_init_parameters(tmp_path):
         artifact_location="/tmp/a",
         retry_interval=1.5,
         timeout_s=2.5,
+        sample_rate=0.25,
     )
     data = writer.to_dict()
     assert data["type"] == "components.tracing.trace_writer.TraceWriter"
@@ -34,8 +35,16 @@ def test_trace_writer_serializes_with_plain_init_parameters(tmp_path):
         "artifact_location": "/tmp/a",
         "retry_interval": 1.5,
         "timeout_s": 2.5,
+        "sample_rate": 0.25,
     }
     assert TraceWriter.from_dict(data).to_dict() == data
+
+
+def test_a_sample_rate_outside_zero_to_one_is_refused(tmp_path):
+    import pytest
+
+    with pytest.raises(ValueError, match="sample_rate must be between 0 and 1"):
+        TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s.jsonl"), sample_rate=1.5)
 
 
 def test_trace_writer_is_the_last_step_fed_by_the_assembler(make_config):

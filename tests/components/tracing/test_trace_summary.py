@@ -1,0 +1,74 @@
+"""What a lookup's MLflow trace holds: briefs (scalars, previews, counts, shapes), spans in order."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from components.tracing.stage_recorder import Stage, StageRecording
+from components.tracing.trace_summary import PREVIEW_CHARS, TraceJob, brief, build_trace, stage_data
+
+
+@dataclass
+class _Attempt:
+    category: str | None
+    hits: list[str]
+
+
+def test_brief_keeps_scalars_and_previews_text_and_counts_sequences():
+    assert brief(None) is None and brief(3) == 3 and brief(0.5) == 0.5 and brief(True) is True
+    assert brief("short") == "short"
+    long = brief("x" * 5000)
+    assert long.startswith("x" * PREVIEW_CHARS) and long.endswith("[5000 chars]") and len(long) < 300
+    assert brief([0.1] * 384) == 384
+    assert brief(np.zeros((2, 384), dtype=np.float32)) == "<array 2x384>"
+
+
+def test_brief_opens_one_level_of_mappings_and_dataclasses_only():
+    assert brief({"attempt": _Attempt("disk", ["a", "b"]), "n": 2}) == {"attempt": "_Attempt", "n": 2}
+    assert brief(_Attempt("disk", ["a", "b"])) == {"category": "disk", "hits": 2}
+    assert stage_data({"documents": [object()] * 7, "query": "pg lag"}) == {"documents": 7, "query": "pg lag"}
+    assert stage_data(None) is None
+
+
+def _job(stages: list[Stage], writer_started_ns: int | None = None, **extra) -> TraceJob:
+    return TraceJob(
+        invocation_id="inv-1",
+        tool_name="lookup_knowledge",
+        status=extra.pop("status", "ok"),
+        arguments={"query": "disk full"},
+        started_ns=100,
+        ended_ns=1000,
+        details={"retrieval_layer": "L1", "evidence_blocks": [{}, {}], "fallback_reason": None},
+        trace_status="recorded",
+        recording=StageRecording(start_ns=100, stages=stages),
+        writer_started_ns=writer_started_ns,
+        tags={"invocation_id": "inv-1"},
+        **extra,
+    )
+
+
+def test_a_trace_has_the_brief_details_and_one_span_per_stage_in_order():
+    stages = [
+        Stage("query_transformer", "QueryTransformer", 110, 120, {"query": "disk full"}, {"query": "disk full"}),
+        Stage("retriever", "Retriever", 130, 400, {"embeddings": np.zeros((1, 384))}, {"candidates": [1, 2, 3]}),
+        Stage("trace_writer", "TraceWriter", 900, None, {"arguments": {"query": "disk full"}}),
+    ]
+    trace = build_trace(_job(stages))
+    assert trace["inputs"] == {"query": "disk full"}
+    assert trace["details"] == {"retrieval_layer": "L1", "evidence_blocks": 2, "fallback_reason": None}
+    assert [s["name"] for s in trace["spans"]] == ["query_transformer", "retriever", "trace_writer"]
+    retriever = trace["spans"][1]
+    assert retriever["span_type"] == "RETRIEVER" and (retriever["start_ns"], retriever["end_ns"]) == (130, 400)
+    assert retriever["inputs"] == {"embeddings": "<array 1x384>"} and retriever["outputs"] == {"candidates": 3}
+    writer = trace["spans"][2]
+    assert writer["end_ns"] == 1000, "the writer's span ends with the trace"
+    assert writer["outputs"] == {"invocation_id": "inv-1", "trace_status": "recorded"}
+
+
+def test_a_failed_call_is_an_error_trace_with_the_failed_stage_and_a_writer_span():
+    stages = [Stage("context_packer", "ContextPacker", 200, 300, error="RuntimeError: out of paper")]
+    error = {"type": "RuntimeError", "message": "out of paper", "component": "context_packer"}
+    trace = build_trace(_job(stages, writer_started_ns=950, status="error", error=error))
+    assert trace["error"] == "out of paper" and trace["outputs"]["error"] == error
+    assert trace["spans"][0]["error"] == "RuntimeError: out of paper"
+    assert trace["spans"][-1]["name"] == "trace_writer" and trace["spans"][-1]["start_ns"] == 950
