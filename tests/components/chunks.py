@@ -1,8 +1,14 @@
-"""Small embedded chunks for the unit tests of the Milvus writer, planner and vector searches (4-d vectors)."""
+"""
+Small embedded chunks (4-d vectors) and collections of another schema, for the unit tests of the
+Milvus writer, the index planner, the vector searches and the sidecar.
+"""
 
 import math
 
 from haystack import Document
+from pymilvus import DataType, MilvusClient
+
+from components.stores.milvus_collection import connect
 
 DIM = 4
 
@@ -33,3 +39,18 @@ def chunk(source: str, index: int, vector: list[float], category: str = "ops", *
             **meta,
         },
     )
+
+
+def short_field_collection(uri: str, name: str, category_chars: int | None) -> None:
+    """An existing collection of another schema: a short category column, or none."""
+    client = connect(uri)
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
+    schema.add_field("content", DataType.VARCHAR, max_length=200)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=DIM)
+    schema.add_field("metadata", DataType.JSON)
+    if category_chars is not None:
+        schema.add_field("category", DataType.VARCHAR, max_length=category_chars)
+    params = client.prepare_index_params()
+    params.add_index("vector", index_type="FLAT", metric_type="L2")
+    client.create_collection(name, schema=schema, index_params=params)

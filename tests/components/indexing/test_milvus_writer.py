@@ -1,12 +1,11 @@
 """MilvusChunkWriter: creating the collection, inserts, deletes, rebuilds and refused chunks."""
 
 import pytest
-from pymilvus import DataType, MilvusClient
 
 from components.contracts import IndexPlan
 from components.indexing.milvus_writer import MilvusChunkWriter
 from components.stores.milvus_collection import CollectionMismatchError, connect, describe_layout
-from tests.components.chunks import DIM, chunk
+from tests.components.chunks import DIM, chunk, short_field_collection
 from tests.helpers import assert_round_trips
 
 
@@ -69,21 +68,6 @@ def test_vectors_of_another_dimension_are_refused_naming_both(uri):
     with pytest.raises(CollectionMismatchError, match="4-d vectors but the embedder gives 5-d"):
         writer.run(documents=[wider], plan=IndexPlan())
     assert list(rows(uri, "four")) == ["a.md#0"]
-
-
-def short_field_collection(uri: str, name: str, category_chars: int | None) -> None:
-    """An existing collection of another schema: a short category column, or none."""
-    client = MilvusClient(uri=uri)
-    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=64)
-    schema.add_field("content", DataType.VARCHAR, max_length=200)
-    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=DIM)
-    schema.add_field("metadata", DataType.JSON)
-    if category_chars is not None:
-        schema.add_field("category", DataType.VARCHAR, max_length=category_chars)
-    params = client.prepare_index_params()
-    params.add_index("vector", index_type="FLAT", metric_type="L2")
-    client.create_collection(name, schema=schema, index_params=params)
 
 
 def test_a_collection_without_the_category_column_gets_chunks_without_it(uri):
