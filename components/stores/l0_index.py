@@ -4,7 +4,6 @@ the matching of a query against them. It only ever produces hints (`L0Hints`), n
 Persistence is in `components.stores.l0_index_file`; the word rules in `components.common.l0_words`.
 """
 
-import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -21,8 +20,6 @@ from components.common.l0_words import (
 )
 from components.common.text import contains_phrase, fold, identifier_words, terms, unique
 from components.contracts import EntityRef, L0Hints
-
-logger = logging.getLogger(__name__)
 
 
 def document_names(entry: "L0Entry") -> list[str]:
@@ -55,7 +52,6 @@ class _EntryTerms:
     """Precomputed comparison forms of one entry."""
 
     title_terms: set[str]
-    title_forms: list[str]
     document_terms: frozenset[str]
     title_weight: float = 0.0
     # Terms of the entry's category name that its title contains ("alertmanager").
@@ -119,7 +115,6 @@ class L0Index:
             self._entry_terms.append(
                 _EntryTerms(
                     title_terms=title_terms,
-                    title_forms=forms,
                     document_terms=frozenset(entry.terms) | title_terms,
                     title_weight=sum(self._title_weights[t] for t in title_terms),
                     category_terms=frozenset(terms(entry.category)) & title_terms,

@@ -10,7 +10,6 @@ Both return `Candidate`s with the same normalized similarity (see `components.co
 Each reads the collection's layout (`describe_layout`) when it opens it and never alters it.
 """
 
-import logging
 from typing import Any, Protocol
 
 import numpy as np
@@ -38,8 +37,6 @@ from components.stores.milvus_collection import (
     index_params_for,
     timeout_seconds,
 )
-
-logger = logging.getLogger(__name__)
 
 PATHS = ("sdk", "haystack")
 

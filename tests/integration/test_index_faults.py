@@ -8,9 +8,8 @@ import os
 
 import pytest
 
-from components.indexing.markdown_chunker import MarkdownChunker, split_by_characters
 from components.stores.milvus_collection import MAX_CATEGORY_CHARS, MAX_CONTENT_CHARS
-from tests.helpers import MODEL, collection_rows
+from tests.helpers import collection_rows
 
 GOOD = "# Good\n\nThe service restarts cleanly after a deploy.\n"
 
@@ -47,17 +46,3 @@ def test_unusable_files_are_skipped_with_a_reason_and_long_chunks_are_cut(faulty
     long_rows = [row for row in rows if row["metadata"]["source"] == "long-words.md"]
     assert len(long_rows) >= 3
     assert all(len(row["content"]) <= MAX_CONTENT_CHARS for row in rows)
-
-
-def test_split_by_characters_keeps_every_character_but_the_cut_spaces():
-    text = "ab " * 50
-    pieces = split_by_characters(text.strip(), 20)
-    assert all(len(piece) <= 20 for piece in pieces)
-    assert " ".join(pieces) == text.strip()
-    assert split_by_characters("x" * 45, 20) == ["x" * 20, "x" * 20, "x" * 5]
-
-
-def test_chunker_cuts_a_window_over_max_chars():
-    chunker = MarkdownChunker(tokenizer_model=MODEL, max_chars=1000)
-    windows = chunker.split_text_with_counts(" ".join("y" * 300 for _ in range(10)))
-    assert len(windows) >= 3 and all(len(text) <= 1000 for text, _ in windows)

@@ -9,7 +9,7 @@ import grpc
 import pytest
 from pymilvus import MilvusClient
 
-from components.stores.milvus_collection import MilvusUnavailableError, _is_lock_error, connect, exception_chain
+from components.stores.milvus_collection import MilvusUnavailableError, connect, exception_chain
 from tests.conftest import sample_overrides, state_overrides
 from tests.helpers import run_cli, stderr_lines
 
@@ -19,24 +19,6 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def self_caused_error() -> Exception:
-    error = RuntimeError("failed to connect to all addresses")
-    error.__cause__ = error
-    return error
-
-
-def test_exception_chain_visits_each_error_once_even_in_a_cycle():
-    first = self_caused_error()
-    outer = ValueError("outer")
-    outer.__cause__ = first
-    assert list(exception_chain(outer)) == [outer, first]
-    assert list(exception_chain(None)) == []
-
-
-def test_lock_probe_ends_on_an_error_that_is_its_own_cause():
-    assert _is_lock_error(self_caused_error()) is False
 
 
 def test_pymilvus_refused_connection_is_a_cycle_and_connect_turns_it_into_one_error():

@@ -7,7 +7,7 @@ from haystack import Document
 
 from components.common.embedding_models import count_tokens
 from components.common.text import is_cjk
-from components.indexing.markdown_chunker import MarkdownChunker
+from components.indexing.markdown_chunker import MarkdownChunker, split_by_characters
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from tests.conftest import SAMPLE_KB
 from tests.helpers import MODEL
@@ -297,3 +297,17 @@ def test_same_text_in_two_documents_gives_different_keys(chunker):
     one = chunk(chunker, DOC, source="disk/a.md")
     two = chunk(chunker, DOC, source="disk/b.md")
     assert not {c.id for c in one} & {c.id for c in two}
+
+
+def test_split_by_characters_keeps_every_character_but_the_cut_spaces():
+    text = "ab " * 50
+    pieces = split_by_characters(text.strip(), 20)
+    assert all(len(piece) <= 20 for piece in pieces)
+    assert " ".join(pieces) == text.strip()
+    assert split_by_characters("x" * 45, 20) == ["x" * 20, "x" * 20, "x" * 5]
+
+
+def test_chunker_cuts_a_window_over_max_chars():
+    chunker = MarkdownChunker(tokenizer_model=MODEL, max_chars=1000)
+    windows = chunker.split_text_with_counts(" ".join("y" * 300 for _ in range(10)))
+    assert len(windows) >= 3 and all(len(text) <= 1000 for text, _ in windows)

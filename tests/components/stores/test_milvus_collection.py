@@ -8,7 +8,7 @@ from pymilvus import DataType
 
 from components.indexing.markdown_chunker import MarkdownChunker
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
-from components.stores.milvus_collection import connect, ensure_loaded
+from components.stores.milvus_collection import _is_lock_error, connect, ensure_loaded, exception_chain
 from tests.conftest import SAMPLE_KB
 from tests.helpers import MODEL, collection_rows
 
@@ -99,3 +99,21 @@ def test_category_column_filters(client, sample_cfg, rows):
     expected = sum(1 for row in rows if row["category"] == "queues")
     found = client.query(name, filter='category == "queues"', output_fields=["count(*)"])
     assert expected > 0 and found[0]["count(*)"] == expected
+
+
+def self_caused_error() -> Exception:
+    error = RuntimeError("failed to connect to all addresses")
+    error.__cause__ = error
+    return error
+
+
+def test_exception_chain_visits_each_error_once_even_in_a_cycle():
+    first = self_caused_error()
+    outer = ValueError("outer")
+    outer.__cause__ = first
+    assert list(exception_chain(outer)) == [outer, first]
+    assert list(exception_chain(None)) == []
+
+
+def test_lock_probe_ends_on_an_error_that_is_its_own_cause():
+    assert _is_lock_error(self_caused_error()) is False

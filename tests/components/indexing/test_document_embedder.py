@@ -1,0 +1,76 @@
+"""KnowledgeDocumentEmbedder: unit vectors of each chunk's header and content, as the benchmark reconstructs them."""
+
+import numpy as np
+import pytest
+from haystack import Document
+from sentence_transformers import SentenceTransformer
+
+from components.common.embedding_models import ModelNotFoundError, resolve_model
+from components.indexing.document_embedder import KnowledgeDocumentEmbedder
+from tests.helpers import MODEL, assert_round_trips
+
+
+@pytest.fixture(scope="module")
+def embedder() -> KnowledgeDocumentEmbedder:
+    embedder = KnowledgeDocumentEmbedder(model=MODEL)
+    embedder.warm_up()
+    return embedder
+
+
+@pytest.fixture(scope="module")
+def bare() -> SentenceTransformer:
+    return SentenceTransformer(resolve_model(MODEL), device="cpu")
+
+
+def test_each_chunk_gets_the_unit_vector_of_its_header_and_content(embedder, bare):
+    chunks = [
+        Document(content="Delete old logs.", meta={"embed_header": "Disk Full > Mitigation"}),
+        Document(content="Check the standby.", meta={}),
+    ]
+    embedded = embedder.run(documents=chunks)["documents"]
+    vectors = np.asarray([d.embedding for d in embedded])
+    assert vectors.shape == (2, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    expected = bare.encode(
+        ["Disk Full > Mitigation\nDelete old logs.", "Check the standby."], normalize_embeddings=True
+    )
+    assert np.allclose(vectors, expected, atol=1e-5)
+
+
+def test_embedding_text_is_what_the_embedder_encodes(embedder, bare):
+    chunk = Document(content="Delete old logs.", meta={"embed_header": "Disk Full > Mitigation"})
+    text = embedder.embedding_text(chunk)
+    assert text == "Disk Full > Mitigation\nDelete old logs."
+    vector = embedder.run(documents=[Document(content=chunk.content, meta=dict(chunk.meta))])["documents"][0].embedding
+    assert np.allclose(vector, bare.encode(text, normalize_embeddings=True), atol=1e-5)
+    assert embedder.embedding_text(Document(content="x", meta={"embed_header": ""})) == "\nx"  # empty, not None
+    assert embedder.embedding_text(Document(content="x", meta={"embed_header": None})) == "x"
+
+
+def test_no_meta_fields_embeds_the_content_alone(bare):
+    embedder = KnowledgeDocumentEmbedder(model=MODEL, meta_fields_to_embed=[])
+    chunk = Document(content="Delete old logs.", meta={"embed_header": "Disk Full"})
+    vector = embedder.run(documents=[chunk])["documents"][0].embedding
+    assert np.allclose(vector, bare.encode("Delete old logs.", normalize_embeddings=True), atol=1e-5)
+
+
+def test_no_chunks_loads_no_model():
+    embedder = KnowledgeDocumentEmbedder(model="packaged:not-installed")
+    assert embedder.run(documents=[]) == {"documents": []}
+    assert embedder._embedder is None
+
+
+def test_an_unknown_packaged_model_fails_at_warm_up():
+    with pytest.raises(ModelNotFoundError, match="unknown packaged model 'not-installed'"):
+        KnowledgeDocumentEmbedder(model="packaged:not-installed").warm_up()
+
+
+def test_warm_up_is_idempotent(embedder):
+    loaded = embedder._embedder
+    embedder.warm_up()
+    assert embedder._embedder is loaded
+
+
+def test_round_trips():
+    assert_round_trips(KnowledgeDocumentEmbedder(model=MODEL, batch_size=8, meta_fields_to_embed=["title"]))
+    assert KnowledgeDocumentEmbedder().meta_fields_to_embed == ["embed_header"]

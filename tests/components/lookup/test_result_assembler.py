@@ -1,0 +1,126 @@
+"""ResultAssembler: found / no-evidence results, layers, relevance levels and completeness hints."""
+
+import pytest
+
+from components.contracts import (
+    STATUS_EVIDENCE,
+    STATUS_NO_EVIDENCE,
+    ContextPack,
+    DedupStats,
+    EvidenceBlock,
+    L0Hints,
+    QueryTransform,
+    RetrievalAttempt,
+    RetrievalTrace,
+    SidecarReport,
+)
+from components.lookup.result_assembler import ResultAssembler, completeness_hint, relevance_level, retrieval_layer
+from tests.helpers import assert_round_trips
+
+
+def block(key: str, source: str, score: float) -> EvidenceBlock:
+    return EvidenceBlock(
+        evidence_key=key,
+        source=source,
+        content=f"content of {key}",
+        retrieval_layer="L1",
+        score=score,
+        score_label="normalized_similarity",
+        raw_score=round(2 - 2 * score, 6),
+        raw_score_label="l2_squared_distance",
+        rerank_score=score,
+        hit_reasons=["semantic"],
+    )
+
+
+def attempt(candidates: int, top: float | None = None) -> RetrievalAttempt:
+    return RetrievalAttempt(0, None, None, "disk full", "sdk", candidates, candidates, top, "evidence")
+
+
+def pack(**fields) -> ContextPack:
+    return ContextPack(
+        text="…",
+        budget_tokens=500,
+        used_tokens=100,
+        included_sources=["a.md"],
+        omitted_sources=fields.pop("omitted_sources", []),
+        truncated=fields.pop("truncated", False),
+        **fields,
+    )
+
+
+def assemble(blocks, trace, hints=None, assembler=None, **inputs):
+    return (assembler or ResultAssembler()).run(
+        query_transform=QueryTransform(raw="disk full", normalized="disk full", variants=["disk full"]),
+        hints=hints or L0Hints(),
+        retrieval_trace=trace,
+        rerank_trace=[],
+        evidence_blocks=blocks,
+        dedup=DedupStats(candidate_count=3, final_count=len(blocks), merged=0, capped=0),
+        context_pack=pack(),
+        **inputs,
+    )["result"]
+
+
+def test_evidence_gives_a_found_result():
+    result = assemble([block("a#0", "a.md", 0.72), block("b#0", "b.md", 0.5)], RetrievalTrace([attempt(2, 0.72)]))
+    assert result.found and result.evidence_status == STATUS_EVIDENCE and result.message is None
+    assert result.relevance_level == "high"
+    assert result.completeness_hint == "complete: 2 evidence block(s) from 2 source(s), all within the context budget"
+    assert result.sidecar == SidecarReport(status="disabled")
+    data = result.to_dict()
+    assert data["found"] is True and [b["evidenceKey"] for b in data["evidenceBlocks"]] == ["a#0", "b#0"]
+
+
+def test_no_evidence_gives_found_false_with_a_message_naming_the_threshold():
+    result = assemble([], RetrievalTrace([attempt(0), attempt(0)]), assembler=ResultAssembler(evidence_threshold=0.3))
+    assert not result.found and result.evidence_status == STATUS_NO_EVIDENCE
+    assert result.relevance_level == "none" and result.completeness_hint.startswith("none:")
+    assert "2 retrieval attempt(s) returned no chunk with a similarity of at least 0.3" in result.message
+
+
+def test_no_evidence_with_l1_disabled_says_l0_hints_are_never_evidence():
+    hints = L0Hints(matched_titles=["Disk Full"])
+    result = assemble([], RetrievalTrace(l1_enabled=False), hints=hints)
+    assert result.retrieval_layer == "L0" and not result.found
+    assert "L1) retrieval is disabled" in result.message and "never evidence" in result.message
+
+
+def test_no_evidence_over_uncovered_terms_names_them_and_the_raised_bar():
+    hints = L0Hints(uncovered_terms=["redis", "RedisMemoryHigh"])
+    trace = RetrievalTrace([attempt(3, 0.41)], evidence_threshold=0.5)
+    message = assemble([], trace, hints=hints).message
+    assert "never mentions 'redis'" in message and "has no document named 'RedisMemoryHigh'" in message
+    assert "at least 0.5" in message and "reached 0.410" in message
+
+
+def test_a_given_sidecar_report_is_kept():
+    report = SidecarReport(status="ok", path="haystack", main_path="sdk")
+    assert assemble([], RetrievalTrace([attempt(0)]), sidecar=report).sidecar is report
+
+
+@pytest.mark.parametrize(
+    ("has_hints", "candidates", "layer"),
+    [(True, 2, "L0+L1"), (False, 2, "L1"), (True, 0, "L0"), (False, 0, "none")],
+)
+def test_retrieval_layer(has_hints, candidates, layer):
+    hints = L0Hints(domains=["disk"]) if has_hints else L0Hints()
+    assert retrieval_layer(hints, RetrievalTrace([attempt(candidates)])) == layer
+
+
+@pytest.mark.parametrize(("best", "level"), [(0.6, "high"), (0.59, "medium"), (0.5, "medium"), (0.49, "low")])
+def test_relevance_level_from_the_best_block(best, level):
+    assert relevance_level([block("x#1", "x.md", 0.1), block("x#0", "x.md", best)], high=0.6, medium=0.5) == level
+    assert relevance_level([], high=0.6, medium=0.5) == "none"
+
+
+def test_completeness_hint_says_what_the_budget_cut():
+    blocks = [block("a#0", "a.md", 0.7)]
+    assert "(1 source(s) omitted)" in completeness_hint(blocks, pack(omitted_sources=["b.md"]), "high")
+    assert "(2 block(s) omitted)" in completeness_hint(blocks, pack(omitted_evidence_keys=["a#1", "a#2"]), "high")
+    assert "(content truncated)" in completeness_hint(blocks, pack(truncated=True), "high")
+    assert completeness_hint(blocks, pack(), "low").startswith("weak: ")
+
+
+def test_round_trips():
+    assert_round_trips(ResultAssembler(high_relevance=0.7, reference_threshold=0.45, evidence_threshold=0.3))
