@@ -73,12 +73,12 @@ def synthetic_rows(start: int, count: int, dim: int, seed: int = 7) -> list[dict
 
 def grow_collection(cfg: DictConfig, target: int) -> dict[str, Any]:
     """Insert synthetic rows until the collection holds `target` rows; flush. Returns counts and seconds."""
-    from components.stores.milvus_collection import collection_dim, connect, row_count
+    from components.stores.milvus_collection import connect, describe_layout, row_count
 
     client = connect(cfg.milvus.uri)
     name = cfg.milvus.collection
     before = row_count(client, name)
-    dim = collection_dim(client, name)
+    dim = describe_layout(client, name).dim
 
     def insert() -> None:
         for start in range(before, target, _BATCH):
