@@ -11,6 +11,7 @@ import pytest
 
 from pipelines import bench
 from pipelines.bench.corpus import load_bench_config
+from pipelines.bench.index_bench import _cleanup_milvus
 from pipelines.cli import EXIT_BAD_INPUT, main
 
 RUNBOOKS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "prometheus-runbooks"
@@ -82,6 +83,18 @@ def test_bench_config_turns_mlflow_off_even_when_the_user_names_a_store(tmp_path
 def test_bench_config_keeps_a_server_uri_on_a_collection_of_its_own(tmp_path):
     cfg = load_bench_config(["milvus=server"], tmp_path / "state", tmp_path / "kb")
     assert cfg.milvus.uri == "http://127.0.0.1:19530" and cfg.milvus.collection == f"bench_{os.getpid()}"
+
+
+def test_cleanup_drops_the_bench_collection_of_a_lite_db_outside_the_bench_state(tmp_path):
+    from components.stores.milvus_collection import connect
+
+    users_db = tmp_path / "user" / "milvus.db"
+    cfg = load_bench_config([f"milvus.uri={users_db}"], tmp_path / "state", tmp_path / "kb")
+    client = connect(cfg.milvus.uri)
+    for name in ("knowledge", cfg.milvus.collection):
+        client.create_collection(name, dimension=4)
+    _cleanup_milvus(cfg)
+    assert client.list_collections() == ["knowledge"]
 
 
 def test_bench_index_smoke(tiny_corpus):
