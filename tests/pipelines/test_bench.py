@@ -149,3 +149,17 @@ def test_time_lookups_takes_any_service():
 
     latencies = bench.time_lookups(Echo(), ["a", "b"])
     assert len(latencies) == 2 and all(latency >= 0 for latency in latencies)
+
+
+@pytest.mark.milvus_server
+def test_bench_on_a_milvus_server_uses_and_drops_a_collection_of_its_own(milvus_server, tiny_corpus):
+    from components.stores.milvus_collection import connect
+
+    client = connect(milvus_server.uri)
+    if not client.has_collection("knowledge"):
+        client.create_collection("knowledge", dimension=4)
+    overrides = ["milvus=server", f"milvus.uri={milvus_server.uri}", "milvus.collection=knowledge"]
+    figures = bench.bench_index(overrides, corpus=tiny_corpus, min_chunks=10, rounds=1, echo=lambda _: None)
+    assert figures["chunks"] >= 10 and figures["vector_max_abs_diff"] < 1e-3
+    collections = client.list_collections()
+    assert "knowledge" in collections and not [name for name in collections if name.startswith("bench_")]
