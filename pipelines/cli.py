@@ -543,18 +543,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from pipelines import bench
 
-    cfg = _load(args.overrides)
+    cfg = _load(args.overrides)  # bad overrides exit 2 before any work; each benchmark composes its own config
     if args.bench == "all":
-        return _bench_all(cfg, args)
+        return _bench_all(args)
     if args.bench == "index":
-        bench.bench_index(cfg, corpus=args.corpus, min_chunks=args.min_chunks)
+        bench.bench_index(args.overrides, corpus=args.corpus, min_chunks=args.min_chunks)
     elif args.bench == "serve":
         from pipelines.bench.serve_bench import bench_serve
 
         bench_serve(cfg, args.url, clients=args.clients, seconds=args.seconds, single_seconds=args.single_seconds)
     else:
         bench.bench_lookup(
-            cfg,
+            args.overrides,
             corpus=args.corpus,
             min_chunks=args.min_chunks,
             queries=args.queries,
@@ -563,7 +563,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _bench_all(cfg, args: argparse.Namespace) -> int:
+def _bench_all(args: argparse.Namespace) -> int:
     from pipelines.bench.all import PARTS, BenchAllOptions, bench_all, format_report
 
     unknown = sorted(set(args.skip) - set(PARTS))
@@ -587,7 +587,7 @@ def _bench_all(cfg, args: argparse.Namespace) -> int:
         skip=tuple(args.skip),
         **sizes,
     )
-    report = bench_all(cfg, options)
+    report = bench_all(args.overrides, options)
     if args.output:
         try:
             Path(args.output).write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")

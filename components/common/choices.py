@@ -44,8 +44,9 @@ class IndexType(Choice):
     AUTOINDEX = "AUTOINDEX"
 
 
-# The rerank signals and their default weights (each signal lies in [0, 1]); conf/rerank sets the
-# weights a run uses, and names no other signal.
+# The rerank signals and their default weights (each signal lies in [0, 1]): the weights of a
+# RuleReranker built without config. conf/rerank/default.yaml repeats them for the CLI, because conf/
+# is not part of the installed package; tests/components/common/test_choices.py fails if they differ.
 DEFAULT_RERANK_WEIGHTS: dict[str, float] = {
     "similarity": 1.0,
     "document_similarity": 0.5,

@@ -2,7 +2,7 @@
 `knowledge bench all`: every benchmark in one run, one table of figures against their floors and
 targets, written as JSON (`--output`) and logged as one MLflow run (the README's Benchmarks section says what each part measures).
 
-    figures = bench_all(cfg, BenchAllOptions(min_chunks=500, scale_chunks=20_000, skip=("serve",)))
+    figures = bench_all(["milvus=server"], BenchAllOptions(min_chunks=500, scale_chunks=20_000, skip=("serve",)))
     print(format_table(figures["table"]))
 """
 
@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -270,7 +270,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in cells)
 
 
-def _run_parts(cfg: DictConfig, options: BenchAllOptions, echo: Callable[[str], None]) -> dict[str, Any]:
+def _run_parts(
+    cfg: DictConfig, overrides: Sequence[str], options: BenchAllOptions, echo: Callable[[str], None]
+) -> dict[str, Any]:
     from pipelines.bench.cold_start import bench_cold_start
     from pipelines.bench.index_bench import bench_index
     from pipelines.bench.lookup_bench import bench_lookup
@@ -280,11 +282,11 @@ def _run_parts(cfg: DictConfig, options: BenchAllOptions, echo: Callable[[str], 
     parts: dict[str, Any] = {}
     if "index" in wanted:
         parts["index"] = bench_index(
-            cfg, corpus=options.corpus, min_chunks=options.min_chunks, rounds=options.index_rounds, echo=echo
+            overrides, corpus=options.corpus, min_chunks=options.min_chunks, rounds=options.index_rounds, echo=echo
         )
     if "lookup" in wanted:
         parts["lookup"] = bench_lookup(
-            cfg,
+            overrides,
             corpus=options.corpus,
             min_chunks=options.min_chunks,
             queries=options.lookup_queries,
@@ -304,7 +306,7 @@ def _run_parts(cfg: DictConfig, options: BenchAllOptions, echo: Callable[[str], 
     if "scale" in wanted:
         echo(f"scale point: {options.base_chunks} then {options.scale_chunks} chunks")
         scale = bench_scale(
-            cfg,
+            overrides,
             scale_chunks=options.scale_chunks,
             base_chunks=options.base_chunks,
             lookups=options.scale_lookups,
@@ -318,7 +320,7 @@ def _run_parts(cfg: DictConfig, options: BenchAllOptions, echo: Callable[[str], 
     elif "sidecar" in wanted:
         from pipelines.bench.scale import grow_collection
 
-        with sample_collection(cfg, echo) as bench_cfg:
+        with sample_collection(overrides, echo) as bench_cfg:
             grow_collection(bench_cfg, options.base_chunks)
             parts["sidecar"] = sidecar_part(bench_cfg)
     if "cold_start" in wanted:
@@ -326,15 +328,24 @@ def _run_parts(cfg: DictConfig, options: BenchAllOptions, echo: Callable[[str], 
     return parts
 
 
-def bench_all(cfg: DictConfig, options: BenchAllOptions, echo: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run every part not skipped; returns the figures by part, the table rows and the MLflow run id."""
+def bench_all(
+    overrides: Sequence[str], options: BenchAllOptions, echo: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """
+    Run every part not skipped; returns the figures by part, the table rows and the MLflow run id.
+    Each part composes its own config from `overrides` (see `pipelines.bench.corpus.bench_overrides`);
+    the serve part and the MLflow run use the config of `overrides` alone.
+    """
+    from pipelines.settings import load_config
+
+    cfg = load_config(overrides)
     unknown = sorted(set(options.skip) - set(PARTS))
     if unknown:
         raise ValueError(f"--skip {', '.join(unknown)}: parts are {', '.join(PARTS)}")
     echo = echo or (lambda line: print(line, file=sys.stderr, flush=True))
     started_load = load_average()
     with OtherCpu() as other:
-        parts = _run_parts(cfg, options, echo)
+        parts = _run_parts(cfg, overrides, options, echo)
     report = {
         "options": asdict(options),
         "parts": parts,

@@ -7,9 +7,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from components.indexing.markdown_reader import KnowledgeBaseError
 
@@ -123,21 +122,52 @@ def write_copy(files: Iterable[CorpusFile], kb_root: Path, copy: int) -> int:
     return count
 
 
-def chunk_knowledge_base(cfg: DictConfig, kb_root: Path) -> list:
-    """The chunks the indexing pipeline makes of `kb_root`: its own reader and chunker, same settings."""
+def bench_overrides(overrides: Sequence[str], state_dir: Path, kb_root: Path) -> list[str]:
+    """
+    The user's overrides, then the benchmark's own (the last value of a key wins): state under
+    `state_dir`, so every path derived from `paths.state_dir` follows by interpolation; the benchmark
+    knowledge base; MLflow off; and a collection of its own, so a rebuild on a Milvus server (or in a
+    Lite db the user names) never drops a real collection.
+    """
+    return [
+        *overrides,
+        _path_override("paths.state_dir", state_dir),
+        _path_override("kb.path", kb_root),
+        "mlflow=off",
+        "mlflow.tracking_uri=null",
+        f"milvus.collection=bench_{os.getpid()}",
+    ]
+
+
+def load_bench_config(overrides: Sequence[str], state_dir: Path, kb_root: Path) -> DictConfig:
+    """The benchmark's config, composed by the normal loader from `bench_overrides`."""
+    from pipelines.settings import load_config
+
+    return load_config(bench_overrides(overrides, state_dir, kb_root))
+
+
+def _path_override(key: str, path: Path) -> str:
+    """`key='path'`, quoted so that a path with spaces or commas stays one value."""
+    quoted = str(path).replace("'", "\\'")
+    return f"{key}='{quoted}'"
+
+
+def chunk_knowledge_base(cfg: DictConfig) -> list:
+    """The chunks the indexing pipeline makes of `cfg.kb.path`: its own reader and chunker, same settings."""
     from pipelines.indexing import build_indexing_pipeline
 
-    pipeline = build_indexing_pipeline(_with_kb(cfg, kb_root))
+    pipeline = build_indexing_pipeline(cfg)
     documents = pipeline.get_component("reader").run()["documents"]
     return pipeline.get_component("chunker").run(documents=documents)["documents"]
 
 
-def build_repeated_kb(cfg: DictConfig, files: Sequence[CorpusFile], kb_root: Path, min_chunks: int) -> tuple[list, int]:
+def build_repeated_kb(cfg: DictConfig, files: Sequence[CorpusFile], min_chunks: int) -> tuple[list, int]:
     """
-    Write copies of the corpus under `kb_root` until it chunks into at least `min_chunks`.
+    Write copies of the corpus under `cfg.kb.path` until it chunks into at least `min_chunks`.
 
     :returns: The chunks (as the indexing pipeline makes them) and the number of copies.
     """
+    kb_root = Path(cfg.kb.path)
     copies = 0
     chunks: list = []
     while len(chunks) < min_chunks:
@@ -149,46 +179,5 @@ def build_repeated_kb(cfg: DictConfig, files: Sequence[CorpusFile], kb_root: Pat
         for copy in range(copies, copies + add):
             write_copy(files, kb_root, copy)
         copies += add
-        chunks = chunk_knowledge_base(cfg, kb_root)
+        chunks = chunk_knowledge_base(cfg)
     return chunks, copies
-
-
-def bench_config(cfg: DictConfig, state_dir: Path, kb_root: Path) -> DictConfig:
-    """
-    `cfg` with every file it writes under `state_dir` and MLflow off. The config is already
-    resolved, so each derived path is set, not only `paths.state_dir`. A Milvus server keeps its
-    URI but gets a collection of its own, so the rebuild never drops a real collection.
-    """
-    from components.stores.milvus_collection import is_local_uri
-
-    # Any key derived from paths.state_dir (resolved already) moves along with it.
-    old_state = str(cfg.paths.state_dir).rstrip("/") + "/"
-    bench = OmegaConf.create(_replace_in_strings(OmegaConf.to_container(cfg, resolve=True), old_state, f"{state_dir}/"))
-    bench.paths.state_dir = str(state_dir)
-    bench.kb.path = str(kb_root)
-    if is_local_uri(cfg.milvus.uri):
-        bench.milvus.uri = str(state_dir / "milvus.db")
-        bench.milvus.collection = "bench"
-    else:
-        bench.milvus.collection = f"bench_{os.getpid()}"
-    bench.l0.index_path = str(state_dir / f"{bench.milvus.collection}.l0.json")
-    bench.trace.db_url = f"sqlite:///{state_dir / 'traces.db'}"
-    bench.trace.spool_path = str(state_dir / "trace-spool.jsonl")
-    bench.mlflow.tracking_uri = None
-    return bench
-
-
-def _replace_in_strings(value: Any, old: str, new: str) -> Any:
-    if isinstance(value, str):
-        return value.replace(old, new)
-    if isinstance(value, dict):
-        return {key: _replace_in_strings(item, old, new) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_replace_in_strings(item, old, new) for item in value]
-    return value
-
-
-def _with_kb(cfg: DictConfig, kb_root: Path) -> DictConfig:
-    copy = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    copy.kb.path = str(kb_root)
-    return copy

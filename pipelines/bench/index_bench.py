@@ -11,9 +11,8 @@ from omegaconf import DictConfig
 
 from pipelines.bench.corpus import (
     CorpusFile,
-    _with_kb,
-    bench_config,
     build_repeated_kb,
+    load_bench_config,
     read_corpus,
     resolve_corpus,
     write_copy,
@@ -24,10 +23,11 @@ INDEX_RATIO_TARGET = 0.85
 
 
 def _cleanup_milvus(cfg: DictConfig) -> None:
-    """Drop the bench collection of a Milvus server (a Lite db goes with the temp folder)."""
+    """Drop the bench collection, unless it lies in a Lite db of the bench's state folder (gone with it)."""
     from components.stores.milvus_collection import connect, is_local_uri
 
-    if not is_local_uri(cfg.milvus.uri):
+    uri = cfg.milvus.uri
+    if not is_local_uri(uri) or not Path(uri).resolve().is_relative_to(Path(cfg.paths.state_dir).resolve()):
         client = connect(cfg.milvus.uri)
         if client.has_collection(cfg.milvus.collection):
             client.drop_collection(cfg.milvus.collection)
@@ -54,13 +54,14 @@ def load_bare_model(cfg: DictConfig):
     return timed(lambda: SentenceTransformer(resolve_model(cfg.embedder.model), device=cfg.embedder.device))
 
 
-def warm_up_indexing(cfg: DictConfig, files: Sequence[CorpusFile], work: Path) -> float:
+def warm_up_indexing(overrides: Sequence[str], files: Sequence[CorpusFile], work: Path) -> float:
     """A small indexing run into the benchmark collection (the timed run rebuilds it); seconds."""
     from pipelines.indexing import run_indexing
 
     warm_kb = work / "warmup-kb"
     write_copy(files[:8], warm_kb, 0)
-    _, seconds = timed(lambda: run_indexing(_with_kb(cfg, warm_kb), rebuild=True))
+    cfg = load_bench_config(overrides, work / "state", warm_kb)
+    _, seconds = timed(lambda: run_indexing(cfg, rebuild=True))
     return seconds
 
 
@@ -100,7 +101,7 @@ def stored_vector_difference(cfg: DictConfig, chunks: Sequence, vectors, samples
 
 
 def bench_index(
-    cfg: DictConfig,
+    overrides: Sequence[str] = (),
     corpus: str | Path | None = None,
     min_chunks: int = 5000,
     rounds: int = 2,
@@ -110,7 +111,8 @@ def bench_index(
     Indexing throughput of the pipeline against bare `SentenceTransformer.encode`; see the module
     docstring. The two sides alternate, bare first and last (`rounds` pipeline runs, one more
     bare run: B P B P B by default), and each side's figure is its mean, so a drift of
-    background load during the run weighs on both sides alike.
+    background load during the run weighs on both sides alike. The config is composed from
+    `overrides` with the state, knowledge base and collection of the benchmark (`bench_overrides`).
     """
     from pipelines.indexing import run_indexing
 
@@ -119,14 +121,14 @@ def bench_index(
     with tempfile.TemporaryDirectory(prefix="knowledge-bench-index-") as tmp:
         work = Path(tmp)
         kb_root = work / "kb"
-        cfg = bench_config(cfg, work / "state", kb_root)
+        cfg = load_bench_config(overrides, work / "state", kb_root)
         echo(f"bench index: repeating {len(files)} runbooks to >= {min_chunks} chunks under {work}")
-        chunks, copies = build_repeated_kb(cfg, files, kb_root, min_chunks)
+        chunks, copies = build_repeated_kb(cfg, files, min_chunks)
         texts = embedding_texts(cfg, chunks)
         echo(f"{len(chunks)} chunks in {copies} copies; loading models and warming up")
 
         figures["pipeline_model_load_s"] = round(load_pipeline_models(cfg), 2)
-        figures["pipeline_warmup_s"] = round(warm_up_indexing(cfg, files, work), 2)
+        figures["pipeline_warmup_s"] = round(warm_up_indexing(overrides, files, work), 2)
         model, bare_load_s = load_bare_model(cfg)
         figures["bare_model_load_s"] = round(bare_load_s, 2)
         encode_bare(model, texts[: 2 * cfg.embedder.batch_size], cfg)  # warm-up

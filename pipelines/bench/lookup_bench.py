@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pipelines.bench.corpus import bench_config, build_repeated_kb, copy_category, read_corpus, resolve_corpus
+from pipelines.bench.corpus import build_repeated_kb, copy_category, load_bench_config, read_corpus, resolve_corpus
 from pipelines.bench.index_bench import _cleanup_milvus
 from pipelines.bench.machine import (
     OtherCpu,
@@ -208,7 +208,7 @@ def measure_path(
 
 
 def bench_lookup(
-    cfg: DictConfig,
+    overrides: Sequence[str] = (),
     corpus: str | Path | None = None,
     min_chunks: int = 10000,
     queries: int = 60,
@@ -220,6 +220,7 @@ def bench_lookup(
     then, on the same collection, lookup latency with MLflow tracing off vs on
     (`pipelines.bench.tracing.compare_tracing_overhead`: `tracing_lookups` single-thread lookups
     per mode and `tracing_lookups / 15` s of saturation per mode and round; 0 skips it).
+    The config is composed from `overrides` with the benchmark's state, knowledge base and collection.
     """
     from pipelines.indexing import run_indexing
     from pipelines.lookup import LookupService
@@ -229,9 +230,9 @@ def bench_lookup(
     with tempfile.TemporaryDirectory(prefix="knowledge-bench-lookup-") as tmp:
         work = Path(tmp)
         kb_root = work / "kb"
-        cfg = bench_config(cfg, work / "state", kb_root)
+        cfg = load_bench_config(overrides, work / "state", kb_root)
         echo(f"bench lookup: repeating {len(files)} runbooks to >= {min_chunks} chunks under {work}")
-        _, copies = build_repeated_kb(cfg, files, kb_root, min_chunks)
+        _, copies = build_repeated_kb(cfg, files, min_chunks)
         report, index_s = timed(lambda: run_indexing(cfg, rebuild=True))
         echo(f"indexed {report.collection_count} chunks in {index_s:.1f} s; classifying queries")
 

@@ -11,7 +11,7 @@ the point needs on a small CPU machine. The lookups are full `LookupService.look
 
 import contextlib
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,12 +73,12 @@ def synthetic_rows(start: int, count: int, dim: int, seed: int = 7) -> list[dict
 
 def grow_collection(cfg: DictConfig, target: int) -> dict[str, Any]:
     """Insert synthetic rows until the collection holds `target` rows; flush. Returns counts and seconds."""
-    from components.stores.milvus_collection import collection_dim, connect, row_count
+    from components.stores.milvus_collection import connect, describe_layout, row_count
 
     client = connect(cfg.milvus.uri)
     name = cfg.milvus.collection
     before = row_count(client, name)
-    dim = collection_dim(client, name)
+    dim = describe_layout(client, name).dim
 
     def insert() -> None:
         for start in range(before, target, _BATCH):
@@ -109,14 +109,17 @@ def time_service(service, lookups: int, warmups: int = 3) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def sample_collection(cfg: DictConfig, echo: Callable[[str], None] = print) -> Iterator[DictConfig]:
-    """The sample KB indexed through the pipeline into a throw-away state folder; yields its config."""
-    from pipelines.bench.corpus import bench_config
+def sample_collection(overrides: Sequence[str] = (), echo: Callable[[str], None] = print) -> Iterator[DictConfig]:
+    """
+    The sample KB indexed through the pipeline into a throw-away state folder; yields its config,
+    composed from `overrides` with the benchmark's state, knowledge base and collection.
+    """
+    from pipelines.bench.corpus import load_bench_config
     from pipelines.bench.index_bench import _cleanup_milvus
     from pipelines.indexing import run_indexing
 
     with tempfile.TemporaryDirectory(prefix="knowledge-bench-scale-") as tmp:
-        cfg = bench_config(cfg, Path(tmp) / "state", SAMPLE_KB)
+        cfg = load_bench_config(overrides, Path(tmp) / "state", SAMPLE_KB)
         report, index_s = timed(lambda: run_indexing(cfg, rebuild=True))
         echo(f"sample KB indexed ({report.collection_count} real chunks, {index_s:.1f} s) into {tmp}")
         try:
@@ -126,7 +129,7 @@ def sample_collection(cfg: DictConfig, echo: Callable[[str], None] = print) -> I
 
 
 def bench_scale(
-    cfg: DictConfig,
+    overrides: Sequence[str] = (),
     scale_chunks: int = 100_000,
     base_chunks: int = 10_000,
     lookups: int = 40,
@@ -141,7 +144,7 @@ def bench_scale(
     from components.stores.milvus_collection import connect, row_count
     from pipelines.lookup import LookupService
 
-    with sample_collection(cfg, echo) as cfg:
+    with sample_collection(overrides, echo) as cfg:
         real_chunks = row_count(connect(cfg.milvus.uri), cfg.milvus.collection)
         service = LookupService(cfg)
         service.warm_up()

@@ -3,12 +3,15 @@ Smoke tests of `knowledge bench` at a tiny scale: the helpers run end to end and
 figures they print, with the right keys and positive values. No timing assertions.
 """
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from pipelines import bench
+from pipelines.bench.corpus import load_bench_config
+from pipelines.bench.index_bench import _cleanup_milvus
 from pipelines.cli import EXIT_BAD_INPUT, main
 
 RUNBOOKS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "prometheus-runbooks"
@@ -59,9 +62,44 @@ def test_missing_corpus_is_bad_input(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_bench_index_smoke(make_config, tiny_corpus):
+def test_bench_config_is_composed_with_the_bench_state_after_the_user_overrides(tmp_path):
+    work = tmp_path / "it's, a dir"  # quotes, commas and spaces stay one override value
+    user = ["retrieval.top_k=7", "paths.state_dir=/elsewhere", "milvus.collection=real", "mlflow=sqlite"]
+    cfg = load_bench_config(user, work / "state", work / "kb")
+    state = work / "state"
+    collection = f"bench_{os.getpid()}"
+    assert cfg.retrieval.top_k == 7 and cfg.paths.state_dir == str(state) and cfg.kb.path == str(work / "kb")
+    assert cfg.milvus.collection == collection and cfg.milvus.uri == f"{state}/milvus.db"
+    assert cfg.l0.index_path == f"{state}/{collection}.l0.json"  # interpolations resolve on the bench state
+    assert cfg.trace.db_url == f"sqlite:///{state}/traces.db" and cfg.trace.spool_path == f"{state}/trace-spool.jsonl"
+    assert cfg.mlflow.tracking_uri is None
+
+
+def test_bench_config_turns_mlflow_off_even_when_the_user_names_a_store(tmp_path):
+    cfg = load_bench_config([f"mlflow.tracking_uri=sqlite:///{tmp_path}/m.db"], tmp_path / "state", tmp_path / "kb")
+    assert cfg.mlflow.tracking_uri is None
+
+
+def test_bench_config_keeps_a_server_uri_on_a_collection_of_its_own(tmp_path):
+    cfg = load_bench_config(["milvus=server"], tmp_path / "state", tmp_path / "kb")
+    assert cfg.milvus.uri == "http://127.0.0.1:19530" and cfg.milvus.collection == f"bench_{os.getpid()}"
+
+
+def test_cleanup_drops_the_bench_collection_of_a_lite_db_outside_the_bench_state(tmp_path):
+    from components.stores.milvus_collection import connect
+
+    users_db = tmp_path / "user" / "milvus.db"
+    cfg = load_bench_config([f"milvus.uri={users_db}"], tmp_path / "state", tmp_path / "kb")
+    client = connect(cfg.milvus.uri)
+    for name in ("knowledge", cfg.milvus.collection):
+        client.create_collection(name, dimension=4)
+    _cleanup_milvus(cfg)
+    assert client.list_collections() == ["knowledge"]
+
+
+def test_bench_index_smoke(tiny_corpus):
     printed: list[str] = []
-    figures = bench.bench_index(make_config(), corpus=tiny_corpus, min_chunks=50, rounds=1, echo=printed.append)
+    figures = bench.bench_index(["mlflow=off"], corpus=tiny_corpus, min_chunks=50, rounds=1, echo=printed.append)
     assert figures["chunks"] >= 50
     for key in (
         "pipeline_chunks_per_s",
@@ -83,10 +121,10 @@ def test_bench_index_smoke(make_config, tiny_corpus):
     assert "chunks/s" in printed[-1] and "ratio" in printed[-1]
 
 
-def test_bench_lookup_smoke(make_config, tiny_corpus):
+def test_bench_lookup_smoke(tiny_corpus):
     printed: list[str] = []
     figures = bench.bench_lookup(
-        make_config(), corpus=tiny_corpus, min_chunks=50, queries=3, echo=printed.append, tracing_lookups=2
+        ["mlflow=off"], corpus=tiny_corpus, min_chunks=50, queries=3, echo=printed.append, tracing_lookups=2
     )
     assert figures["chunks"] >= 50
     assert set(figures["paths"]) <= {"filtered", "fallback"} and figures["paths"]
@@ -111,3 +149,17 @@ def test_time_lookups_takes_any_service():
 
     latencies = bench.time_lookups(Echo(), ["a", "b"])
     assert len(latencies) == 2 and all(latency >= 0 for latency in latencies)
+
+
+@pytest.mark.milvus_server
+def test_bench_on_a_milvus_server_uses_and_drops_a_collection_of_its_own(milvus_server, tiny_corpus):
+    from components.stores.milvus_collection import connect
+
+    client = connect(milvus_server.uri)
+    if not client.has_collection("knowledge"):
+        client.create_collection("knowledge", dimension=4)
+    overrides = ["milvus=server", f"milvus.uri={milvus_server.uri}", "milvus.collection=knowledge"]
+    figures = bench.bench_index(overrides, corpus=tiny_corpus, min_chunks=10, rounds=1, echo=lambda _: None)
+    assert figures["chunks"] >= 10 and figures["vector_max_abs_diff"] < 1e-3
+    collections = client.list_collections()
+    assert "knowledge" in collections and not [name for name in collections if name.startswith("bench_")]

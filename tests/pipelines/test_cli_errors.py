@@ -1,7 +1,8 @@
 """
 Exit statuses of every command through `pipelines.cli.main`: 0 on success, 2 on bad input,
-1 on any other failure, each failure as exactly one stderr line and no traceback. (`bench`
-exits 0 and 1 through the same `main`; its runs take minutes, so only its bad input is here.)
+1 on any other failure, each failure as exactly one stderr line and no traceback. `bench` runs on
+a corpus of a few files written here; `serve` exits 0 only when stopped, so its refusals are here
+and its running server in tests/integration/test_serve.py.
 """
 
 import json
@@ -18,6 +19,7 @@ from components.stores.milvus_collection import CollectionMismatchError, MilvusU
 from components.tracing.trace_store import TraceStoreError
 from pipelines.cli import UsageError, main
 from pipelines.evaluation import EvaluationInputError
+from pipelines.serving.bind import API_KEY_ENV
 from pipelines.settings import ConfigError
 
 DISK_QUERY = "disk almost full on a worker node"
@@ -172,11 +174,102 @@ def test_eval_unwritable_details_exit_1(capsys, sample_cfg, queries_file, a_file
 # --- bench ------------------------------------------------------------------------------------------
 
 
+RUNBOOK_SECTIONS = {
+    "disk/volume-full.md": ["Meaning", "Impact", "Mitigation"],
+    "network/receive-errors.md": ["Meaning", "Diagnosis"],
+    "database/replica-behind.md": ["Meaning", "Mitigation"],
+}
+# Tiny sizes: the bench runs end to end in seconds; its figures mean nothing at this size.
+TINY_BENCH = ["--min-chunks", "5"]
+UNREACHABLE_MILVUS = ["milvus.uri=http://127.0.0.1:1", "milvus.timeout_ms=500"]
+
+
+@pytest.fixture(scope="module")
+def bench_corpus(tmp_path_factory) -> Path:
+    """A few markdown runbooks, one chunk per section."""
+    corpus = tmp_path_factory.mktemp("bench-corpus")
+    for relative, sections in RUNBOOK_SECTIONS.items():
+        path = corpus / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        title = path.stem.replace("-", " ")
+        body = [f"# {title}", ""]
+        for section in sections:
+            body += [f"## {section}", "", f"{section} of {title}: what an operator checks and does first.", ""]
+        path.write_text("\n".join(body), encoding="utf-8")
+    return corpus
+
+
+def test_bench_index_exit_0(capsys, tmp_path, bench_corpus):
+    argv = ["bench", "index", "--corpus", str(bench_corpus), *TINY_BENCH, f"paths.state_dir={tmp_path}", "mlflow=off"]
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and "chunks/s" in out and "ratio" in out and err == []
+    assert not any(tmp_path.iterdir())  # the bench state lives in its own temporary folder
+
+
+def test_bench_index_unreachable_milvus_exit_1(capsys, tmp_path, bench_corpus):
+    argv = ["bench", "index", "--corpus", str(bench_corpus), *TINY_BENCH, f"paths.state_dir={tmp_path}"]
+    code, _, err = run(capsys, *argv, "mlflow=off", *UNREACHABLE_MILVUS)
+    assert code == 1
+    assert len(err) == 1 and err[0].startswith("knowledge: error: cannot open Milvus at http://127.0.0.1:1")
+
+
+def test_bench_bad_override_exit_2_before_any_work(capsys, tmp_path, bench_corpus):
+    argv = ["bench", "lookup", "--corpus", str(bench_corpus), *TINY_BENCH, f"paths.state_dir={tmp_path}"]
+    code, out, err = run(capsys, *argv, "retrieval.top_k=0")
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "retrieval.top_k=0 must be at least 1")
+
+
 def test_bench_missing_corpus_exit_2(capsys, tmp_path):
     missing = tmp_path / "nope"
     code, out, err = run(capsys, "bench", "index", "--corpus", str(missing), f"paths.state_dir={tmp_path}")
     assert code == 2 and out == ""
     assert_one_error_line(err, f"benchmark corpus {missing} does not exist (give one with --corpus DIR)")
+
+
+# --- compare ----------------------------------------------------------------------------------------
+
+
+def test_compare_exit_0(capsys, sample_cfg, queries_file):
+    code, out, err = run(capsys, "compare", "--queries", str(queries_file), "--json", *sample_args(sample_cfg))
+    assert code == 0 and json.loads(out)["run_id"] is None and err == []
+
+
+def test_compare_bad_top_k_exit_2(capsys, sample_cfg, queries_file):
+    code, out, err = run(capsys, "compare", "--queries", str(queries_file), "--top-k", "0", *sample_args(sample_cfg))
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "--top-k 0 must be 1 or more")
+
+
+def test_compare_missing_queries_exit_2(capsys, sample_cfg, tmp_path):
+    missing = tmp_path / "missing.jsonl"
+    code, out, err = run(capsys, "compare", "--queries", str(missing), *sample_args(sample_cfg))
+    assert code == 2 and out == ""
+    assert_one_error_line(err, f"cannot read {missing}: No such file or directory")
+
+
+def test_compare_unreachable_milvus_exit_1(capsys, sample_cfg, queries_file):
+    code, out, err = run(
+        capsys, "compare", "--queries", str(queries_file), *sample_args(sample_cfg, *UNREACHABLE_MILVUS)
+    )
+    assert code == 1 and out == ""
+    assert len(err) == 1 and err[0].startswith("knowledge: error: cannot open Milvus at http://127.0.0.1:1")
+
+
+# --- serve ------------------------------------------------------------------------------------------
+
+
+def test_serve_beyond_loopback_without_api_key_exit_2(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    code, out, err = run(capsys, "serve", "--host", "0.0.0.0", f"paths.state_dir={tmp_path}", "mlflow=off")
+    assert code == 2 and out == ""
+    assert len(err) == 1 and err[0].startswith("knowledge: error: refusing to serve on 0.0.0.0 without an API key")
+
+
+def test_serve_bad_override_exit_2(capsys, tmp_path):
+    code, out, err = run(capsys, "serve", f"paths.state_dir={tmp_path}", "serve.port=0")
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "serve.port=0 must be at least 1")
 
 
 # --- traces -----------------------------------------------------------------------------------------
