@@ -1,6 +1,7 @@
 """`knowledge traces list|show|export|replay`, in process: output, and one stderr line + exit 2 on bad input."""
 
 import json
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -18,8 +19,10 @@ def recorded(sample_service):
     """Three real rows (evidence, no evidence, error) in the session sample's trace database."""
     results = [sample_service.lookup(q) for q in ("pg replica lag", "how to bake sourdough bread")]
     writer = sample_service.trace_writer
+    # Started now, not at T0: the session sample's database holds rows of other tests, and `list --last`
+    # orders by time, so a row dated in the past could fall outside the window.
     failure = writer.record_error(
-        "disk full", RuntimeError("vector store did not answer"), T0.timestamp(), component_name="retriever"
+        "disk full", RuntimeError("vector store did not answer"), time.time(), component_name="retriever"
     )
     return results + [failure]
 
