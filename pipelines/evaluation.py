@@ -39,7 +39,6 @@ logger = logging.getLogger(__name__)
 RRF_K = 60
 DEPTH = 50
 RECALL_DEPTH = 10
-SYSTEMS = ("pipeline", "dense", "hybrid")
 
 
 class EvaluationInputError(BadInputError):
@@ -370,17 +369,6 @@ def index_first(cfg: DictConfig, kb_path: str) -> DictConfig:
     return cfg
 
 
-def run_evaluation(
-    cfg: DictConfig,
-    queries_path: str,
-    kb_path: str | None = None,
-    baselines: bool = True,
-    details_path: str | None = None,
-) -> dict[str, Any]:
-    """Evaluate the pipeline (and the baselines) on a query file; returns the metrics per system."""
-    return run_evaluation_full(cfg, queries_path, kb_path, baselines, details_path).report
-
-
 def run_evaluation_full(
     cfg: DictConfig,
     queries_path: str,
@@ -389,7 +377,7 @@ def run_evaluation_full(
     details_path: str | None = None,
     record: bool = False,
 ) -> Evaluation:
-    """As `run_evaluation`, returning the answers too (for the per-query table of an MLflow run)."""
+    """Evaluate the pipeline (and the baselines) on a query file: metrics per system and every answer."""
     queries = load_queries(queries_path)
     if kb_path:
         cfg = index_first(cfg, kb_path)

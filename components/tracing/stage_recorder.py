@@ -150,10 +150,6 @@ def install() -> None:
             tracing.enable_tracing(StageRecorderTracer(tracing.tracer.actual_tracer))
 
 
-def is_installed() -> bool:
-    return isinstance(tracing.tracer.actual_tracer, StageRecorderTracer)
-
-
 def current_recording() -> StageRecording | None:
     """The recording of the pipeline run in progress in this context (None without the tracer)."""
     return _current.get()
