@@ -254,6 +254,24 @@ def _parser() -> argparse.ArgumentParser:
     traces_export.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     traces_replay = traces_sub.add_parser("replay", help="replay spooled records into the trace database now")
     traces_replay.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+    dev = sub.add_parser(
+        "dev",
+        help="developer tools: a local Milvus standalone server for trials of the server path",
+        description="milvus-server runs a Milvus 2.3 standalone server (PyPI `milvus`, in the dev extra) in the "
+        "foreground on 127.0.0.1 until Ctrl+C, then stops its whole process group. Point the tool at it with "
+        "`milvus=server milvus.uri=<printed uri>`. It has no BM25 full-text search (Milvus >= 2.5).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dev_sub = dev.add_subparsers(dest="dev", metavar="TOOL", required=True)
+    dev_server = dev_sub.add_parser("milvus-server", help="run a local Milvus server until Ctrl+C")
+    dev_server.add_argument(
+        "--data-dir",
+        default=".knowledge/milvus-server",
+        metavar="DIR",
+        help="where it keeps its data (default %(default)s)",
+    )
+    dev_server.add_argument("--port", type=int, metavar="PORT", help="port to listen on (default: a free one)")
     return parser
 
 
@@ -635,6 +653,14 @@ def cmd_traces(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_dev(args: argparse.Namespace) -> int:
+    from pipelines.dev.milvus_server import serve_until_interrupted
+
+    if args.port is not None and not 0 < args.port < 65536:
+        raise UsageError(f"--port {args.port} is not a TCP port (1-65535)")
+    return serve_until_interrupted(Path(args.data_dir), args.port)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "index": cmd_index,
     "lookup": cmd_lookup,
@@ -643,6 +669,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "bench": cmd_bench,
     "serve": cmd_serve,
     "traces": cmd_traces,
+    "dev": cmd_dev,
 }
 
 

@@ -291,3 +291,13 @@ def test_traces_unreadable_store_exit_1(capsys, sample_cfg, a_file):
     code, out, err = run(capsys, "traces", "list", *sample_args(sample_cfg, f"trace.db_url={url}"))
     assert code == 1 and out == ""
     assert_one_error_line(err, f"cannot read traces from {url}: [Errno 17] File exists: '{a_file}'")
+
+
+def test_dev_milvus_server_bad_port_exit_2(capsys, tmp_path):
+    code, _, err = run(capsys, "dev", "milvus-server", "--port", "70000", "--data-dir", str(tmp_path))
+    assert code == 2 and len(err) == 1 and "--port 70000" in err[0]
+
+
+def test_dev_milvus_server_unusable_data_dir_exit_1(capsys, a_file):
+    code, _, err = run(capsys, "dev", "milvus-server", "--data-dir", str(a_file / "milvus"))
+    assert code == 1 and len(err) == 1 and "Not a directory" in err[0] and "Traceback" not in err[0]
