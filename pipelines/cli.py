@@ -438,6 +438,7 @@ def _lookup_remote(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from pipelines.serving.bind import check_bind, resolve_api_key
 
+    _check_port(args.port)
     cfg = _load(args.overrides)
     host = args.host or cfg.serve.host
     check_bind(host, resolve_api_key(cfg))  # before the slow imports and long before binding
@@ -558,9 +559,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# The least each numeric option of `bench index|lookup|serve` takes (checked before any work).
+BENCH_MINIMUMS = {
+    "min_chunks": 1,
+    "queries": 1,
+    "tracing_lookups": 0,
+    "clients": 1,
+    "seconds": 0.1,
+    "single_seconds": 0.1,
+}
+
+
+def _check_bench_options(args: argparse.Namespace) -> None:
+    for name, least in BENCH_MINIMUMS.items():
+        value = getattr(args, name, None)
+        if value is not None and value < least:
+            raise UsageError(f"--{name.replace('_', '-')} {value} must be at least {least}")
+
+
+def _check_port(port: int | None) -> None:
+    if port is not None and not 0 < port < 65536:
+        raise UsageError(f"--port {port} is not a TCP port (1-65535)")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from pipelines import bench
 
+    _check_bench_options(args)
     cfg = _load(args.overrides)  # bad overrides exit 2 before any work; each benchmark composes its own config
     if args.bench == "all":
         return _bench_all(args)
@@ -656,8 +681,7 @@ def cmd_traces(args: argparse.Namespace) -> int:
 def cmd_dev(args: argparse.Namespace) -> int:
     from pipelines.dev.milvus_server import serve_until_interrupted
 
-    if args.port is not None and not 0 < args.port < 65536:
-        raise UsageError(f"--port {args.port} is not a TCP port (1-65535)")
+    _check_port(args.port)
     return serve_until_interrupted(Path(args.data_dir), args.port)
 
 

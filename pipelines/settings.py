@@ -161,6 +161,8 @@ class KnowledgeConfig:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
 
 
+MAX_PORT = 65535
+MILVUS_URI_SCHEMES = ("http", "https", "tcp", "unix")
 # Lower bounds of counts and sizes, and the keys that are normalized similarities in [0, 1].
 _AT_LEAST = {
     "retrieval.top_k": 1,
@@ -203,6 +205,15 @@ def _check_known_keys(cfg: DictConfig, schema: type = KnowledgeConfig, prefix: s
             _check_known_keys(cfg[key], known[key], f"{prefix}{key}.")
 
 
+def _check_milvus_uri(uri: str) -> None:
+    """The forms pymilvus accepts; anything else would fail only at the first search, as a failure."""
+    if not (uri.endswith(".db") or uri.split("://", 1)[0] in MILVUS_URI_SCHEMES and "://" in uri):
+        raise ConfigError(
+            f"milvus.uri={uri!r} is neither a Milvus Lite file ending in .db nor a server URI "
+            f"({', '.join(s + '://' for s in MILVUS_URI_SCHEMES)})"
+        )
+
+
 def _validate_values(cfg: DictConfig) -> None:
     for key in _UNIT_INTERVAL:
         value = OmegaConf.select(cfg, key)
@@ -212,6 +223,10 @@ def _validate_values(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value < lowest:
             raise ConfigError(f"{key}={value} must be at least {lowest}")
+    _check_milvus_uri(str(cfg.milvus.uri or ""))
+    for key in ("serve.port", "serve.mcp_port"):
+        if OmegaConf.select(cfg, key) > MAX_PORT:
+            raise ConfigError(f"{key}={OmegaConf.select(cfg, key)} is not a TCP port (1-{MAX_PORT})")
     chunking = cfg.chunking
     if chunking.max_tokens < 16 or not 0 <= chunking.overlap_tokens < chunking.max_tokens:
         raise ConfigError("chunking needs max_tokens >= 16 and 0 <= overlap_tokens < max_tokens")

@@ -301,3 +301,28 @@ def test_dev_milvus_server_bad_port_exit_2(capsys, tmp_path):
 def test_dev_milvus_server_unusable_data_dir_exit_1(capsys, a_file):
     code, _, err = run(capsys, "dev", "milvus-server", "--data-dir", str(a_file / "milvus"))
     assert code == 1 and len(err) == 1 and "Not a directory" in err[0] and "Traceback" not in err[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "--port", "99999"], "--port 99999 is not a TCP port (1-65535)"),
+        (["serve", "serve.port=70000"], "serve.port=70000 is not a TCP port (1-65535)"),
+        (["bench", "lookup", "--queries", "0"], "--queries 0 must be at least 1"),
+        (["bench", "index", "--min-chunks", "0"], "--min-chunks 0 must be at least 1"),
+        (["bench", "serve", "--clients", "0"], "--clients 0 must be at least 1"),
+    ],
+)
+def test_out_of_range_numbers_exit_2_before_any_work(capsys, tmp_path, argv, message):
+    """Regression: `serve --port 99999` started the server's set-up, `bench lookup --queries 0` indexed first."""
+    code, _, err = run(capsys, *argv, f"paths.state_dir={tmp_path}")
+    assert code == 2
+    assert_one_error_line(err, message)
+
+
+@pytest.mark.parametrize("uri", ["", "milvus.sqlite", "ftp://127.0.0.1:19530"])
+def test_a_milvus_uri_pymilvus_cannot_open_exit_2(capsys, sample_cfg, uri):
+    """Regression: an empty milvus.uri failed inside the retriever (exit 1) instead of as bad config."""
+    code, out, err = run(capsys, "lookup", DISK_QUERY, *sample_args(sample_cfg, f"milvus.uri={uri}"))
+    assert code == 2 and out == ""
+    assert len(err) == 1 and f"milvus.uri={uri!r} is neither a Milvus Lite file" in err[0]
