@@ -33,11 +33,11 @@ def check_ready(report: dict[str, Any]) -> None:
 
 def _configure_hayhooks(overrides: list[str]) -> None:
     os.environ[OVERRIDES_ENV] = json.dumps(overrides)
-    from hayhooks.settings import StartupDeployStrategy, settings
+    from hayhooks.settings import settings
 
-    settings.pipelines_dir = str(WRAPPERS_DIR)
-    # The parallel start-up deployment failed to import wrappers here; one wrapper gains nothing from it.
-    settings.startup_deploy_strategy = StartupDeployStrategy.SEQUENTIAL
+    # No start-up deployment from a folder: the app deploys its one wrapper itself (`_deploy_run_route`),
+    # so that the route answers the result itself rather than hayhooks' `{"result": ...}` envelope.
+    settings.pipelines_dir = ""
     settings.show_tracebacks = False
 
 
@@ -63,6 +63,7 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
 
     app = create_app()
     app.add_api_route("/health", _health_route(health), methods=["GET"], tags=["status"], include_in_schema=True)
+    _deploy_run_route(app, _load_wrapper())
 
     @app.exception_handler(HTTPException)
     async def structured_http_error(_request, exc: HTTPException) -> JSONResponse:
@@ -76,6 +77,39 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
         max_body_bytes=cfg.serve.max_body_bytes,
         validated_paths=(RUN_PATH,),
         blocked_prefixes=DEPLOY_ROUTE_PREFIXES,
+    )
+
+
+def _deploy_run_route(app, wrapper) -> None:
+    """
+    `POST /lookup_knowledge/run` answering exactly the JSON of `knowledge lookup` (no envelope),
+    typed in OpenAPI by the wrapper's request model and `LookupResponse`; the wrapper is registered
+    with hayhooks as its start-up deployment would (`/status` lists it).
+    """
+    from hayhooks.server.pipelines.models import create_pipeline_metadata
+    from hayhooks.server.pipelines.registry import registry
+    from starlette.concurrency import run_in_threadpool
+
+    from pipelines.serving.models import LookupResponse
+
+    metadata = create_pipeline_metadata(TOOL_NAME, wrapper)
+    request_model = metadata["request_model"]
+    if TOOL_NAME not in registry.get_names():
+        registry.add(TOOL_NAME, wrapper, metadata={**metadata, "response_model": LookupResponse})
+
+    async def run_lookup(run_request: request_model) -> LookupResponse:  # type: ignore[valid-type]
+        # The pipeline is synchronous: a worker thread per request keeps the event loop serving.
+        return await run_in_threadpool(wrapper.run_api, **run_request.model_dump())
+
+    app.add_api_route(
+        RUN_PATH,
+        run_lookup,
+        methods=["POST"],
+        name=f"{TOOL_NAME}_run",
+        response_model=LookupResponse,
+        tags=["pipelines"],
+        description=metadata["description"] or None,
+        responses={422: {"description": "A refused request: {error, detail}"}, 503: {"model": LookupResponse}},
     )
 
 
