@@ -5,7 +5,7 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge lookup "QUERY" [key=value ...]
     knowledge lookup --batch FILE [key=value ...]
     knowledge lookup --url http://127.0.0.1:1416 "QUERY"
-    knowledge serve [--host H] [--port P] [--mcp] [key=value ...]
+    knowledge serve [--host H] [--port P] [--mcp] [--workers N] [key=value ...]
     knowledge eval --queries FILE [-m] [--search NAME --trials N] [key=value ...]
     knowledge compare --queries FILE [--top-k K] [--json] [key=value ...]
     knowledge bench index|lookup|serve|all [options] [key=value ...]
@@ -100,6 +100,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to bind (default serve.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default serve.port, or serve.mcp_port with --mcp)")
     serve.add_argument("--mcp", action="store_true", help="serve the MCP tool instead of the REST endpoint")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes sharing the port (default serve.workers, 1); above 1 needs milvus=server",
+    )
     serve.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     evaluate = sub.add_parser(
@@ -418,16 +423,18 @@ def _lookup_remote(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from pipelines.serving.bind import check_bind, resolve_api_key
+    from pipelines.serving.bind import check_bind, check_workers, resolve_api_key
 
     cfg = _load(args.overrides)
     host = args.host or cfg.serve.host
+    workers = args.workers if args.workers is not None else cfg.serve.workers
     check_bind(host, resolve_api_key(cfg))  # before the slow imports and long before binding
+    check_workers(cfg, workers, args.mcp)
 
     from pipelines.serving.app import serve
 
     port = args.port if args.port is not None else cfg.serve.mcp_port if args.mcp else cfg.serve.port
-    serve(cfg, list(args.overrides), host=host, port=port, mcp=args.mcp)
+    serve(cfg, list(args.overrides), host=host, port=port, mcp=args.mcp, workers=workers)
     return EXIT_OK
 
 

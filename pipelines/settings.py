@@ -132,6 +132,7 @@ class ServeConfig:
     mcp_port: int = MISSING
     api_key: str | None = MISSING
     max_body_bytes: int = MISSING
+    workers: int = MISSING
 
 
 @dataclass
@@ -177,6 +178,7 @@ _AT_LEAST = {
     "serve.port": 1,
     "serve.mcp_port": 1,
     "serve.max_body_bytes": 1,
+    "serve.workers": 1,
 }
 _UNIT_INTERVAL = (
     "retrieval.reference_threshold",

@@ -103,13 +103,28 @@ def timeout_seconds(timeout_ms: int | None) -> float | None:
 
 
 def connection_args(uri: str, timeout_ms: int | None = None) -> dict[str, Any]:
-    """Arguments for MilvusClient (and milvus-haystack's connection_args) for a URI."""
+    """
+    Arguments for MilvusClient (and milvus-haystack's connection_args) for a URI. A server gets a
+    connection of its own per client (`dedicated`): pymilvus shares one channel per address, and a
+    shared channel that failed while the server was down stays failed for every client of the
+    process after the server is back; a client of its own is dropped and reopened instead.
+    """
     args: dict[str, Any] = {"uri": uri}
     if is_local_uri(uri):
         args["grpc_options"] = dict(LITE_GRPC_OPTIONS)
+    else:
+        args["dedicated"] = True
     if timeout_ms:
         args["timeout"] = timeout_seconds(timeout_ms)
     return args
+
+
+def close_quietly(client: Any) -> None:
+    """Release a client that failed: its channel may be broken, and closing it must not raise."""
+    try:
+        client.close()
+    except Exception as exc:  # a broken channel may fail to close; the client is dropped anyway
+        logger.debug("closing a failed Milvus client: %s", exc)
 
 
 def connect(uri: str, timeout_ms: int | None = None) -> MilvusClient:

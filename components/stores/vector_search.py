@@ -30,6 +30,7 @@ from components.stores.milvus_collection import (
     CollectionLayout,
     category_filter,
     check_dimension,
+    close_quietly,
     connect,
     connection_args,
     describe_layout,
@@ -136,22 +137,33 @@ class SdkVectorSearch:
         has_column = self._layout.has_category if self._layout is not None else True
         return category_filter(category, has_column)
 
+    def _reconnect_next_time(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            close_quietly(client)
+
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
         client = self._ready_client()
         vector = as_float_list(embedding)
         layout = self.layout
         check_dimension(layout, self.collection, len(vector))
         fields = [CONTENT_FIELD, METADATA_FIELD] + ([CATEGORY_FIELD] if layout.has_category else [])
-        hits = client.search(
-            self.collection,
-            data=[vector],
-            limit=top_k,
-            filter=self.describe_filter(category) or "",
-            output_fields=fields,
-            search_params={"metric_type": layout.metric, "params": self.search_params},
-            anns_field=VECTOR_FIELD,
-            timeout=timeout_seconds(self.timeout_ms),
-        )[0]
+        try:
+            hits = client.search(
+                self.collection,
+                data=[vector],
+                limit=top_k,
+                filter=self.describe_filter(category) or "",
+                output_fields=fields,
+                search_params={"metric_type": layout.metric, "params": self.search_params},
+                anns_field=VECTOR_FIELD,
+                timeout=timeout_seconds(self.timeout_ms),
+            )[0]
+        except Exception:
+            # The server may be down or restarted: the next search opens a new client, so lookups
+            # succeed again once it is back, without restarting the process.
+            self._reconnect_next_time()
+            raise
         candidates = []
         for hit in hits:
             entity = hit.get("entity", hit)
@@ -198,7 +210,8 @@ class HaystackVectorSearch:
 
             # The collection exists already; checking first keeps milvus-haystack from creating
             # one with its own default schema.
-            _, layout = _open_collection(self.uri, self.collection, self.timeout_ms)
+            probe, layout = _open_collection(self.uri, self.collection, self.timeout_ms)
+            close_quietly(probe)  # the document store opens its own client
             store = MilvusDocumentStore(
                 connection_args=connection_args(self.uri, self.timeout_ms),
                 collection_name=self.collection,
@@ -214,6 +227,12 @@ class HaystackVectorSearch:
             self._retriever = MilvusEmbeddingRetriever(document_store=store)
             self._layout = layout
         return self._retriever
+
+    def _reconnect_next_time(self) -> None:
+        retriever, self._retriever = self._retriever, None
+        client = getattr(getattr(retriever, "document_store", None), "client", None) if retriever else None
+        if client is not None:
+            close_quietly(client)
 
     def describe_filter(self, category: str | None) -> str | None:
         if category is None:
@@ -234,7 +253,12 @@ class HaystackVectorSearch:
                 f"on {METADATA_FIELD}[{CATEGORY_FIELD!r}]"
             )
         filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
-        documents = retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]
+        try:
+            documents = retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]
+        except Exception:
+            # As on the sdk path: a new document store (and connection) on the next search.
+            self._reconnect_next_time()
+            raise
         candidates = []
         for document in documents:
             meta = document.meta or {}
