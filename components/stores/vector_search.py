@@ -55,9 +55,9 @@ class UnsupportedFilterError(LookupError):
     """This path cannot express the filter on this collection (another path can)."""
 
 
-def _open_collection(uri: str, collection: str, timeout_ms: int | None):
+def _open_collection(uri: str, collection: str, timeout_ms: int | None, auth: dict | None = None):
     """A client on an existing, loaded collection and its layout; never creates or alters it."""
-    client = connect(uri, timeout_ms)
+    client = connect(uri, timeout_ms, auth)
     if not client.has_collection(collection):
         raise LookupError(f"collection {collection} does not exist at {uri}: run `knowledge index`")
     layout = describe_layout(client, collection)
@@ -112,18 +112,24 @@ class SdkVectorSearch:
     path = "sdk"
 
     def __init__(
-        self, uri: str, collection: str, search_params: dict | None = None, timeout_ms: int | None = None
+        self,
+        uri: str,
+        collection: str,
+        search_params: dict | None = None,
+        timeout_ms: int | None = None,
+        auth: dict | None = None,
     ) -> None:
         self.uri = uri
         self.collection = collection
         self.search_params = dict(search_params or {})
         self.timeout_ms = timeout_ms
+        self._auth = dict(auth or {})  # resolved credentials (`auth_args`): never logged
         self._client = None
         self._layout: CollectionLayout | None = None
 
     def _ready_client(self):
         if self._client is None:
-            self._client, self._layout = _open_collection(self.uri, self.collection, self.timeout_ms)
+            self._client, self._layout = _open_collection(self.uri, self.collection, self.timeout_ms, self._auth)
         return self._client
 
     @property
@@ -195,12 +201,14 @@ class HaystackVectorSearch:
         index_type: str = "FLAT",
         search_params: dict | None = None,
         timeout_ms: int | None = None,
+        auth: dict | None = None,
     ) -> None:
         self.uri = uri
         self.collection = collection
         self.index_type = index_type
         self.search_params = dict(search_params or {})
         self.timeout_ms = timeout_ms
+        self._auth = dict(auth or {})  # resolved credentials (`auth_args`): never logged
         self._retriever = None
         self._layout: CollectionLayout | None = None
 
@@ -210,10 +218,10 @@ class HaystackVectorSearch:
 
             # The collection exists already; checking first keeps milvus-haystack from creating
             # one with its own default schema.
-            probe, layout = _open_collection(self.uri, self.collection, self.timeout_ms)
+            probe, layout = _open_collection(self.uri, self.collection, self.timeout_ms, self._auth)
             close_quietly(probe)  # the document store opens its own client
             store = MilvusDocumentStore(
-                connection_args=connection_args(self.uri, self.timeout_ms),
+                connection_args=connection_args(self.uri, self.timeout_ms, self._auth),
                 collection_name=self.collection,
                 primary_field=ID_FIELD,
                 text_field=CONTENT_FIELD,
@@ -285,9 +293,10 @@ def make_search(
     index_type: str,
     search_params: dict | None,
     timeout_ms: int | None = None,
+    auth: dict | None = None,
 ) -> VectorSearch:
     if path == "sdk":
-        return SdkVectorSearch(uri, collection, search_params, timeout_ms)
+        return SdkVectorSearch(uri, collection, search_params, timeout_ms, auth)
     if path == "haystack":
-        return HaystackVectorSearch(uri, collection, index_type, search_params, timeout_ms)
+        return HaystackVectorSearch(uri, collection, index_type, search_params, timeout_ms, auth)
     raise ValueError(f"unknown vector store path {path!r}; one of {', '.join(PATHS)}")

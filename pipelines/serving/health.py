@@ -14,6 +14,7 @@ from sqlalchemy import text
 from components.stores.l0_index_file import L0IndexHandle
 from components.stores.milvus_collection import close_quietly, connect, is_local_uri
 from components.tracing.trace_store import TraceStore
+from pipelines.settings import milvus_auth
 from pipelines.traces import redact_url
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ class HealthCheck:
         with self._lock:
             try:
                 if self._client is None:
-                    self._client = connect(self.cfg.milvus.uri, self.cfg.milvus.timeout_ms)
+                    self._client = connect(self.cfg.milvus.uri, self.cfg.milvus.timeout_ms, milvus_auth(self.cfg))
                 if not self._client.has_collection(collection):
                     return {"ok": False, "detail": f"no collection {collection!r}: run `knowledge index` first"}
                 rows = int(self._client.get_collection_stats(collection).get("row_count", 0))
