@@ -68,6 +68,9 @@ def _open_collection(uri: str, collection: str, timeout_ms: int | None, auth: di
 class VectorSearch(Protocol):
     path: str
 
+    @property
+    def index_type(self) -> str | None: ...
+
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]: ...
 
     def describe_filter(self, category: str | None) -> str | None: ...
@@ -136,6 +139,11 @@ class SdkVectorSearch:
     def layout(self) -> CollectionLayout:
         self._ready_client()
         return self._layout
+
+    @property
+    def index_type(self) -> str | None:
+        """The collection's vector index as Milvus describes it (None before the first search)."""
+        return self._layout.index_type if self._layout is not None else None
 
     def describe_filter(self, category: str | None) -> str | None:
         if category is None:
@@ -235,6 +243,11 @@ class HaystackVectorSearch:
             self._retriever = MilvusEmbeddingRetriever(document_store=store)
             self._layout = layout
         return self._retriever
+
+    @property
+    def index_type(self) -> str | None:
+        """The collection's vector index as Milvus describes it (None before the first search)."""
+        return self._layout.index_type if self._layout is not None else None
 
     def _reconnect_next_time(self) -> None:
         retriever, self._retriever = self._retriever, None
