@@ -203,6 +203,15 @@ def _parser() -> argparse.ArgumentParser:
     bench_serve.add_argument("--clients", type=int, default=8, help="concurrent clients")
     bench_serve.add_argument("--seconds", type=float, default=60.0, help="duration of the concurrent phase")
     bench_serve.add_argument("--single-seconds", type=float, default=15.0, help="duration of the one-client phase")
+    bench_serve.add_argument(
+        "--workers",
+        metavar="N[,N...]",
+        help="start `knowledge serve --workers N` itself for each count (with the overrides: milvus=server, "
+        "a shared trace.db_url) instead of using --url; prints requests/s, p95, trace rows and the scaling",
+    )
+    bench_serve.add_argument(
+        "--duration", type=float, default=30.0, help="with --workers: seconds of load per worker count"
+    )
     bench_serve.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     bench_all = bench_sub.add_parser(
@@ -547,6 +556,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _worker_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise UsageError(f"--workers takes counts like 1,2, not {text!r}") from exc
+    if not counts or min(counts) < 1:
+        raise UsageError(f"--workers takes counts of at least 1, like 1,2, not {text!r}")
+    return counts
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from pipelines import bench
 
@@ -556,9 +575,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "index":
         bench.bench_index(args.overrides, corpus=args.corpus, min_chunks=args.min_chunks)
     elif args.bench == "serve":
-        from pipelines.bench.serve_bench import bench_serve
+        from pipelines.bench.serve_bench import bench_serve, bench_serve_workers
 
-        bench_serve(cfg, args.url, clients=args.clients, seconds=args.seconds, single_seconds=args.single_seconds)
+        if args.workers:
+            counts = _worker_counts(args.workers)
+            from pipelines.serving.bind import check_workers
+
+            check_workers(cfg, max(counts), mcp=False)  # several workers need a Milvus server: say so now
+            bench_serve_workers(cfg, list(args.overrides), counts, clients=args.clients, duration=args.duration)
+        else:
+            bench_serve(cfg, args.url, clients=args.clients, seconds=args.seconds, single_seconds=args.single_seconds)
     else:
         bench.bench_lookup(
             args.overrides,

@@ -140,3 +140,16 @@ def trace_rows(state, invocation_id: str) -> list[tuple]:
 
     with sqlite3.connect(state / "traces.db") as connection:
         return connection.execute("SELECT status FROM tool_invocation WHERE id = ?", (invocation_id,)).fetchall()
+
+
+@pytest.mark.milvus_server
+@pytest.mark.postgres
+def test_bench_serve_with_one_and_two_workers_counts_one_trace_row_per_request(server_index, pg_schema_url, capsys):
+    from pipelines.cli import main
+
+    overrides = [*server_index["overrides"], f"trace.db_url='{pg_schema_url}'", "mlflow=off"]
+    argv = ["bench", "serve", "--workers", "1,2", "--duration", "3", "--clients", "4", *overrides]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("trace rows") == 2 and "DIFFER" not in out, out
+    assert "errors 0;" in out and "scaling: 2 vs 1 worker(s)" in out and "bound: " in out, out
