@@ -13,6 +13,7 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge traces show ID [--json] [key=value ...]
     knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
     knowledge traces replay [key=value ...]
+    knowledge dev milvus-server [--data-dir DIR] [--port P]
 
 Hydra overrides go after the arguments. Exit status: 0 on success (found=false included),
 2 on bad input or configuration, 1 on any other failure; errors are one line on stderr.
@@ -31,7 +32,7 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 # Model-loading bars of transformers are noise on every call; the indexing bar is our own.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from components.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, BadInputError
+from components.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, BadInputError, KnowledgeFailure
 
 EPILOG = """\
 Configuration: any key of conf/ can be overridden after the arguments, for example
@@ -243,6 +244,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench_all.add_argument("--output", metavar="FILE", help="also write the figures as JSON")
     bench_all.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+    dev = sub.add_parser(
+        "dev",
+        help="development helpers: a local Milvus standalone server",
+        description="`knowledge dev milvus-server` runs a Milvus 2.3 standalone server (PyPI `milvus`) on "
+        "loopback until Ctrl+C, its data in --data-dir; use it with milvus=server milvus.uri=http://127.0.0.1:PORT.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dev_sub = dev.add_subparsers(dest="dev", metavar="HELPER", required=True)
+    dev_server = dev_sub.add_parser("milvus-server", help="a Milvus standalone server on 127.0.0.1 until Ctrl+C")
+    dev_server.add_argument(
+        "--data-dir", default=".knowledge/milvus-server", help="where its data lives (kept between runs)"
+    )
+    dev_server.add_argument("--port", type=int, default=19530, help="port (default 19530, as conf/milvus/server.yaml)")
 
     traces = sub.add_parser(
         "traces",
@@ -668,6 +684,15 @@ def cmd_traces(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_dev(args: argparse.Namespace) -> int:
+    from pipelines.dev.milvus_server import MilvusServerUnavailableError, serve_until_interrupted
+
+    try:
+        return serve_until_interrupted(Path(args.data_dir), args.port)
+    except MilvusServerUnavailableError as exc:
+        raise KnowledgeFailure(str(exc)) from exc
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "index": cmd_index,
     "lookup": cmd_lookup,
@@ -676,6 +701,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "bench": cmd_bench,
     "serve": cmd_serve,
     "traces": cmd_traces,
+    "dev": cmd_dev,
 }
 
 
