@@ -168,6 +168,7 @@ def bench_serve_workers(
                 f"{summary['requests_per_s']} req/s, p50 {summary['p50_ms']} ms, p95 {summary['p95_ms']} ms, "
                 f"errors {summary['errors']}; trace rows {rows} ({'equal' if rows == requests else 'DIFFER'})"
             )
+            print(f"    during the load (the served workers and Milvus included): {format_other_cpu(during.share)}")
             if loaded.first_error:
                 print(f"    first error: {loaded.first_error}")
     if len(worker_counts) > 1:

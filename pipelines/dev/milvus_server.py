@@ -167,7 +167,12 @@ def _run_child(data_dir: str, port: int) -> None:
 
 
 def serve_until_interrupted(data_dir: Path, port: int | None) -> int:
-    """`knowledge dev milvus-server`: run a server in the foreground until Ctrl+C."""
+    """`knowledge dev milvus-server`: run a server in the foreground until Ctrl+C (or SIGTERM)."""
+
+    def interrupted(*_args) -> None:
+        raise KeyboardInterrupt  # SIGTERM stops the server group as Ctrl+C does, never orphaning it
+
+    signal.signal(signal.SIGTERM, interrupted)
     with MilvusServerProcess(data_dir, port) as server:
         print(f"Milvus server ready: milvus.uri={server.uri} (data in {data_dir}); Ctrl+C stops it", flush=True)
         with contextlib.suppress(KeyboardInterrupt):

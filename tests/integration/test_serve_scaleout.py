@@ -153,3 +153,37 @@ def test_bench_serve_with_one_and_two_workers_counts_one_trace_row_per_request(s
     out = capsys.readouterr().out
     assert out.count("trace rows") == 2 and "DIFFER" not in out, out
     assert "errors 0;" in out and "scaling: 2 vs 1 worker(s)" in out and "bound: " in out, out
+
+
+@pytest.mark.postgres
+def test_postgres_cut_while_serving_spools_and_replays_each_row_once(served_index, tmp_path_factory, pg_schema_url):
+    """The trace database behind a TCP proxy that is cut and restored (the machine's PostgreSQL keeps running)."""
+    from tests.integration.serving_helpers import copy_state
+    from tests.integration.test_trace_failures import TcpProxy
+
+    proxy = TcpProxy(("127.0.0.1", 5432))
+    proxy.start()
+    db_url = pg_schema_url.replace("@127.0.0.1:5432/", f"@127.0.0.1:{proxy.port}/")
+    state = copy_state(served_index, tmp_path_factory, "pg-cut")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    overrides = [f"paths.state_dir={state}", f"trace.db_url='{db_url}'", "trace.retry_interval_s=0"]
+    try:
+        with running(serve_command(port, *overrides), f"{url}/health", state.parent / "serve.log", child_env()):
+            first = lookup(url, "certificate expiry").json()
+            proxy.stop()  # PostgreSQL unreachable from the server
+            during = [lookup(url, q) for q in ("disk full on /var", "pg replica lag", "how to bake sourdough bread")]
+            health = httpx.get(f"{url}/health", timeout=30.0)
+            proxy.start()
+            after = lookup(url, "runaway process high cpu").json()  # its write replays the spool first
+    finally:
+        proxy.stop()
+    assert [r.status_code for r in during] == [200, 200, 200]  # lookups keep answering
+    assert [r.json()["traceStatus"] for r in during] == ["spooled"] * 3
+    assert health.json()["checks"]["traceStore"]["ok"] is False and health.json()["status"] == "degraded"
+    assert first["traceStatus"] == after["traceStatus"] == "recorded"
+    from components.tracing.trace_store import TraceStore
+
+    rows = TraceStore(pg_schema_url, str(tmp_path_factory.mktemp("spool") / "none.jsonl")).iter_all()
+    expected = [first["invocationId"], *(r.json()["invocationId"] for r in during), after["invocationId"]]
+    assert sorted(row["id"] for row in rows) == sorted(expected)  # each exactly once
