@@ -173,17 +173,22 @@ def load_pipeline(
     return pipeline
 
 
-def render_pipeline_yaml(cfg: DictConfig, name: str) -> str:
-    """
-    Pipeline `name` of `cfg` as a concrete YAML (every value resolved), with the `inputs` and
-    `outputs` declarations hayhooks `deploy-yaml` needs. Load it with the module allowlist.
-    """
+def refuse_config_secrets(cfg: DictConfig) -> None:
+    """A pipeline file may name the credentials' environment variables, never hold their values."""
     secrets = [key for key in SECRET_KEYS if OmegaConf.select(cfg, key)]
     if secrets:
         raise ConfigError(
             f"{', '.join(secrets)} set in the config cannot be written to a pipeline file: "
             "leave them empty and set MILVUS_TOKEN / MILVUS_USER / MILVUS_PASSWORD in the environment instead"
         )
+
+
+def render_pipeline_yaml(cfg: DictConfig, name: str) -> str:
+    """
+    Pipeline `name` of `cfg` as a concrete YAML (every value resolved), with the `inputs` and
+    `outputs` declarations hayhooks `deploy-yaml` needs. Load it with the module allowlist.
+    """
+    refuse_config_secrets(cfg)
     pipeline = load_pipeline(cfg, name)
     template = yaml.safe_load(pipeline_path(cfg, name).read_text(encoding="utf-8"))
     present = set(pipeline.graph.nodes)
