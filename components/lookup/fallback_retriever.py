@@ -155,7 +155,7 @@ class FallbackRetriever:
         category = hints.single_domain if self.category_filter else None
         first, first_attempt = self._attempt(0, category, query_transform.retrieval_query, embeddings[-1], bar)
         trace.attempts.append(first_attempt)
-        trace.index_type = self._search(first_attempt.path).index_type
+        trace.index_type = self._search(first_attempt.path).described_index_type
         reason = None
         if category is not None:
             if first_attempt.usable_count == 0:

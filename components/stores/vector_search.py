@@ -69,7 +69,7 @@ class VectorSearch(Protocol):
     path: str
 
     @property
-    def index_type(self) -> str | None: ...
+    def described_index_type(self) -> str | None: ...
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]: ...
 
@@ -141,7 +141,7 @@ class SdkVectorSearch:
         return self._layout
 
     @property
-    def index_type(self) -> str | None:
+    def described_index_type(self) -> str | None:
         """The collection's vector index as Milvus describes it (None before the first search)."""
         return self._layout.index_type if self._layout is not None else None
 
@@ -245,7 +245,7 @@ class HaystackVectorSearch:
         return self._retriever
 
     @property
-    def index_type(self) -> str | None:
+    def described_index_type(self) -> str | None:
         """The collection's vector index as Milvus describes it (None before the first search)."""
         return self._layout.index_type if self._layout is not None else None
 

@@ -25,9 +25,12 @@ def index_and_look_up(index_kb, small_kb, index_type: str, *extra: str):
     return cfg, result, record
 
 
-@pytest.mark.parametrize("index_type", ["FLAT", "AUTOINDEX", "HNSW"])
-def test_milvus_lite_builds_and_records_the_configured_index(index_kb, small_kb, index_type):
-    _, result, record = index_and_look_up(index_kb, small_kb, index_type)
+@pytest.mark.parametrize(
+    ("index_type", "mode"), [("FLAT", "sdk"), ("AUTOINDEX", "sdk"), ("HNSW", "sdk"), ("HNSW", "haystack")]
+)
+def test_milvus_lite_builds_and_records_the_configured_index(index_kb, small_kb, index_type, mode):
+    _, result, record = index_and_look_up(index_kb, small_kb, index_type, f"retrieval.vector_store_mode={mode}")
+    assert result.retrieval_trace.attempts[0].path == mode
     assert result.found and result.evidence_blocks[0].source.startswith("disk/")
     assert result.to_dict()["retrievalTrace"]["indexType"] == index_type
     assert record["retrieval_details"]["retrieval_trace"]["index_type"] == index_type
