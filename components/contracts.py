@@ -287,6 +287,8 @@ class RetrievalTrace(Contract, CheapDeepcopy):
     l1_enabled: bool = True
     # The similarity a candidate needed to count as evidence in this lookup.
     evidence_threshold: float | None = None
+    # The vector index the collection really has (described from Milvus, not the configured one).
+    index_type: str | None = field(default=None, metadata=wire(omit_none=True))
 
 
 @dataclass

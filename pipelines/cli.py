@@ -5,7 +5,7 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge lookup "QUERY" [key=value ...]
     knowledge lookup --batch FILE [key=value ...]
     knowledge lookup --url http://127.0.0.1:1416 "QUERY"
-    knowledge serve [--host H] [--port P] [--mcp] [key=value ...]
+    knowledge serve [--host H] [--port P] [--mcp] [--workers N] [key=value ...]
     knowledge eval --queries FILE [-m] [--search NAME --trials N] [key=value ...]
     knowledge compare --queries FILE [--top-k K] [--json] [key=value ...]
     knowledge bench index|lookup|serve|all [options] [key=value ...]
@@ -13,6 +13,7 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge traces show ID [--json] [key=value ...]
     knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
     knowledge traces replay [key=value ...]
+    knowledge dev milvus-server [--data-dir DIR] [--port P]
 
 Hydra overrides go after the arguments. Exit status: 0 on success (found=false included),
 2 on bad input or configuration, 1 on any other failure; errors are one line on stderr.
@@ -31,7 +32,7 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 # Model-loading bars of transformers are noise on every call; the indexing bar is our own.
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from components.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, BadInputError
+from components.errors import EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_OK, BadInputError, KnowledgeFailure
 
 EPILOG = """\
 Configuration: any key of conf/ can be overridden after the arguments, for example
@@ -100,6 +101,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to bind (default serve.host, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default serve.port, or serve.mcp_port with --mcp)")
     serve.add_argument("--mcp", action="store_true", help="serve the MCP tool instead of the REST endpoint")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes sharing the port (default serve.workers, 1); above 1 needs milvus=server",
+    )
     serve.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     evaluate = sub.add_parser(
@@ -198,6 +204,15 @@ def _parser() -> argparse.ArgumentParser:
     bench_serve.add_argument("--clients", type=int, default=8, help="concurrent clients")
     bench_serve.add_argument("--seconds", type=float, default=60.0, help="duration of the concurrent phase")
     bench_serve.add_argument("--single-seconds", type=float, default=15.0, help="duration of the one-client phase")
+    bench_serve.add_argument(
+        "--workers",
+        metavar="N[,N...]",
+        help="start `knowledge serve --workers N` itself for each count (with the overrides: milvus=server, "
+        "a shared trace.db_url) instead of using --url; prints requests/s, p95, trace rows and the scaling",
+    )
+    bench_serve.add_argument(
+        "--duration", type=float, default=30.0, help="with --workers: seconds of load per worker count"
+    )
     bench_serve.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     bench_all = bench_sub.add_parser(
@@ -230,6 +245,21 @@ def _parser() -> argparse.ArgumentParser:
     bench_all.add_argument("--output", metavar="FILE", help="also write the figures as JSON")
     bench_all.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
+    dev = sub.add_parser(
+        "dev",
+        help="development helpers: a local Milvus standalone server",
+        description="`knowledge dev milvus-server` runs a Milvus 2.3 standalone server (PyPI `milvus`) on "
+        "loopback until Ctrl+C, its data in --data-dir; use it with milvus=server milvus.uri=http://127.0.0.1:PORT.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    dev_sub = dev.add_subparsers(dest="dev", metavar="HELPER", required=True)
+    dev_server = dev_sub.add_parser("milvus-server", help="a Milvus standalone server on 127.0.0.1 until Ctrl+C")
+    dev_server.add_argument(
+        "--data-dir", default=".knowledge/milvus-server", help="where its data lives (kept between runs)"
+    )
+    dev_server.add_argument("--port", type=int, default=19530, help="port (default 19530, as conf/milvus/server.yaml)")
+
     traces = sub.add_parser(
         "traces",
         help="review recorded lookups (tool_invocation rows): list, show, export, replay the spool",
@@ -254,24 +284,6 @@ def _parser() -> argparse.ArgumentParser:
     traces_export.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     traces_replay = traces_sub.add_parser("replay", help="replay spooled records into the trace database now")
     traces_replay.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
-
-    dev = sub.add_parser(
-        "dev",
-        help="developer tools: a local Milvus standalone server for trials of the server path",
-        description="milvus-server runs a Milvus 2.3 standalone server (PyPI `milvus`, in the dev extra) in the "
-        "foreground on 127.0.0.1 until Ctrl+C, then stops its whole process group. Point the tool at it with "
-        "`milvus=server milvus.uri=<printed uri>`. It has no BM25 full-text search (Milvus >= 2.5).",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    dev_sub = dev.add_subparsers(dest="dev", metavar="TOOL", required=True)
-    dev_server = dev_sub.add_parser("milvus-server", help="run a local Milvus server until Ctrl+C")
-    dev_server.add_argument(
-        "--data-dir",
-        default=".knowledge/milvus-server",
-        metavar="DIR",
-        help="where it keeps its data (default %(default)s)",
-    )
-    dev_server.add_argument("--port", type=int, metavar="PORT", help="port to listen on (default: a free one)")
     return parser
 
 
@@ -436,17 +448,19 @@ def _lookup_remote(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from pipelines.serving.bind import check_bind, resolve_api_key
+    from pipelines.serving.bind import check_bind, check_workers, resolve_api_key
 
     _check_port(args.port)
     cfg = _load(args.overrides)
     host = args.host or cfg.serve.host
+    workers = args.workers if args.workers is not None else cfg.serve.workers
     check_bind(host, resolve_api_key(cfg))  # before the slow imports and long before binding
+    check_workers(cfg, workers, args.mcp)
 
     from pipelines.serving.app import serve
 
     port = args.port if args.port is not None else cfg.serve.mcp_port if args.mcp else cfg.serve.port
-    serve(cfg, list(args.overrides), host=host, port=port, mcp=args.mcp)
+    serve(cfg, list(args.overrides), host=host, port=port, mcp=args.mcp, workers=workers)
     return EXIT_OK
 
 
@@ -582,6 +596,16 @@ def _check_port(port: int | None) -> None:
         raise UsageError(f"--port {port} is not a TCP port (1-65535)")
 
 
+def _worker_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as exc:
+        raise UsageError(f"--workers takes counts like 1,2, not {text!r}") from exc
+    if not counts or min(counts) < 1:
+        raise UsageError(f"--workers takes counts of at least 1, like 1,2, not {text!r}")
+    return counts
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from pipelines import bench
 
@@ -592,9 +616,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "index":
         bench.bench_index(args.overrides, corpus=args.corpus, min_chunks=args.min_chunks)
     elif args.bench == "serve":
-        from pipelines.bench.serve_bench import bench_serve
+        from pipelines.bench.serve_bench import bench_serve, bench_serve_workers
 
-        bench_serve(cfg, args.url, clients=args.clients, seconds=args.seconds, single_seconds=args.single_seconds)
+        if args.workers:
+            counts = _worker_counts(args.workers)
+            from pipelines.serving.bind import check_workers
+
+            check_workers(cfg, max(counts), mcp=False)  # several workers need a Milvus server: say so now
+            bench_serve_workers(cfg, list(args.overrides), counts, clients=args.clients, duration=args.duration)
+        else:
+            bench_serve(cfg, args.url, clients=args.clients, seconds=args.seconds, single_seconds=args.single_seconds)
     else:
         bench.bench_lookup(
             args.overrides,
@@ -679,10 +710,13 @@ def cmd_traces(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    from pipelines.dev.milvus_server import serve_until_interrupted
+    from pipelines.dev.milvus_server import MilvusServerUnavailableError, serve_until_interrupted
 
     _check_port(args.port)
-    return serve_until_interrupted(Path(args.data_dir), args.port)
+    try:
+        return serve_until_interrupted(Path(args.data_dir), args.port)
+    except MilvusServerUnavailableError as exc:
+        raise KnowledgeFailure(str(exc)) from exc
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -33,6 +33,7 @@ from components.common.text import unique
 from components.contracts import InvalidQueryError
 from components.errors import BadInputError
 from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD, connect, ensure_loaded
+from pipelines.settings import milvus_auth
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ class HybridSystem:
 
 def _all_chunks(cfg: DictConfig):
     """(evidence key, source, embedded text) of every chunk in the collection."""
-    client = connect(cfg.milvus.uri)
+    client = connect(cfg.milvus.uri, auth=milvus_auth(cfg))
     ensure_loaded(client, cfg.milvus.collection)
     iterator = client.query_iterator(
         cfg.milvus.collection, batch_size=1000, filter="", output_fields=[CONTENT_FIELD, METADATA_FIELD]

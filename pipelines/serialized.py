@@ -21,7 +21,7 @@ from haystack.core.errors import DeserializationError, PipelineError
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pipelines.settings import ConfigError, load_config
+from pipelines.settings import SECRET_KEYS, ConfigError, load_config
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,36 @@ RENDERED_FILE_NAMES = {"lookup": "lookup_knowledge.yml", "indexing": "indexing.y
 HAYHOOKS_IO_KEYS = ("inputs", "outputs")
 # The pipeline data sits under this key of the resolution root, beside the config and `derived`.
 _PIPELINE_KEY = "__pipeline__"
+
+
+# `${milvus_secret:token}` in a pipeline file: the credential as a Haystack Secret. Empty in the
+# config, it is the environment variable (`MILVUS_TOKEN`, ...), serialized by name only; set in
+# the config, it becomes a token Secret after resolution (`_config_secrets`), which Haystack never
+# writes to a file. Either way the value stays out of the resolved data, logs and traces.
+_CONFIG_SECRET = "config_secret"
+
+
+def _milvus_secret(name: str, *, _root_: DictConfig) -> dict[str, Any]:
+    from components.stores.milvus_collection import env_secret
+
+    if OmegaConf.select(_root_, f"milvus.{name}"):
+        return {"type": _CONFIG_SECRET, "key": f"milvus.{name}"}
+    return env_secret(name).to_dict()
+
+
+OmegaConf.register_new_resolver("milvus_secret", _milvus_secret, replace=True)
+
+
+def _config_secrets(data: dict[str, Any], cfg: DictConfig) -> dict[str, Any]:
+    """Replace the markers of credentials set in the config with token Secrets of their values."""
+    from haystack.utils import Secret
+
+    for spec in data["components"].values():
+        params = spec.get("init_parameters") or {}
+        for key, value in params.items():
+            if isinstance(value, dict) and value.get("type") == _CONFIG_SECRET:
+                params[key] = Secret.from_token(OmegaConf.select(cfg, value["key"]))
+    return data
 
 
 def pipeline_path(cfg: DictConfig, name: str) -> Path:
@@ -118,7 +148,7 @@ def pipeline_data(
         resolved = resolve_pipeline_data(template, cfg, derived if derived is not None else derived_values(cfg))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {_first_line(exc)}") from exc
-    return without_components(resolved, left_out_by_config(cfg) | set(leave_out))
+    return _config_secrets(without_components(resolved, left_out_by_config(cfg) | set(leave_out)), cfg)
 
 
 def load_pipeline(
@@ -143,11 +173,22 @@ def load_pipeline(
     return pipeline
 
 
+def refuse_config_secrets(cfg: DictConfig) -> None:
+    """A pipeline file may name the credentials' environment variables, never hold their values."""
+    secrets = [key for key in SECRET_KEYS if OmegaConf.select(cfg, key)]
+    if secrets:
+        raise ConfigError(
+            f"{', '.join(secrets)} set in the config cannot be written to a pipeline file: "
+            "leave them empty and set MILVUS_TOKEN / MILVUS_USER / MILVUS_PASSWORD in the environment instead"
+        )
+
+
 def render_pipeline_yaml(cfg: DictConfig, name: str) -> str:
     """
     Pipeline `name` of `cfg` as a concrete YAML (every value resolved), with the `inputs` and
     `outputs` declarations hayhooks `deploy-yaml` needs. Load it with the module allowlist.
     """
+    refuse_config_secrets(cfg)
     pipeline = load_pipeline(cfg, name)
     template = yaml.safe_load(pipeline_path(cfg, name).read_text(encoding="utf-8"))
     present = set(pipeline.graph.nodes)

@@ -48,6 +48,11 @@ class MilvusConfig:
     index_params: dict[str, Any] = MISSING
     search_params: dict[str, Any] = MISSING
     timeout_ms: int = MISSING
+    token: str | None = MISSING
+    user: str | None = MISSING
+    password: str | None = MISSING
+    secure: bool = MISSING
+    server_pem_path: str | None = MISSING
 
 
 @dataclass
@@ -132,6 +137,7 @@ class ServeConfig:
     mcp_port: int = MISSING
     api_key: str | None = MISSING
     max_body_bytes: int = MISSING
+    workers: int = MISSING
 
 
 @dataclass
@@ -179,6 +185,7 @@ _AT_LEAST = {
     "serve.port": 1,
     "serve.mcp_port": 1,
     "serve.max_body_bytes": 1,
+    "serve.workers": 1,
 }
 _UNIT_INTERVAL = (
     "retrieval.reference_threshold",
@@ -299,3 +306,24 @@ def _plain_values(cfg: DictConfig) -> DictConfig:
 def to_container(cfg: DictConfig) -> dict[str, Any]:
     """The resolved config as plain dicts, for logging and MLflow params."""
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+# Config keys that hold secrets: masked wherever the config is shown or logged (MLflow params).
+SECRET_KEYS = ("milvus.token", "milvus.user", "milvus.password")
+
+
+def milvus_auth(cfg: DictConfig) -> dict[str, Any]:
+    """
+    The Milvus credentials and TLS arguments of a config, resolved: a key the config leaves empty
+    is read from its environment variable (`MILVUS_TOKEN`, ...). Secrets: never log the result.
+    """
+    from components.stores.milvus_collection import auth_args, env_secret
+
+    milvus = cfg.milvus
+    return auth_args(
+        milvus.token or env_secret("token"),
+        milvus.user or env_secret("user"),
+        milvus.password or env_secret("password"),
+        bool(milvus.secure),
+        milvus.server_pem_path,
+    )

@@ -37,10 +37,15 @@ class OnOverlong(Choice):
 
 
 class IndexType(Choice):
-    """Milvus index types that load again after reopening (IVF_PQ, DISKANN, SCANN do not, on Milvus Lite)."""
+    """
+    Milvus index types of a collection this project creates: exact (FLAT), inverted file (IVF_FLAT,
+    `nlist`; search `nprobe`), graph (HNSW, `M` and `efConstruction`; search `ef`) or the server's
+    choice (AUTOINDEX). IVF_PQ, DISKANN and SCANN are left out: Milvus Lite cannot load them again.
+    """
 
     FLAT = "FLAT"
     IVF_FLAT = "IVF_FLAT"
+    HNSW = "HNSW"
     AUTOINDEX = "AUTOINDEX"
 
 

@@ -3,6 +3,7 @@ from collections import Counter
 from typing import Any
 
 from haystack import Document, component
+from haystack.utils import Secret
 
 from components.contracts import IndexPlan
 from components.stores.milvus_collection import (
@@ -13,6 +14,7 @@ from components.stores.milvus_collection import (
     VECTOR_FIELD,
     CollectionLayout,
     CollectionMismatchError,
+    auth_args,
     check_dimension,
     connect,
     create_collection,
@@ -74,6 +76,11 @@ class MilvusChunkWriter:
         index_type: str = "FLAT",
         index_params: dict | None = None,
         timeout_ms: int | None = None,
+        token: Secret | None = None,
+        user: Secret | None = None,
+        password: Secret | None = None,
+        secure: bool = False,
+        server_pem_path: str | None = None,
     ) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
@@ -81,12 +88,26 @@ class MilvusChunkWriter:
         :param index_type: Vector index type used when the collection is created (FLAT, IVF_FLAT, AUTOINDEX).
         :param index_params: Index build parameters, e.g. {"nlist": 128}.
         :param timeout_ms: Limit of the connection attempt to a Milvus server (None: no limit).
+        :param token: Milvus server token (`MILVUS_TOKEN` by default in the pipelines); never logged.
+        :param user: Milvus server user (with `password`, instead of a token).
+        :param password: Milvus server password.
+        :param secure: TLS to the server.
+        :param server_pem_path: The server's certificate, for TLS with a self-signed certificate.
         """
         self.uri = uri
         self.collection = collection
         self.index_type = index_type
         self.index_params = dict(index_params or {})
         self.timeout_ms = timeout_ms
+        self.token = token
+        self.user = user
+        self.password = password
+        self.secure = secure
+        self.server_pem_path = server_pem_path
+
+    def _auth(self) -> dict[str, Any]:
+        """The resolved credentials (secrets: never logged)."""
+        return auth_args(self.token, self.user, self.password, self.secure, self.server_pem_path)
 
     @component.output_types(written=int, deleted=int, count=int)
     def run(self, documents: list[Document], plan: IndexPlan) -> dict[str, Any]:
@@ -95,7 +116,7 @@ class MilvusChunkWriter:
         :param plan: What to delete, and whether to rebuild.
         :returns: Chunks written, chunks deleted, and the collection's row count afterwards.
         """
-        client = connect(self.uri, self.timeout_ms)
+        client = connect(self.uri, self.timeout_ms, self._auth())
         if plan.rebuild and client.has_collection(self.collection):
             client.drop_collection(self.collection)
             logger.info("Dropped collection %s for a rebuild", self.collection)

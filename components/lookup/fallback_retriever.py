@@ -2,6 +2,7 @@ import logging
 from typing import Any
 
 from haystack import component
+from haystack.utils import Secret
 
 from components.common.choices import VectorStoreMode
 from components.contracts import (
@@ -14,6 +15,7 @@ from components.contracts import (
     RetrievalTrace,
 )
 from components.errors import first_line
+from components.stores.milvus_collection import auth_args
 from components.stores.vector_search import QueryEmbeddings, UnsupportedFilterError, VectorSearch, make_search
 
 logger = logging.getLogger(__name__)
@@ -69,6 +71,11 @@ class FallbackRetriever:
         uncovered_evidence_threshold: float | None = None,
         timeout_ms: int | None = None,
         category_filter: bool = True,
+        token: Secret | None = None,
+        user: Secret | None = None,
+        password: Secret | None = None,
+        secure: bool = False,
+        server_pem_path: str | None = None,
     ) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
@@ -85,6 +92,11 @@ class FallbackRetriever:
         :param timeout_ms: Limit of a Milvus connection attempt and of one search (None: no limit).
         :param category_filter: False never filters on the L0 domain (one unfiltered attempt); the
             hints still set the evidence bar. For ablations.
+        :param token: Milvus server token (`MILVUS_TOKEN` by default in the pipelines); never logged.
+        :param user: Milvus server user (with `password`, instead of a token).
+        :param password: Milvus server password.
+        :param secure: TLS to the server.
+        :param server_pem_path: The server's certificate, for TLS with a self-signed certificate.
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -100,12 +112,18 @@ class FallbackRetriever:
         self.uncovered_evidence_threshold = uncovered_evidence_threshold
         self.timeout_ms = timeout_ms
         self.category_filter = category_filter
+        self.token = token
+        self.user = user
+        self.password = password
+        self.secure = secure
+        self.server_pem_path = server_pem_path
         self._searches: dict[str, VectorSearch] = {}
 
     def _search(self, path: str) -> VectorSearch:
         if path not in self._searches:
+            auth = auth_args(self.token, self.user, self.password, self.secure, self.server_pem_path)
             self._searches[path] = make_search(
-                path, self.uri, self.collection, self.index_type, self.search_params, self.timeout_ms
+                path, self.uri, self.collection, self.index_type, self.search_params, self.timeout_ms, auth
             )
         return self._searches[path]
 
@@ -137,6 +155,7 @@ class FallbackRetriever:
         category = hints.single_domain if self.category_filter else None
         first, first_attempt = self._attempt(0, category, query_transform.retrieval_query, embeddings[-1], bar)
         trace.attempts.append(first_attempt)
+        trace.index_type = self._search(first_attempt.path).described_index_type
         reason = None
         if category is not None:
             if first_attempt.usable_count == 0:

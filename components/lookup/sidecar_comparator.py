@@ -3,8 +3,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from haystack import component
+from haystack.utils import Secret
 
 from components.contracts import Candidate, RetrievalTrace, SidecarReport
+from components.stores.milvus_collection import auth_args
 from components.stores.vector_search import PATHS, QueryEmbeddings, VectorSearch, make_search
 
 logger = logging.getLogger(__name__)
@@ -137,6 +139,12 @@ class SidecarComparator:
         top_k: int = 10,
         index_type: str = "FLAT",
         search_params: dict | None = None,
+        timeout_ms: int | None = None,
+        token: Secret | None = None,
+        user: Secret | None = None,
+        password: Secret | None = None,
+        secure: bool = False,
+        server_pem_path: str | None = None,
     ) -> None:
         """
         :param enabled: Run the sidecar at all.
@@ -147,6 +155,12 @@ class SidecarComparator:
         :param top_k: Results compared per path.
         :param index_type: Index type of the collection.
         :param search_params: Search parameters.
+        :param timeout_ms: Limit of a Milvus connection attempt and of one search (None: no limit).
+        :param token: Milvus server token (`MILVUS_TOKEN` by default in the pipelines); never logged.
+        :param user: Milvus server user (with `password`, instead of a token).
+        :param password: Milvus server password.
+        :param secure: TLS to the server.
+        :param server_pem_path: The server's certificate, for TLS with a self-signed certificate.
         """
         if path not in (OTHER_PATH, *PATHS):
             raise ValueError(f"sidecar path must be one of {OTHER_PATH}, {', '.join(PATHS)}, not {path!r}")
@@ -157,6 +171,12 @@ class SidecarComparator:
         self.top_k = top_k
         self.index_type = index_type
         self.search_params = dict(search_params or {})
+        self.timeout_ms = timeout_ms
+        self.token = token
+        self.user = user
+        self.password = password
+        self.secure = secure
+        self.server_pem_path = server_pem_path
         self._searches: dict[str, VectorSearch] = {}
 
     @component.output_types(sidecar=SidecarReport)
@@ -190,7 +210,10 @@ class SidecarComparator:
         main = sorted((c for c in candidates if c.attempt == selected.index), key=lambda c: -c.similarity)
         try:
             if path not in self._searches:
-                self._searches[path] = make_search(path, self.uri, self.collection, self.index_type, self.search_params)
+                auth = auth_args(self.token, self.user, self.password, self.secure, self.server_pem_path)
+                self._searches[path] = make_search(
+                    path, self.uri, self.collection, self.index_type, self.search_params, self.timeout_ms, auth
+                )
             side = self._searches[path].search(embedding, self.top_k, selected.category_filter)
         except Exception as exc:  # the sidecar must never break the main lookup
             self._searches.pop(path, None)

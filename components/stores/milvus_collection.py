@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from haystack.utils import Secret
 from pymilvus import DataType, MilvusClient
 
 from components.errors import BadInputError, KnowledgeFailure
@@ -102,29 +103,78 @@ def timeout_seconds(timeout_ms: int | None) -> float | None:
     return timeout_ms / 1000.0 if timeout_ms else None
 
 
-def connection_args(uri: str, timeout_ms: int | None = None) -> dict[str, Any]:
-    """Arguments for MilvusClient (and milvus-haystack's connection_args) for a URI."""
-    args: dict[str, Any] = {"uri": uri}
-    if is_local_uri(uri):
-        args["grpc_options"] = dict(LITE_GRPC_OPTIONS)
-    if timeout_ms:
-        args["timeout"] = timeout_seconds(timeout_ms)
+# The environment variables of the Milvus credentials, read when the config leaves them empty.
+CREDENTIAL_ENV = {"token": "MILVUS_TOKEN", "user": "MILVUS_USER", "password": "MILVUS_PASSWORD"}
+
+
+def env_secret(name: str) -> Secret:
+    """The credential `name` ("token", "user", "password") from its environment variable, if set."""
+    return Secret.from_env_var(CREDENTIAL_ENV[name], strict=False)
+
+
+def auth_args(
+    token: Secret | str | None = None,
+    user: Secret | str | None = None,
+    password: Secret | str | None = None,
+    secure: bool = False,
+    server_pem_path: str | None = None,
+) -> dict[str, Any]:
+    """
+    The credential and TLS arguments of MilvusClient (and milvus-haystack's `connection_args`),
+    with secrets resolved; unset ones are left out. The result holds secrets: never log it.
+    """
+    args: dict[str, Any] = {}
+    for name, value in (("token", token), ("user", user), ("password", password)):
+        resolved = value.resolve_value() if isinstance(value, Secret) else value
+        if resolved:
+            args[name] = resolved
+    if secure:
+        args["secure"] = True
+    if server_pem_path:
+        args["server_pem_path"] = server_pem_path
     return args
 
 
-def connect(uri: str, timeout_ms: int | None = None) -> MilvusClient:
+def connection_args(uri: str, timeout_ms: int | None = None, auth: dict[str, Any] | None = None) -> dict[str, Any]:
+    """
+    Arguments for MilvusClient (and milvus-haystack's connection_args) for a URI. A server gets a
+    connection of its own per client (`dedicated`): pymilvus shares one channel per address, and a
+    shared channel that failed while the server was down stays failed for every client of the
+    process after the server is back; a client of its own is dropped and reopened instead.
+    """
+    args: dict[str, Any] = {"uri": uri}
+    if is_local_uri(uri):
+        args["grpc_options"] = dict(LITE_GRPC_OPTIONS)
+    else:
+        args["dedicated"] = True
+    if timeout_ms:
+        args["timeout"] = timeout_seconds(timeout_ms)
+    if auth and not is_local_uri(uri):  # Milvus Lite has no users
+        args.update(auth)
+    return args
+
+
+def close_quietly(client: Any) -> None:
+    """Release a client that failed: its channel may be broken, and closing it must not raise."""
+    try:
+        client.close()
+    except Exception as exc:  # a broken channel may fail to close; the client is dropped anyway
+        logger.debug("closing a failed Milvus client: %s", exc)
+
+
+def connect(uri: str, timeout_ms: int | None = None, auth: dict[str, Any] | None = None) -> MilvusClient:
     """
     Open a client, turning Milvus Lite's file lock into an error that says what to do.
 
     Milvus Lite lets one process hold a db file; clients in the same process share it.
-    `timeout_ms` bounds the connection attempt to a server.
+    `timeout_ms` bounds the connection attempt to a server; `auth` is `auth_args(...)`.
     """
     if is_local_uri(uri):
         from pathlib import Path
 
         Path(uri).parent.mkdir(parents=True, exist_ok=True)
     try:
-        return MilvusClient(**connection_args(uri, timeout_ms))
+        return MilvusClient(**connection_args(uri, timeout_ms, auth))
     except Exception as exc:
         if _is_lock_error(exc) or (is_local_uri(uri) and _is_locked_elsewhere(uri)):
             raise MilvusUnavailableError(

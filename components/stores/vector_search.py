@@ -30,6 +30,7 @@ from components.stores.milvus_collection import (
     CollectionLayout,
     category_filter,
     check_dimension,
+    close_quietly,
     connect,
     connection_args,
     describe_layout,
@@ -54,9 +55,9 @@ class UnsupportedFilterError(LookupError):
     """This path cannot express the filter on this collection (another path can)."""
 
 
-def _open_collection(uri: str, collection: str, timeout_ms: int | None):
+def _open_collection(uri: str, collection: str, timeout_ms: int | None, auth: dict | None = None):
     """A client on an existing, loaded collection and its layout; never creates or alters it."""
-    client = connect(uri, timeout_ms)
+    client = connect(uri, timeout_ms, auth)
     if not client.has_collection(collection):
         raise LookupError(f"collection {collection} does not exist at {uri}: run `knowledge index`")
     layout = describe_layout(client, collection)
@@ -66,6 +67,9 @@ def _open_collection(uri: str, collection: str, timeout_ms: int | None):
 
 class VectorSearch(Protocol):
     path: str
+
+    @property
+    def described_index_type(self) -> str | None: ...
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]: ...
 
@@ -111,18 +115,24 @@ class SdkVectorSearch:
     path = "sdk"
 
     def __init__(
-        self, uri: str, collection: str, search_params: dict | None = None, timeout_ms: int | None = None
+        self,
+        uri: str,
+        collection: str,
+        search_params: dict | None = None,
+        timeout_ms: int | None = None,
+        auth: dict | None = None,
     ) -> None:
         self.uri = uri
         self.collection = collection
         self.search_params = dict(search_params or {})
         self.timeout_ms = timeout_ms
+        self._auth = dict(auth or {})  # resolved credentials (`auth_args`): never logged
         self._client = None
         self._layout: CollectionLayout | None = None
 
     def _ready_client(self):
         if self._client is None:
-            self._client, self._layout = _open_collection(self.uri, self.collection, self.timeout_ms)
+            self._client, self._layout = _open_collection(self.uri, self.collection, self.timeout_ms, self._auth)
         return self._client
 
     @property
@@ -130,11 +140,21 @@ class SdkVectorSearch:
         self._ready_client()
         return self._layout
 
+    @property
+    def described_index_type(self) -> str | None:
+        """The collection's vector index as Milvus describes it (None before the first search)."""
+        return self._layout.index_type if self._layout is not None else None
+
     def describe_filter(self, category: str | None) -> str | None:
         if category is None:
             return None
         has_column = self._layout.has_category if self._layout is not None else True
         return category_filter(category, has_column)
+
+    def _reconnect_next_time(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            close_quietly(client)
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
         client = self._ready_client()
@@ -142,16 +162,22 @@ class SdkVectorSearch:
         layout = self.layout
         check_dimension(layout, self.collection, len(vector))
         fields = [CONTENT_FIELD, METADATA_FIELD] + ([CATEGORY_FIELD] if layout.has_category else [])
-        hits = client.search(
-            self.collection,
-            data=[vector],
-            limit=top_k,
-            filter=self.describe_filter(category) or "",
-            output_fields=fields,
-            search_params={"metric_type": layout.metric, "params": self.search_params},
-            anns_field=VECTOR_FIELD,
-            timeout=timeout_seconds(self.timeout_ms),
-        )[0]
+        try:
+            hits = client.search(
+                self.collection,
+                data=[vector],
+                limit=top_k,
+                filter=self.describe_filter(category) or "",
+                output_fields=fields,
+                search_params={"metric_type": layout.metric, "params": self.search_params},
+                anns_field=VECTOR_FIELD,
+                timeout=timeout_seconds(self.timeout_ms),
+            )[0]
+        except Exception:
+            # The server may be down or restarted: the next search opens a new client, so lookups
+            # succeed again once it is back, without restarting the process.
+            self._reconnect_next_time()
+            raise
         candidates = []
         for hit in hits:
             entity = hit.get("entity", hit)
@@ -183,12 +209,14 @@ class HaystackVectorSearch:
         index_type: str = "FLAT",
         search_params: dict | None = None,
         timeout_ms: int | None = None,
+        auth: dict | None = None,
     ) -> None:
         self.uri = uri
         self.collection = collection
         self.index_type = index_type
         self.search_params = dict(search_params or {})
         self.timeout_ms = timeout_ms
+        self._auth = dict(auth or {})  # resolved credentials (`auth_args`): never logged
         self._retriever = None
         self._layout: CollectionLayout | None = None
 
@@ -198,9 +226,10 @@ class HaystackVectorSearch:
 
             # The collection exists already; checking first keeps milvus-haystack from creating
             # one with its own default schema.
-            _, layout = _open_collection(self.uri, self.collection, self.timeout_ms)
+            probe, layout = _open_collection(self.uri, self.collection, self.timeout_ms, self._auth)
+            close_quietly(probe)  # the document store opens its own client
             store = MilvusDocumentStore(
-                connection_args=connection_args(self.uri, self.timeout_ms),
+                connection_args=connection_args(self.uri, self.timeout_ms, self._auth),
                 collection_name=self.collection,
                 primary_field=ID_FIELD,
                 text_field=CONTENT_FIELD,
@@ -214,6 +243,17 @@ class HaystackVectorSearch:
             self._retriever = MilvusEmbeddingRetriever(document_store=store)
             self._layout = layout
         return self._retriever
+
+    @property
+    def described_index_type(self) -> str | None:
+        """The collection's vector index as Milvus describes it (None before the first search)."""
+        return self._layout.index_type if self._layout is not None else None
+
+    def _reconnect_next_time(self) -> None:
+        retriever, self._retriever = self._retriever, None
+        client = getattr(getattr(retriever, "document_store", None), "client", None) if retriever else None
+        if client is not None:
+            close_quietly(client)
 
     def describe_filter(self, category: str | None) -> str | None:
         if category is None:
@@ -234,7 +274,12 @@ class HaystackVectorSearch:
                 f"on {METADATA_FIELD}[{CATEGORY_FIELD!r}]"
             )
         filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
-        documents = retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]
+        try:
+            documents = retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]
+        except Exception:
+            # As on the sdk path: a new document store (and connection) on the next search.
+            self._reconnect_next_time()
+            raise
         candidates = []
         for document in documents:
             meta = document.meta or {}
@@ -261,9 +306,10 @@ def make_search(
     index_type: str,
     search_params: dict | None,
     timeout_ms: int | None = None,
+    auth: dict | None = None,
 ) -> VectorSearch:
     if path == "sdk":
-        return SdkVectorSearch(uri, collection, search_params, timeout_ms)
+        return SdkVectorSearch(uri, collection, search_params, timeout_ms, auth)
     if path == "haystack":
-        return HaystackVectorSearch(uri, collection, index_type, search_params, timeout_ms)
+        return HaystackVectorSearch(uri, collection, index_type, search_params, timeout_ms, auth)
     raise ValueError(f"unknown vector store path {path!r}; one of {', '.join(PATHS)}")

@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipelines.bench.machine import OtherCpu, call_ms, format_other_cpu, load_average, peak_rss_mb, percentile
+from pipelines.settings import milvus_auth
 
 PARTS = ("index", "lookup", "sidecar", "serve", "scale", "cold_start")
 EXPERIMENT = "lookup-knowledge-bench"
@@ -301,7 +302,12 @@ def _run_parts(
 
         echo(f"sidecar overhead: {options.sidecar_lookups} lookups per mode")
         figures = sidecar_overhead(bench_cfg, options.sidecar_lookups)
-        return {**figures, "chunks": row_count(connect(bench_cfg.milvus.uri), bench_cfg.milvus.collection)}
+        return {
+            **figures,
+            "chunks": row_count(
+                connect(bench_cfg.milvus.uri, auth=milvus_auth(bench_cfg)), bench_cfg.milvus.collection
+            ),
+        }
 
     if "scale" in wanted:
         echo(f"scale point: {options.base_chunks} then {options.scale_chunks} chunks")

@@ -18,6 +18,7 @@ from pipelines.bench.corpus import (
     write_copy,
 )
 from pipelines.bench.machine import OtherCpu, Timing, format_other_cpu, load_average, peak_rss_mb, timed, timed_cpu
+from pipelines.settings import milvus_auth
 
 INDEX_RATIO_TARGET = 0.85
 
@@ -28,7 +29,7 @@ def _cleanup_milvus(cfg: DictConfig) -> None:
 
     uri = cfg.milvus.uri
     if not is_local_uri(uri) or not Path(uri).resolve().is_relative_to(Path(cfg.paths.state_dir).resolve()):
-        client = connect(cfg.milvus.uri)
+        client = connect(cfg.milvus.uri, auth=milvus_auth(cfg))
         if client.has_collection(cfg.milvus.collection):
             client.drop_collection(cfg.milvus.collection)
 
@@ -92,7 +93,7 @@ def stored_vector_difference(cfg: DictConfig, chunks: Sequence, vectors, samples
     step = max(1, len(chunks) // samples)
     picked = list(range(0, len(chunks), step))[:samples]
     ids = [chunks[i].meta["evidence_key"] for i in picked]
-    client = connect(cfg.milvus.uri)
+    client = connect(cfg.milvus.uri, auth=milvus_auth(cfg))
     rows = client.get(cfg.milvus.collection, ids=ids, output_fields=[ID_FIELD, VECTOR_FIELD])
     stored = {row[ID_FIELD]: np.asarray(row[VECTOR_FIELD], dtype=np.float32) for row in rows}
     if len(stored) != len(ids):

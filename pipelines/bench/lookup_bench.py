@@ -22,6 +22,7 @@ from pipelines.bench.machine import (
     settle,
     timed,
 )
+from pipelines.settings import milvus_auth
 
 LOOKUP_RATIO_TARGETS = {"filtered": 1.3, "fallback": 2.2}
 
@@ -138,7 +139,7 @@ class LookupFloor:
 
         self.cfg = cfg
         self.embedder = query_embedder
-        self.client = connect(cfg.milvus.uri)
+        self.client = connect(cfg.milvus.uri, auth=milvus_auth(cfg))
 
     def run(self, query: str, filter_expression: str | None):
         from components.stores.milvus_collection import CATEGORY_FIELD, CONTENT_FIELD, METADATA_FIELD, VECTOR_FIELD

@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipelines.bench.machine import OtherCpu, call_ms, latency_summary, peak_rss_mb, percentile, settle, timed
+from pipelines.settings import milvus_auth
 
 SAMPLE_KB = Path(__file__).resolve().parents[2] / "knowledge"
 SCALE_RATIO_TARGET = 2.0
@@ -75,7 +76,7 @@ def grow_collection(cfg: DictConfig, target: int) -> dict[str, Any]:
     """Insert synthetic rows until the collection holds `target` rows; flush. Returns counts and seconds."""
     from components.stores.milvus_collection import connect, describe_layout, row_count
 
-    client = connect(cfg.milvus.uri)
+    client = connect(cfg.milvus.uri, auth=milvus_auth(cfg))
     name = cfg.milvus.collection
     before = row_count(client, name)
     dim = describe_layout(client, name).dim
@@ -145,7 +146,7 @@ def bench_scale(
     from pipelines.lookup import LookupService
 
     with sample_collection(overrides, echo) as cfg:
-        real_chunks = row_count(connect(cfg.milvus.uri), cfg.milvus.collection)
+        real_chunks = row_count(connect(cfg.milvus.uri, auth=milvus_auth(cfg)), cfg.milvus.collection)
         service = LookupService(cfg)
         service.warm_up()
         points = []

@@ -79,18 +79,30 @@ class MilvusServerProcess:
         from pymilvus import MilvusClient
 
         deadline = time.monotonic() + timeout_s
+        last_error = "the port does not answer"
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 self.stop()
                 raise MilvusServerUnavailableError(f"Milvus server exited early; see {self.data_dir}/server-child.log")
             if _answers(self.port):
-                with contextlib.suppress(Exception):
-                    MilvusClient(uri=self.uri, timeout=5).list_collections()
+                try:
+                    # A connection of its own: a shared one of this process may still point at the
+                    # previous run of the server (after `restart`) and never recover.
+                    probe = MilvusClient(uri=self.uri, timeout=5, dedicated=True)
+                    try:
+                        probe.list_collections()
+                    finally:
+                        probe.close()
+                except Exception as exc:  # not ready yet: any failure means "try again"
+                    last_error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                else:
                     logger.info("Milvus server ready at %s", self.uri)
                     return
             time.sleep(0.5)
         self.stop()
-        raise MilvusServerUnavailableError(f"Milvus server not ready at {self.uri} within {timeout_s:.0f} s")
+        raise MilvusServerUnavailableError(
+            f"Milvus server not ready at {self.uri} within {timeout_s:.0f} s (last: {last_error})"
+        )
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM to the group, SIGKILL after a grace period: the server binary ignores SIGTERM for long."""
@@ -108,6 +120,15 @@ class MilvusServerProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=10)
 
+    def restart(self, timeout_s: float = READY_TIMEOUT_S) -> "MilvusServerProcess":
+        """Stop, then start again on the same port and data folder (its collections kept)."""
+        self.stop()
+        return self.start(timeout_s)
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
     def __enter__(self) -> "MilvusServerProcess":
         return self.start()
 
@@ -115,10 +136,28 @@ class MilvusServerProcess:
         self.stop()
 
 
+def _bind_probe_reusing_address(port: int) -> socket.socket | None:
+    """
+    The `milvus` package's free-port probe, with SO_REUSEADDR as the server binary itself binds.
+    Without it, a restart on the same port finds the port "taken" by the previous run's closed
+    connections (TIME_WAIT, up to a minute) and silently moves the server to the next port.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
 def _run_child(data_dir: str, port: int) -> None:
     from milvus import MilvusServer
 
     server = MilvusServer()
+    server.config.try_bind_port = _bind_probe_reusing_address
     server.set_base_dir(data_dir)
     server.listen_port = port
     server.start()
@@ -128,7 +167,12 @@ def _run_child(data_dir: str, port: int) -> None:
 
 
 def serve_until_interrupted(data_dir: Path, port: int | None) -> int:
-    """`knowledge dev milvus-server`: run a server in the foreground until Ctrl+C."""
+    """`knowledge dev milvus-server`: run a server in the foreground until Ctrl+C (or SIGTERM)."""
+
+    def interrupted(*_args) -> None:
+        raise KeyboardInterrupt  # SIGTERM stops the server group as Ctrl+C does, never orphaning it
+
+    signal.signal(signal.SIGTERM, interrupted)
     with MilvusServerProcess(data_dir, port) as server:
         print(f"Milvus server ready: milvus.uri={server.uri} (data in {data_dir}); Ctrl+C stops it", flush=True)
         with contextlib.suppress(KeyboardInterrupt):

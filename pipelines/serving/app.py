@@ -12,8 +12,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipelines.agent import TOOL_DESCRIPTION, TOOL_NAME
-from pipelines.serving.bind import ServeError, check_bind, resolve_api_key
-from pipelines.serving.service import OVERRIDES_ENV, shared_service
+from pipelines.serving.bind import ServeError, check_bind, check_workers, resolve_api_key
+from pipelines.serving.service import OVERRIDES_ENV, overrides_from_env, served_config, shared_service
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +33,11 @@ def check_ready(report: dict[str, Any]) -> None:
 
 def _configure_hayhooks(overrides: list[str]) -> None:
     os.environ[OVERRIDES_ENV] = json.dumps(overrides)
-    from hayhooks.settings import StartupDeployStrategy, settings
+    from hayhooks.settings import settings
 
-    settings.pipelines_dir = str(WRAPPERS_DIR)
-    # The parallel start-up deployment failed to import wrappers here; one wrapper gains nothing from it.
-    settings.startup_deploy_strategy = StartupDeployStrategy.SEQUENTIAL
+    # No start-up deployment from a folder: the app deploys its one wrapper itself (`_deploy_run_route`),
+    # so that the route answers the result itself rather than hayhooks' `{"result": ...}` envelope.
+    settings.pipelines_dir = ""
     settings.show_tracebacks = False
 
 
@@ -63,6 +63,7 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
 
     app = create_app()
     app.add_api_route("/health", _health_route(health), methods=["GET"], tags=["status"], include_in_schema=True)
+    _deploy_run_route(app, _load_wrapper())
 
     @app.exception_handler(HTTPException)
     async def structured_http_error(_request, exc: HTTPException) -> JSONResponse:
@@ -76,6 +77,39 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
         max_body_bytes=cfg.serve.max_body_bytes,
         validated_paths=(RUN_PATH,),
         blocked_prefixes=DEPLOY_ROUTE_PREFIXES,
+    )
+
+
+def _deploy_run_route(app, wrapper) -> None:
+    """
+    `POST /lookup_knowledge/run` answering exactly the JSON of `knowledge lookup` (no envelope),
+    typed in OpenAPI by the wrapper's request model and `LookupResponse`; the wrapper is registered
+    with hayhooks as its start-up deployment would (`/status` lists it).
+    """
+    from hayhooks.server.pipelines.models import create_pipeline_metadata
+    from hayhooks.server.pipelines.registry import registry
+    from starlette.concurrency import run_in_threadpool
+
+    from pipelines.serving.models import LookupResponse
+
+    metadata = create_pipeline_metadata(TOOL_NAME, wrapper)
+    request_model = metadata["request_model"]
+    if TOOL_NAME not in registry.get_names():
+        registry.add(TOOL_NAME, wrapper, metadata={**metadata, "response_model": LookupResponse})
+
+    async def run_lookup(run_request: request_model) -> LookupResponse:  # type: ignore[valid-type]
+        # The pipeline is synchronous: a worker thread per request keeps the event loop serving.
+        return await run_in_threadpool(wrapper.run_api, **run_request.model_dump())
+
+    app.add_api_route(
+        RUN_PATH,
+        run_lookup,
+        methods=["POST"],
+        name=f"{TOOL_NAME}_run",
+        response_model=LookupResponse,
+        tags=["pipelines"],
+        description=metadata["description"] or None,
+        responses={422: {"description": "A refused request: {error, detail}"}, 503: {"model": LookupResponse}},
     )
 
 
@@ -105,7 +139,28 @@ def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
     return RequestGuard(app, api_key=api_key, max_body_bytes=cfg.serve.max_body_bytes)
 
 
-def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool = False) -> None:
+def build_app(cfg: DictConfig, mcp: bool = False):
+    """The served app of one process: its warmed LookupService, health and guard."""
+    from pipelines.serving.health import HealthCheck
+
+    api_key = resolve_api_key(cfg)
+    health = HealthCheck(cfg, trace_store=None, auth=api_key is not None)
+    service = shared_service(cfg)  # the wrapper's setup() gets this same warmed service
+    health.trace_store = service.trace_writer.store if service.trace_writer else None
+    return build_mcp_app(cfg, health, api_key) if mcp else build_rest_app(cfg, health, api_key)
+
+
+def worker_app():
+    """
+    The app of one uvicorn worker process of `knowledge serve --workers N` (an app factory): the
+    config comes from the parent's overrides in `KNOWLEDGE_SERVE_OVERRIDES`.
+    """
+    overrides = overrides_from_env()
+    _configure_hayhooks(overrides)
+    return build_app(served_config(), mcp=False)
+
+
+def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool = False, workers: int = 1) -> None:
     """Check, warm, then serve until interrupted. Raises `ServeError` before binding when it must not start."""
     import uvicorn
 
@@ -113,12 +168,29 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
 
     api_key = resolve_api_key(cfg)
     check_bind(host, api_key)
+    check_workers(cfg, workers, mcp)
     _configure_hayhooks(overrides)
-    health = HealthCheck(cfg, trace_store=None, auth=api_key is not None)
-    check_ready(health.report())  # before the model loads: a missing index fails in a second
-    service = shared_service(cfg)  # the wrapper's setup() gets this same warmed service
-    health.trace_store = service.trace_writer.store if service.trace_writer else None
-    app = build_mcp_app(cfg, health, api_key) if mcp else build_rest_app(cfg, health, api_key)
+    check_ready(HealthCheck(cfg, trace_store=None, auth=False).report())  # before the model loads: fails in a second
     kind = "MCP (streamable HTTP /mcp, SSE /sse)" if mcp else f"REST (POST {RUN_PATH})"
-    logger.warning("lookup_knowledge %s on http://%s:%d (auth %s)", kind, host, port, "on" if api_key else "off")
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    logger.warning(
+        "lookup_knowledge %s on http://%s:%d (auth %s, %d worker(s))",
+        kind,
+        host,
+        port,
+        "on" if api_key else "off",
+        workers,
+    )
+    if workers == 1:
+        uvicorn.run(build_app(cfg, mcp), host=host, port=port, log_level="warning", access_log=False)
+        return
+    # uvicorn binds the port once and hands it to N spawned processes; each builds and warms its own
+    # service from the overrides in the environment, and they share the Milvus server and trace database.
+    uvicorn.run(
+        f"{__name__}:worker_app",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+    )

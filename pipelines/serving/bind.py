@@ -6,6 +6,7 @@ import os
 from omegaconf import DictConfig
 
 from components.errors import BadInputError
+from components.stores.milvus_collection import is_local_uri
 
 API_KEY_ENV = "KNOWLEDGE_API_KEY"
 
@@ -34,4 +35,22 @@ def check_bind(host: str, api_key: str | None) -> None:
     if not is_loopback(host) and not api_key:
         raise ServeError(
             f"refusing to serve on {host} without an API key: set {API_KEY_ENV} or serve.api_key, or bind to 127.0.0.1"
+        )
+
+
+def check_workers(cfg: DictConfig, workers: int, mcp: bool) -> None:
+    """Refuse several worker processes where they cannot share the stores (or the MCP sessions)."""
+    if workers < 1:
+        raise ServeError(f"--workers must be at least 1, not {workers}")
+    if workers == 1:
+        return
+    if is_local_uri(cfg.milvus.uri):
+        raise ServeError(
+            f"refusing --workers {workers} on Milvus Lite ({cfg.milvus.uri}): Milvus Lite is one process per db file; "
+            "serve several workers from a Milvus server: milvus=server milvus.uri=http://HOST:19530"
+        )
+    if mcp:
+        raise ServeError(
+            f"refusing --mcp with --workers {workers}: an MCP session lives in one process; "
+            "run one MCP process per port (or several behind a load balancer with sticky sessions)"
         )

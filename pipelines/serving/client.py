@@ -30,7 +30,7 @@ def remote_lookup(url: str, query: str, api_key: str | None = None, timeout_s: f
         raise RemoteLookupError(f"cannot reach {endpoint}: {exc}") from exc
     body = _json(response)
     if response.status_code == 200:
-        return 200, body.get("result", body)
+        return 200, body
     if response.status_code == 503 and "evidenceStatus" in body:
         return 503, body
     reason = body.get("detail") or response.text[:200]

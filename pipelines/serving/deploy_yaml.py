@@ -14,6 +14,7 @@ import yaml
 from omegaconf import DictConfig
 
 from pipelines.lookup import ALLOWED_MODULES, build_lookup_pipeline
+from pipelines.serialized import refuse_config_secrets
 from pipelines.settings import load_config
 
 # The variable the hayhooks process needs: it loads YAML without an allowlist of its own.
@@ -26,6 +27,7 @@ IO = {
 
 def deployable_yaml(cfg: DictConfig) -> str:
     """The recorded lookup pipeline of `cfg` with hayhooks' inputs (`query`) and outputs (`result`)."""
+    refuse_config_secrets(cfg)
     return build_lookup_pipeline(cfg).dumps() + yaml.safe_dump(IO, sort_keys=False)
 
 

@@ -4,6 +4,7 @@ which config is loaded. Paths and thresholds only: never credentials or the API 
 """
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -11,8 +12,9 @@ from omegaconf import DictConfig
 from sqlalchemy import text
 
 from components.stores.l0_index_file import L0IndexHandle
-from components.stores.milvus_collection import connect, is_local_uri
+from components.stores.milvus_collection import close_quietly, connect, is_local_uri
 from components.tracing.trace_store import TraceStore
+from pipelines.settings import milvus_auth
 from pipelines.traces import redact_url
 
 logger = logging.getLogger(__name__)
@@ -31,7 +33,7 @@ class HealthCheck:
 
     ```python
     report = HealthCheck(cfg, trace_store=service.trace_writer.store, auth=False).report()
-    report["status"]  # "ok" or "unavailable"
+    report["status"]  # "ok", or "degraded" when a store does not answer
     ```
     """
 
@@ -48,12 +50,14 @@ class HealthCheck:
         with self._lock:
             try:
                 if self._client is None:
-                    self._client = connect(self.cfg.milvus.uri)
+                    self._client = connect(self.cfg.milvus.uri, self.cfg.milvus.timeout_ms, milvus_auth(self.cfg))
                 if not self._client.has_collection(collection):
                     return {"ok": False, "detail": f"no collection {collection!r}: run `knowledge index` first"}
                 rows = int(self._client.get_collection_stats(collection).get("row_count", 0))
             except Exception as exc:
-                self._client = None
+                client, self._client = self._client, None
+                if client is not None:
+                    close_quietly(client)
                 return {"ok": False, "detail": _first_line(exc)}
         if rows == 0:
             return {
@@ -102,5 +106,6 @@ class HealthCheck:
 
     def report(self) -> dict[str, Any]:
         checks = {"vectorStore": self.vector_store(), "l0Index": self.l0_index(), "traceStore": self.trace()}
-        status = "ok" if all(check["ok"] for check in checks.values()) else "unavailable"
-        return {"status": status, "checks": checks, "config": self.config()}
+        status = "ok" if all(check["ok"] for check in checks.values()) else "degraded"
+        # The pid tells apart the worker processes of `knowledge serve --workers N` behind one port.
+        return {"status": status, "pid": os.getpid(), "checks": checks, "config": self.config()}

@@ -48,7 +48,7 @@ async def _client(http: httpx.AsyncClient, url: str, offset: int, deadline: floa
             if response.status_code != 200:
                 raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
             result.latencies_ms.append(elapsed)
-            result.invocation_ids.append(response.json()["result"]["invocationId"])
+            result.invocation_ids.append(response.json()["invocationId"])
         except Exception as exc:  # counted, and the first one shown: a load run reports errors, it does not stop
             result.errors += 1
             result.first_error = result.first_error or f"{type(exc).__name__}: {exc}"

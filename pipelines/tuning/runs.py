@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipelines.evaluation import Evaluation
-from pipelines.settings import to_container
+from pipelines.settings import SECRET_KEYS, to_container
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,9 @@ def flatten_params(cfg: DictConfig) -> dict[str, str]:
             flat[prefix] = str(node)[:MAX_PARAM_CHARS]
 
     walk(to_container(cfg), "")
+    for key in SECRET_KEYS:  # credentials never reach MLflow
+        if flat.get(key) not in (None, "None"):
+            flat[key] = "***"
     return flat
 
 

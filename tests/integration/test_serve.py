@@ -47,7 +47,7 @@ def trace_rows(state, where: str = "", params=()) -> list[tuple]:
 def test_lookup_returns_the_evidence_first_result_and_its_trace_row(server):
     response = run(server, {"query": "disk almost full on a worker node"})
     assert response.status_code == 200
-    result = response.json()["result"]
+    result = response.json()
     assert result["found"] is True and result["evidenceStatus"] == "evidence"
     assert result["evidenceBlocks"][0]["source"].startswith("disk/")
     assert {"contextPack", "retrievalTrace", "queryTransform", "invocationId"} <= set(result)
@@ -59,7 +59,7 @@ def test_lookup_returns_the_evidence_first_result_and_its_trace_row(server):
 def test_found_false_is_a_success(server):
     response = run(server, {"query": "chocolate cake recipe with vanilla frosting"})
     assert response.status_code == 200
-    result = response.json()["result"]
+    result = response.json()
     assert result["found"] is False and result["message"]
 
 
@@ -151,8 +151,45 @@ def test_openapi_describes_request_and_response_models(server):
     assert "requestBody" in operation
     components = schema["components"]["schemas"]
     assert components["lookup_knowledgeRunRequest"]["required"] == ["query"]
-    assert components["lookup_knowledgeRunResponse"]["properties"]["result"]["$ref"].endswith("/LookupResponse")
+    answer = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert answer["$ref"].endswith("/LookupResponse")  # the result itself, no envelope
     assert {"found", "evidenceBlocks", "invocationId"} <= set(components["LookupResponse"]["properties"])
+    assert components["LookupResponse"]["properties"]["evidenceBlocks"]["items"]["$ref"].endswith("/EvidenceBlockModel")
+
+
+# The one key that differs between two calls of the same query: the call's own trace row id.
+PER_CALL_KEYS = {"invocationId"}
+
+
+def without_per_call_keys(value):
+    if isinstance(value, dict):
+        return {k: without_per_call_keys(v) for k, v in value.items() if k not in PER_CALL_KEYS}
+    if isinstance(value, list):
+        return [without_per_call_keys(v) for v in value]
+    return value
+
+
+def test_the_served_body_is_exactly_what_knowledge_lookup_prints(server, served_index, tmp_path_factory):
+    query = "disk almost full on a worker node"
+    served = run(server, {"query": query})
+    assert served.status_code == 200
+    body = served.json()
+    assert "result" not in body and body["found"] is True  # the result at the top level
+    # `knowledge lookup` with the server's config, on its own copy of the index (the server holds its db).
+    state = copy_state(served_index, tmp_path_factory, "cli-lookup")
+    local = subprocess.run(
+        [PYTHON, "-m", "pipelines.cli", "lookup", "--compact", query, f"paths.state_dir={state}", "mlflow=off"]
+        + ["query.on_overlong=error", "query.max_chars=300"],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert local.returncode == 0, local.stderr
+    printed = json.loads(local.stdout)
+    assert list(body) == list(printed)  # same keys, same order
+    assert without_per_call_keys(body) == without_per_call_keys(printed)
 
 
 def test_eight_concurrent_clients_get_independent_results_and_one_row_each(server):
@@ -172,12 +209,12 @@ def test_eight_concurrent_clients_get_independent_results_and_one_row_each(serve
         answers = [answer for batch in pool.map(client, range(8)) for answer in batch]
     assert len(answers) == 200
     assert all(status == 200 for _, status, _ in answers), [a for a in answers if a[1] != 200][:1]
-    assert all(body["result"]["queryTransform"]["raw"] == query for query, _, body in answers)
-    ids = {body["result"]["invocationId"] for _, _, body in answers}
+    assert all(body["queryTransform"]["raw"] == query for query, _, body in answers)
+    ids = {body["invocationId"] for _, _, body in answers}
     assert len(ids) == 200
     assert len(trace_rows(server["state"])) == before + 200
     recorded = {row[0]: json.loads(row[3])["query"] for row in trace_rows(server["state"])}
-    assert all(recorded[body["result"]["invocationId"]] == query for query, _, body in answers)
+    assert all(recorded[body["invocationId"]] == query for query, _, body in answers)
 
 
 def test_lookup_url_asks_the_server_and_a_local_lookup_says_what_to_do(server):
@@ -269,5 +306,5 @@ def test_a_pipeline_failure_gives_503_with_its_trace_row_and_the_server_recovers
     assert [row[1] for row in trace_rows(server["state"], "WHERE id = ?", (body["invocationId"],))] == ["error"]
     assert health.status_code == 503 and health.json()["checks"]["l0Index"]["ok"] is False
     again = run(server, {"query": "disk almost full"})
-    assert again.status_code == 200 and again.json()["result"]["found"] is True
+    assert again.status_code == 200 and again.json()["found"] is True
     assert httpx.get(f"{server['url']}/health", timeout=30.0).status_code == 200

@@ -266,6 +266,22 @@ def test_serve_beyond_loopback_without_api_key_exit_2(capsys, monkeypatch, tmp_p
     assert len(err) == 1 and err[0].startswith("knowledge: error: refusing to serve on 0.0.0.0 without an API key")
 
 
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (["serve", "--workers", "2"], "Milvus Lite is one process per db file"),
+        (["serve", "--workers", "0"], "--workers must be at least 1"),
+        (["serve", "--mcp", "--workers", "2", "milvus=server"], "an MCP session lives in one process"),
+        (["bench", "serve", "--workers", "1,2"], "Milvus Lite is one process per db file"),
+        (["bench", "serve", "--workers", "one,two"], "--workers takes counts like 1,2"),
+    ],
+)
+def test_serve_workers_refusals_exit_2(capsys, tmp_path, argv, reason):
+    code, out, err = run(capsys, *argv, f"paths.state_dir={tmp_path}", "mlflow=off")
+    assert code == 2 and out == ""
+    assert len(err) == 1 and reason in err[0], err
+
+
 def test_serve_bad_override_exit_2(capsys, tmp_path):
     code, out, err = run(capsys, "serve", f"paths.state_dir={tmp_path}", "serve.port=0")
     assert code == 2 and out == ""

@@ -118,3 +118,19 @@ def test_make_search_builds_each_path_and_refuses_others(uri):
 def test_as_float_list_takes_arrays_and_sequences():
     assert as_float_list(np.asarray([1, 2], dtype=np.float32)) == [1.0, 2.0]
     assert as_float_list((1, 2)) == [1.0, 2.0] and all(type(x) is float for x in as_float_list((1, 2)))
+
+
+def break_connection(search) -> None:
+    """Close the client under a search, as a Milvus server that went away leaves it: every call fails."""
+    client = search._client if isinstance(search, SdkVectorSearch) else search._retriever.document_store.client
+    client.close()
+
+
+@pytest.mark.parametrize("path", ["sdk", "haystack"])
+def test_a_search_whose_connection_broke_fails_once_then_reconnects(uri, path):
+    search = make_search(path, uri, "kb", "FLAT", None)
+    assert search.search(QUERY, 1, None)
+    break_connection(search)
+    with pytest.raises(Exception):  # noqa: B017 (whatever pymilvus raises on a closed client)
+        search.search(QUERY, 1, None)
+    assert [c.evidence_key for c in search.search(QUERY, 1, None)] == ["disk/full.md#0"]
