@@ -48,6 +48,7 @@ class MilvusConfig:
     index_params: dict[str, Any] = MISSING
     search_params: dict[str, Any] = MISSING
     timeout_ms: int = MISSING
+    full_text: bool = MISSING
 
 
 @dataclass
@@ -90,6 +91,8 @@ class RetrievalConfig:
     per_document_cap: int = MISSING
     l1_enabled: bool = MISSING
     vector_store_mode: VectorStoreMode = MISSING
+    bm25_top_k: int = MISSING
+    outscored_margin: float = MISSING
 
 
 @dataclass
@@ -166,6 +169,7 @@ _AT_LEAST = {
     "retrieval.top_k": 1,
     "retrieval.max_evidence": 1,
     "retrieval.per_document_cap": 1,
+    "retrieval.bm25_top_k": 0,
     "query.max_chars": 1,
     "embedder.batch_size": 1,
     "chunking.min_tokens": 0,
@@ -183,6 +187,7 @@ _UNIT_INTERVAL = (
     "retrieval.evidence_threshold",
     "retrieval.uncovered_evidence_threshold",
     "retrieval.high_relevance",
+    "retrieval.outscored_margin",
     "l0.title_min_overlap",
     "l0.domain_min_precision",
     "mlflow.sample_rate",
