@@ -217,6 +217,9 @@ class L0Hints(Contract, CheapDeepcopy):
     named_sources: list[str] = field(default_factory=list)
     # Query words the knowledge base never uses and that are no common word either ("redis").
     uncovered_terms: list[str] = field(default_factory=list)
+    # Domain rules that fired, e.g. "named_as_subject_elsewhere: alertmanager (<source>)": a named
+    # category left out of `domains` because another category's document is about it.
+    domain_rules: list[str] = field(default_factory=list)
 
     @property
     def has_matches(self) -> bool:

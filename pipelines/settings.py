@@ -71,6 +71,7 @@ class L0Config:
     title_min_overlap: float = MISSING
     domain_from_matches: bool = MISSING
     domain_min_precision: float = MISSING
+    subject_elsewhere_margin: float = MISSING
 
 
 @dataclass
@@ -190,6 +191,7 @@ _UNIT_INTERVAL = (
     "retrieval.outscored_margin",
     "l0.title_min_overlap",
     "l0.domain_min_precision",
+    "l0.subject_elsewhere_margin",
     "mlflow.sample_rate",
 )
 

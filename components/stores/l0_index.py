@@ -21,6 +21,8 @@ from components.common.l0_words import (
 from components.common.text import contains_phrase, fold, identifier_words, terms, unique
 from components.contracts import EntityRef, L0Hints
 
+NAMED_AS_SUBJECT_ELSEWHERE = "named_as_subject_elsewhere"
+
 
 def document_names(entry: "L0Entry") -> list[str]:
     """The identifier forms of a document's name (see `IDENTIFIER`), casefolded."""
@@ -254,6 +256,7 @@ class L0Index:
         title_min_overlap: float = 0.6,
         domain_from_matches: bool = True,
         domain_min_precision: float = 0.5,
+        subject_elsewhere_margin: float = 1.0,
     ) -> L0Hints:
         """
         Hints for a query: documents whose name it quotes verbatim (an alert name in a
@@ -263,7 +266,10 @@ class L0Index:
 
         A title that contains its category's name matches only when the query names it too. A
         category whose name is not specific counts as a domain only beside a specific one (the
-        query then spans two domains, and no single-domain filter applies).
+        query then spans two domains, and no single-domain filter applies). A named category is
+        no domain when a document of another category names it too and fits the rest of the query
+        better by `subject_elsewhere_margin` (`named_as_subject_elsewhere`: "controller alertmanager
+        fails to reconcile" is about the operator that manages Alertmanager, not about Alertmanager).
         """
         folded = fold(query)
         query_terms = set(terms(query, drop_noise=True))
@@ -313,6 +319,9 @@ class L0Index:
             # The substring test first: most names are absent, and it spares the boundary checks.
             if key in folded and contains_phrase(folded, key)
         ]
+        named_categories, domain_rules = self._subjects_of_their_own(
+            named_categories, query_terms, subject_elsewhere_margin
+        )
         domains = [c for c in named_categories if self.domain_precision.get(c, 1.0) >= domain_min_precision]
         if domains:
             # A name every document uses says nothing alone, but beside a specific one it makes the
@@ -329,4 +338,43 @@ class L0Index:
             entities=unique(entities),
             matched_sources=[self.entries[row].source for row in sorted(matched_rows)],
             named_sources=[self.entries[row].source for row in named_rows],
+            domain_rules=domain_rules,
         )
+
+    def _subjects_of_their_own(
+        self, named_categories: list[str], query_terms: set[str], margin: float
+    ) -> tuple[list[str], list[str]]:
+        """The named categories that stay domains, and the `named_as_subject_elsewhere` rules that dropped the others."""
+        if margin >= 1.0:
+            return named_categories, []
+        kept, rules = [], []
+        for category in named_categories:
+            elsewhere = self.named_as_subject_elsewhere(category, query_terms, margin)
+            if elsewhere is None:
+                kept.append(category)
+            else:
+                rules.append(f"{NAMED_AS_SUBJECT_ELSEWHERE}: {category} ({elsewhere})")
+        return kept, rules
+
+    def named_as_subject_elsewhere(self, category: str, query_terms: set[str], margin: float) -> str | None:
+        """
+        The document of another category that names `category` (all its name's terms) and covers
+        the query's other terms (IDF-weighted) better by at least `margin` than any document of
+        `category` does; None when there is none. An operator's, a controller's or a client's
+        runbook names the product it manages: the product's name alone does not make the query
+        about the product's own category.
+        """
+        name_terms = set(terms(category))
+        rest = {term: weight for term in query_terms - name_terms if (weight := self.idf(term)) > 0}
+        total = sum(rest.values())
+        if not name_terms or not total:
+            return None
+        best_inside, best_outside, outside_source = 0.0, 0.0, None
+        for row, entry in enumerate(self.entries):
+            document_terms = self._entry_terms[row].document_terms
+            coverage = sum(weight for term, weight in rest.items() if term in document_terms) / total
+            if entry.category == category:
+                best_inside = max(best_inside, coverage)
+            elif coverage > best_outside and name_terms <= document_terms:
+                best_outside, outside_source = coverage, entry.source
+        return outside_source if best_outside - best_inside >= margin - 1e-9 else None
