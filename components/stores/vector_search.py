@@ -179,6 +179,7 @@ class SdkVectorSearch:
         return category_filter(category, has_column)
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
+        self._ready_client()  # the filter depends on the layout
         return self._dense(embedding, top_k, self.describe_filter(category) or "")
 
     def search_ids(self, embedding: list[float], keys: list[str]) -> list[Candidate]:

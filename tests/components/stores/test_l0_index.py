@@ -257,6 +257,52 @@ def test_an_unspecific_category_beside_a_specific_one_makes_the_domain_ambiguous
     assert both.single_domain is None
 
 
+def _sibling_product_index() -> L0Index:
+    """An operator's runbook that names the product it manages, beside the product's own runbooks."""
+    entries = [
+        L0Entry(
+            "alertmanager/AlertmanagerFailedReload.md",
+            "Alertmanager Failed Reload",
+            "alertmanager",
+            terms=["alertmanager", "configuration", "reload", "fail"],
+        ),
+        L0Entry(
+            "alertmanager/AlertmanagerClusterDown.md",
+            "Alertmanager Cluster Down",
+            "alertmanager",
+            terms=["alertmanager", "cluster", "instance", "down"],
+        ),
+        L0Entry(
+            "operator/OperatorReconcileErrors.md",
+            "Operator Reconcile Errors",
+            "operator",
+            terms=["operator", "controller", "reconcile", "alertmanager", "prometheus", "object", "namespace", "error"],
+        ),
+        L0Entry("operator/OperatorNotReady.md", "Operator Not Ready", "operator", terms=["operator", "ready", "pod"]),
+    ]
+    term_df: dict[str, int] = {}
+    for entry in entries:
+        for term in set(entry.terms) | set(terms(entry.title)):
+            term_df[term] = term_df.get(term, 0) + 1
+    return L0Index(entries, term_df=term_df, domain_precision={"alertmanager": 0.7, "operator": 1.0})
+
+
+def test_a_product_named_as_the_subject_of_another_categorys_runbook_is_no_domain():
+    index = _sibling_product_index()
+    query = "controller alertmanager in monitoring namespace fails to reconcile 2 objects"
+    plain = index.match(query, domain_from_matches=False)
+    assert plain.single_domain == "alertmanager" and plain.domain_rules == []  # the rule off: a wrong filter
+    hints = index.match(query, domain_from_matches=False, subject_elsewhere_margin=0.15)
+    assert hints.domains == [] and hints.single_domain is None
+    assert hints.domain_rules == ["named_as_subject_elsewhere: alertmanager (operator/OperatorReconcileErrors.md)"]
+    assert hints.to_dict()["domainRules"] == hints.domain_rules
+    # The product's own subject keeps its domain: its runbooks fit the rest of the query best.
+    own = index.match(
+        "alertmanager fails to reload its configuration", domain_from_matches=False, subject_elsewhere_margin=0.15
+    )
+    assert own.single_domain == "alertmanager" and own.domain_rules == []
+
+
 def test_uncovered_terms_are_words_no_document_uses_and_no_common_word():
     """Names of things the knowledge base does not cover; label values and inflections aside."""
     index = L0Index(
