@@ -72,6 +72,7 @@ class L0Config:
     domain_from_matches: bool = MISSING
     domain_min_precision: float = MISSING
     subject_elsewhere_margin: float = MISSING
+    passing_mention_df: int = MISSING
 
 
 @dataclass
@@ -171,6 +172,7 @@ _AT_LEAST = {
     "retrieval.max_evidence": 1,
     "retrieval.per_document_cap": 1,
     "retrieval.bm25_top_k": 0,
+    "l0.passing_mention_df": 0,
     "query.max_chars": 1,
     "embedder.batch_size": 1,
     "chunking.min_tokens": 0,

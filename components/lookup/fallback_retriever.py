@@ -54,9 +54,9 @@ class FallbackRetriever:
     - A filtered attempt with no usable candidate (none at or above `evidence_threshold`) is
       retried unfiltered with the raw query (`filtered_vector_no_evidence`); one whose top
       normalized similarity is under `reference_threshold` likewise (`filtered_vector_low_quality`);
-      one whose top similarity the same dense search without the filter beats by `outscored_margin`
-      or more also (`filtered_vector_outscored`: the filter likely names the wrong category); a
-      good one is used as is.
+      one whose top similarity (under `outscored_check_below`) the same dense search without the
+      filter beats by `outscored_margin` or more also (`filtered_vector_outscored`: the filter
+      likely names the wrong category); a good one is used as is.
     - After a retry the candidates of both attempts go on together (the deduper merges a chunk
       found by both, keeping both hit reasons); the unfiltered attempt is the selected one.
     - When the L0 hints name words the knowledge base never uses (`hints.uncovered_terms`), a
@@ -91,6 +91,7 @@ class FallbackRetriever:
         category_filter: bool = True,
         bm25_top_k: int = 0,
         outscored_margin: float = 1.0,
+        outscored_check_below: float = 1.0,
     ) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
@@ -111,6 +112,9 @@ class FallbackRetriever:
         :param outscored_margin: Retry a filtered attempt whose top similarity the unfiltered dense
             search beats by at least this (1 or more: never; each filtered attempt then costs no
             unfiltered search).
+        :param outscored_check_below: Only a filtered attempt whose top similarity is under this
+            gets the unfiltered check (`retrieval.high_relevance`: highly relevant evidence stands,
+            and the check's extra search is spared).
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -128,6 +132,7 @@ class FallbackRetriever:
         self.category_filter = category_filter
         self.bm25_top_k = bm25_top_k
         self.outscored_margin = outscored_margin
+        self.outscored_check_below = outscored_check_below
         self._searches: dict[str, VectorSearch] = {}
 
     def _search(self, path: str) -> VectorSearch:
@@ -172,7 +177,7 @@ class FallbackRetriever:
                 reason = FALLBACK_NO_EVIDENCE
             elif (first_attempt.top_similarity or 0.0) < self.reference_threshold:
                 reason = FALLBACK_LOW_QUALITY
-            elif self.outscored_margin < 1.0:
+            elif self.outscored_margin < 1.0 and (first_attempt.top_similarity or 0.0) < self.outscored_check_below:
                 unfiltered = self._search(first_attempt.path).search(embeddings[-1], self.top_k, None)
                 best = max((c.similarity for c in unfiltered), default=0.0)
                 first_attempt.unfiltered_top_similarity = best

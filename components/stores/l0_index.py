@@ -135,6 +135,11 @@ class L0Index:
                         rows.append(row)
             if entry.category.strip():
                 self._categories.setdefault(fold(entry.category), entry.category)
+        # Terms a document is named or tagged by: never a mention in passing.
+        self._named_terms = set(self._title_rows).union(
+            *(terms(keyword) for keyword, _, _ in self._keywords.values()),
+            *(terms(surface) for surface in self._aliases),
+        )
 
     @property
     def categories(self) -> list[str]:
@@ -196,7 +201,9 @@ class L0Index:
         quoted = (match.group(1) or match.group(2) for match in ALERT_NAME.finditer(query))
         return unique(name for name in quoted if is_identifier_name(name) and name.casefold() not in self._names)
 
-    def uncovered_terms(self, query: str, common_words: frozenset[str] | set[str]) -> list[str]:
+    def uncovered_terms(
+        self, query: str, common_words: frozenset[str] | set[str], passing_mention_df: int = 0
+    ) -> list[str]:
         """
         Words of the query that no document uses (none of their terms occurs in the knowledge
         base) and that are no common word (neither the word, lowercased, nor one of its terms is
@@ -204,13 +211,16 @@ class L0Index:
         lowercased, in query order; then the `unknown_alert_names`, as quoted. CamelCase parts are
         compared apart ("CassandraCompaction": "cassandra", "compaction") unless the word is known
         whole ("replicasets" of a KB writing "ReplicaSets"), and compound words only whole
-        (`is_compound_word`: "MySQL" is "mysql", not "my" and "sql").
+        (`is_compound_word`: "MySQL" is "mysql", not "my" and "sql"). With `passing_mention_df`, a
+        word that at most that many documents use, and no title, keyword or entity, is uncovered
+        too: the knowledge base mentions it in passing ("kafka" in a list of stateful workloads),
+        it has no runbook about it.
         """
         uncovered = []
         for word in SURFACE_WORD.findall(query):
             whole = word.casefold()
             if self.joined_words is not None:
-                if self._is_known_word(whole, common_words):
+                if self._is_known_word(whole, common_words, passing_mention_df):
                     continue
                 if is_compound_word(word):
                     uncovered.append(whole)
@@ -218,18 +228,27 @@ class L0Index:
             for part in fold(word).split():
                 if len(part) < 3:  # "db" of "MongoDBDown": too short to name anything
                     continue
-                if not self._is_known_word(part, common_words):
+                if not self._is_known_word(part, common_words, passing_mention_df):
                     uncovered.append(part)
         return unique(uncovered + [name for name in self.unknown_alert_names(query) if self._off_title_name(name)])
 
-    def _is_known_word(self, word: str, common_words: frozenset[str] | set[str]) -> bool:
-        """A common word, or one whose terms (of the word or a base form of it) the knowledge base uses."""
+    def _is_known_word(self, word: str, common_words: frozenset[str] | set[str], passing_mention_df: int = 0) -> bool:
+        """
+        A common word, or one whose terms (of the word or a base form of it) the knowledge base uses
+        (in more than `passing_mention_df` documents, or in a title, keyword or entity).
+        """
         forms = word_forms(word)
         if any(form in common_words for form in forms):
             return True
         form_terms = [t for form in forms for t in terms(form)]
         joined = self.joined_words or frozenset()
-        return not form_terms or any(self.term_df.get(t) or t in common_words or t in joined for t in form_terms)
+        return not form_terms or any(
+            self._used_beyond_passing(t, passing_mention_df) or t in common_words or t in joined for t in form_terms
+        )
+
+    def _used_beyond_passing(self, term: str, passing_mention_df: int) -> bool:
+        df = self.term_df.get(term, 0)
+        return df > passing_mention_df or (df > 0 and term in self._named_terms)
 
     def _off_title_name(self, name: str) -> bool:
         # A team's own name for a covered alert ("NodeDiskAlmostFull") mostly reuses the words of

@@ -45,6 +45,7 @@ BAD_OVERRIDES = [
     ("retrieval.outscored_margin=1.5", "retrieval.outscored_margin", "[0, 1]"),
     ("l0.subject_elsewhere_margin=-0.1", "l0.subject_elsewhere_margin", "[0, 1]"),
     ("milvus.full_text=maybe", "milvus.full_text", "not a valid bool"),
+    ("l0.passing_mention_df=-1", "l0.passing_mention_df", "at least 0"),
 ]
 
 

@@ -211,6 +211,16 @@ def test_a_filtered_attempt_clearly_beaten_unfiltered_is_retried_as_outscored(to
     assert out["candidates"][0].source == "gardening/watering-tomatoes.md"
 
 
+def test_a_highly_relevant_filtered_attempt_gets_no_unfiltered_check(topics_cfg, embed):
+    transform, vectors = embed(WATERING)
+    params = {"evidence_threshold": 0.0, "reference_threshold": 0.0, "outscored_margin": 0.05}
+    out = retriever(topics_cfg, outscored_check_below=0.0, **params).run(
+        query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors
+    )
+    (attempt,) = out["retrieval_trace"].attempts  # the same attempt that is outscored when checked
+    assert attempt.outcome == "selected" and attempt.unfiltered_top_similarity is None
+
+
 def test_a_filtered_attempt_close_to_the_unfiltered_best_stands(topics_cfg, embed):
     transform, vectors = embed(WATERING)
     out = retriever(topics_cfg, outscored_margin=0.05).run(

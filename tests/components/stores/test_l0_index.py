@@ -330,6 +330,28 @@ def test_uncovered_terms_are_words_no_document_uses_and_no_common_word():
     assert index.uncovered_terms("数据库复制延迟", common) == []  # Latin-script words only
 
 
+def test_a_word_only_mentioned_in_passing_is_uncovered_with_the_passing_mention_rule():
+    """ "kafka" in one runbook's list of workloads is no runbook about Kafka; a title word is."""
+    volume_terms = terms("persistent volume filling up, stateful workloads such as kafka or etcd")
+    entries = [
+        L0Entry(
+            "k8s/PersistentVolumeFillingUp.md", "Persistent Volume Filling Up", "k8s", terms=sorted(set(volume_terms))
+        ),
+        L0Entry("etcd/EtcdNoLeader.md", "Etcd No Leader", "etcd", terms=["etcd", "leader"]),
+    ]
+    term_df: dict[str, int] = {}
+    for entry in entries:
+        for term in set(entry.terms) | set(terms(entry.title)):
+            term_df[term] = term_df.get(term, 0) + 1
+    index = L0Index(entries, term_df=term_df)
+    common = frozenset({"broker", "is", "down", "has", "no"})
+    assert index.uncovered_terms("kafka broker is down", common) == []  # any mention covers it
+    assert index.uncovered_terms("kafka broker is down", common, passing_mention_df=1) == ["kafka"]
+    # Named in a title (one document only): covered all the same.
+    assert index.uncovered_terms("etcd has no leader", common, passing_mention_df=1) == []
+    assert index.uncovered_terms("persistent volume is down", common, passing_mention_df=1) == []
+
+
 def test_alert_names_a_notification_quotes_that_no_document_has_are_unknown():
     index = _named_index()
     assert index.unknown_alert_names("[FIRING:2] KafkaConsumerGroupLag group=billing") == ["KafkaConsumerGroupLag"]
