@@ -222,12 +222,16 @@ def create_collection(
     :returns: None, or why the collection has no full-text field although `full_text` asked for it.
     """
     if full_text:
+        existed = client.has_collection(name)
         try:
             _create(client, name, dim, index_type, index_params, full_text=True)
             return None
         except Exception as exc:  # the server's own words say which feature it lacks
-            if client.has_collection(name):
+            if existed:
                 raise
+            if client.has_collection(name):
+                # Milvus 2.3 creates the collection, then refuses the sparse field's index.
+                client.drop_collection(name)
             reason = f"this Milvus cannot create a BM25 function ({first_line(exc)}); created {name} dense-only"
             logger.warning("Full text off for collection %s: %s", name, reason)
             _create(client, name, dim, index_type, index_params, full_text=False)
