@@ -104,6 +104,7 @@ def test_a_filtered_attempt_outscored_unfiltered_is_retried_and_the_reason_persi
         topics_cfg,
         CATEGORY_NAMES_ONLY,
         "retrieval.evidence_threshold=0.01",
+        "retrieval.uncovered_evidence_threshold=0.01",
         "retrieval.reference_threshold=0.01",
         "retrieval.outscored_margin=0.1",
     )
