@@ -11,13 +11,15 @@ import re
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
+from components.common.choices import FallbackReason
 from components.errors import BadInputError
 
 # Retrieval layers and outcomes as they appear in results and traces.
 LAYER_L0_L1 = "L0+L1"
 LAYER_L1 = "L1"
-FALLBACK_NO_EVIDENCE = "filtered_vector_no_evidence"
-FALLBACK_LOW_QUALITY = "filtered_vector_low_quality"
+FALLBACK_NO_EVIDENCE = FallbackReason.filtered_vector_no_evidence.value
+FALLBACK_LOW_QUALITY = FallbackReason.filtered_vector_low_quality.value
+FALLBACK_OUTSCORED = FallbackReason.filtered_vector_outscored.value
 STATUS_EVIDENCE = "evidence"
 STATUS_NO_EVIDENCE = "no_evidence"
 STATUS_ERROR = "error"
@@ -181,6 +183,8 @@ class IndexReport(RecordContract):
     chunks_deleted: int
     collection_count: int
     seconds: float
+    # What the run could not do as configured, and how to get it (e.g. the full-text field).
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -213,6 +217,9 @@ class L0Hints(Contract, CheapDeepcopy):
     named_sources: list[str] = field(default_factory=list)
     # Query words the knowledge base never uses and that are no common word either ("redis").
     uncovered_terms: list[str] = field(default_factory=list)
+    # Domain rules that fired, e.g. "named_as_subject_elsewhere: alertmanager (<source>)": a named
+    # category left out of `domains` because another category's document is about it.
+    domain_rules: list[str] = field(default_factory=list)
 
     @property
     def has_matches(self) -> bool:
@@ -258,6 +265,10 @@ class Candidate(RecordContract, CheapDeepcopy):
     # Token count of `content` with the embedding model's tokenizer, counted at index time
     # (None for chunks indexed before it was recorded).
     tokens: int | None = None
+    # The BM25 full-text leg's score (Milvus's BM25, higher is better; not a similarity) and its
+    # rank in that leg, when the leg found this chunk; None otherwise.
+    bm25_score: float | None = None
+    bm25_rank: int | None = None
 
 
 @dataclass
@@ -274,6 +285,13 @@ class RetrievalAttempt(Contract, CheapDeepcopy):
     top_similarity: float | None
     outcome: str
     error: str | None = field(default=None, metadata=wire(omit_none=True))
+    # Legs that ran ("dense", "bm25"), chunks the BM25 leg returned, and how many of them the dense
+    # leg had not found (their similarity comes from a dense search restricted to their ids).
+    legs: list[str] = field(default_factory=list)
+    bm25_count: int | None = field(default=None, metadata=wire(omit_none=True))
+    bm25_only_count: int | None = field(default=None, metadata=wire(omit_none=True))
+    # A filtered attempt's check: the best dense similarity of the same search without the filter.
+    unfiltered_top_similarity: float | None = field(default=None, metadata=wire(omit_none=True))
 
 
 @dataclass
@@ -289,6 +307,9 @@ class RetrievalTrace(Contract, CheapDeepcopy):
     evidence_threshold: float | None = None
     # The vector index the collection really has (described from Milvus, not the configured one).
     index_type: str | None = field(default=None, metadata=wire(omit_none=True))
+    # The legs the attempts ran, and why the BM25 leg did not (None when it ran).
+    legs: list[str] = field(default_factory=list)
+    bm25_skipped: str | None = field(default=None, metadata=wire(omit_none=True))
 
 
 @dataclass
@@ -331,6 +352,10 @@ class EvidenceBlock(Contract, CheapDeepcopy):
     breadcrumb: str | None = None
     category: str | None = None
     tokens: int | None = field(default=None, metadata=wire(json=None))  # of `content`, from the index
+    # Milvus's BM25 score and rank of the chunk in the full-text leg, when that leg found it; the
+    # rerank signal `bm25`, never part of `score`.
+    bm25_score: float | None = field(default=None, metadata=wire(omit_none=True))
+    bm25_rank: int | None = field(default=None, metadata=wire(omit_none=True))
 
     def to_summary(self, content_chars: int) -> dict[str, Any]:
         """The compact form persisted in retrieval_details: content truncated, never duplicated whole."""
@@ -345,6 +370,8 @@ class EvidenceBlock(Contract, CheapDeepcopy):
             "score": self.score,
             "rerank_score": self.rerank_score,
             "hit_reasons": self.hit_reasons,
+            "bm25_score": self.bm25_score,
+            "bm25_rank": self.bm25_rank,
             "content_preview": preview,
             "content_chars": len(self.content),
         }

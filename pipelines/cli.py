@@ -349,6 +349,7 @@ def format_report(report, cfg) -> str:
     ]
     for skipped in report.skipped:
         lines.append(f"  skipped {skipped.source}: {skipped.reason}")
+    lines.extend(f"  note: {note}" for note in report.notes)
     return "\n".join(lines)
 
 

@@ -6,6 +6,9 @@ off-topic query) and `kind` ("answerable" or "off_topic"); `id` and `style` are 
 
 Systems, all on the chunks of the configured collection:
 - `pipeline`: the full lookup_knowledge pipeline (L0 hints, filtered/fallback L1, rule rerank).
+- `unfiltered`: the same pipeline without the L0 category filter (`pipeline=no_l0_filter`), for
+  the domain filter's report: filter precision (the share of filtered queries whose filter's
+  category holds a relevant document) and hit@1 of the filtered queries with and without it.
 - `dense`: the same model, one unfiltered vector search, no L0, no rerank.
 - `hybrid`: BM25 over the same chunk texts fused with the dense ranking by reciprocal rank (k=60).
 
@@ -40,6 +43,7 @@ logger = logging.getLogger(__name__)
 RRF_K = 60
 DEPTH = 50
 RECALL_DEPTH = 10
+UNFILTERED_PIPELINE = "lookup_no_l0_filter.yml"
 
 
 class EvaluationInputError(BadInputError):
@@ -145,6 +149,47 @@ class PipelineSystem:
                 "invocation_id": result.invocation_id,
             },
         )
+
+
+class UnfilteredSystem(PipelineSystem):
+    """The full pipeline without the L0 category filter: what the filter changes, query by query."""
+
+    name = "unfiltered"
+
+    def __init__(self, cfg: DictConfig) -> None:
+        from omegaconf import OmegaConf
+
+        super().__init__(OmegaConf.merge(cfg, {"pipeline": {"lookup": UNFILTERED_PIPELINE}}))
+
+
+def filter_report(queries: list[EvalQuery], answers: dict[str, list[Ranked]], l0_index_path: str) -> dict[str, Any]:
+    """
+    The L0 domain filter on the answerable queries it applied to: how often its category holds a
+    relevant document (filter precision), and hit@1 of those queries with the filter (`pipeline`)
+    and without it (`unfiltered`).
+    """
+    from components.stores.l0_index_file import load_l0_index
+
+    index = load_l0_index(l0_index_path)
+    category_of = {entry.source: entry.category for entry in index.entries}
+    filtered = [
+        (position, query, answer.details["filter"])
+        for position, (query, answer) in enumerate(zip(queries, answers["pipeline"], strict=True))
+        if query.answerable and answer.details.get("filter")
+    ]
+    report: dict[str, Any] = {"filtered_queries": len(filtered)}
+    if not filtered:
+        return report
+    report["filter_precision"] = _mean(
+        [1.0 if category in {category_of.get(s) for s in query.relevant} else 0.0 for _, query, category in filtered]
+    )
+    for system in ("pipeline", "unfiltered"):
+        if system in answers:
+            hits = [first_hit(answers[system][position].sources, query.relevant, 1) for position, query, _ in filtered]
+            report[f"hit@1_{'filtered' if system == 'pipeline' else 'unfiltered'}"] = _mean(
+                [1.0 if hit else 0.0 for hit in hits]
+            )
+    return report
 
 
 class DenseSystem:
@@ -333,7 +378,7 @@ def build_systems(cfg: DictConfig, baselines: bool = True, record: bool = False)
     systems: list[Any] = [PipelineSystem(cfg, record=record)]
     if baselines:
         dense = DenseSystem(cfg)
-        systems += [dense, HybridSystem(cfg, dense)]
+        systems += [UnfilteredSystem(cfg), dense, HybridSystem(cfg, dense)]
     return systems
 
 
@@ -355,6 +400,8 @@ def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], labe
         "evidence_threshold": cfg.retrieval.evidence_threshold,
         "systems": {name: score(queries, ranked) for name, ranked in answers.items()},
     }
+    if "pipeline" in answers:
+        report["domain_filter"] = filter_report(queries, answers, cfg.l0.index_path)
     return Evaluation(queries=queries, answers=answers, report=report)
 
 
@@ -416,6 +463,18 @@ def format_metrics(report: dict[str, Any]) -> str:
         for style in styles:
             cells = "".join(f"{name} {_fmt(metrics['hit@1_by_style'][style])}  " for name, metrics in systems.items())
             lines.append(f"  {style:<12}{cells.rstrip()}")
+    domain_filter = report.get("domain_filter") or {}
+    if domain_filter.get("filtered_queries"):
+        line = (
+            f"domain filter: {domain_filter['filtered_queries']} answerable queries filtered, "
+            f"filter precision {_fmt(domain_filter.get('filter_precision'))}"
+        )
+        if "hit@1_unfiltered" in domain_filter:
+            line += (
+                f", hit@1 on them {_fmt(domain_filter.get('hit@1_filtered'))} filtered vs "
+                f"{_fmt(domain_filter['hit@1_unfiltered'])} unfiltered"
+            )
+        lines.append(line)
     if "dense" in systems and "hybrid" in systems:
         pipeline = systems["pipeline"]["hit@1"] or 0.0
         lines.append(

@@ -63,4 +63,5 @@ def run_indexing(cfg: DictConfig, rebuild: bool = False, progress_bar: bool = Fa
         chunks_deleted=writer["deleted"],
         collection_count=writer["count"],
         seconds=round(time.perf_counter() - started, 2),
+        notes=writer.get("notes", []),
     )

@@ -53,6 +53,7 @@ class MilvusConfig:
     password: str | None = MISSING
     secure: bool = MISSING
     server_pem_path: str | None = MISSING
+    full_text: bool = MISSING
 
 
 @dataclass
@@ -75,6 +76,8 @@ class L0Config:
     title_min_overlap: float = MISSING
     domain_from_matches: bool = MISSING
     domain_min_precision: float = MISSING
+    subject_elsewhere_margin: float = MISSING
+    passing_mention_df: int = MISSING
 
 
 @dataclass
@@ -95,6 +98,8 @@ class RetrievalConfig:
     per_document_cap: int = MISSING
     l1_enabled: bool = MISSING
     vector_store_mode: VectorStoreMode = MISSING
+    bm25_top_k: int = MISSING
+    outscored_margin: float = MISSING
 
 
 @dataclass
@@ -174,6 +179,8 @@ _AT_LEAST = {
     "retrieval.top_k": 1,
     "retrieval.max_evidence": 1,
     "retrieval.per_document_cap": 1,
+    "retrieval.bm25_top_k": 0,
+    "l0.passing_mention_df": 0,
     "query.max_chars": 1,
     "embedder.batch_size": 1,
     "chunking.min_tokens": 0,
@@ -192,8 +199,10 @@ _UNIT_INTERVAL = (
     "retrieval.evidence_threshold",
     "retrieval.uncovered_evidence_threshold",
     "retrieval.high_relevance",
+    "retrieval.outscored_margin",
     "l0.title_min_overlap",
     "l0.domain_min_precision",
+    "l0.subject_elsewhere_margin",
     "mlflow.sample_rate",
 )
 

@@ -31,6 +31,26 @@ class SidecarPath(Choice):
     haystack = "haystack"
 
 
+class FallbackReason(Choice):
+    """
+    Why a filtered L1 attempt was retried without the filter. The spec's two: no usable candidate,
+    or a best candidate under the reference threshold; and one of this project: the unfiltered dense
+    leg's best beats the filtered best by `retrieval.outscored_margin` (the filter likely points at
+    the wrong category).
+    """
+
+    filtered_vector_no_evidence = "filtered_vector_no_evidence"
+    filtered_vector_low_quality = "filtered_vector_low_quality"
+    filtered_vector_outscored = "filtered_vector_outscored"
+
+
+class RetrievalLeg(Choice):
+    """The searches of one L1 attempt: dense vectors, and the BM25 full-text leg where the collection has it."""
+
+    dense = "dense"
+    bm25 = "bm25"
+
+
 class OnOverlong(Choice):
     truncate = "truncate"
     error = "error"
@@ -65,5 +85,6 @@ DEFAULT_RERANK_WEIGHTS: dict[str, float] = {
     "domain_match": 0.03,
     "section_match": 0.02,
     "document_support": 0.05,
+    "bm25": 0.1,
 }
 RERANK_SIGNALS = tuple(DEFAULT_RERANK_WEIGHTS)

@@ -17,6 +17,17 @@ _HAYSTACK_LABELS = {
 }
 
 
+BM25_SCORE_LABEL = "milvus_bm25_score"
+
+
+def bm25_score(raw: float) -> float:
+    """
+    Milvus's BM25 score from the `distance` its full-text search returns: Milvus Lite gives it
+    negated (-1.84 for the best hit), servers positive; a BM25 score is never negative.
+    """
+    return abs(float(raw))
+
+
 def _clamp(value: float) -> float:
     return max(0.0, min(1.0, value))
 

@@ -11,6 +11,7 @@ from components.stores.milvus_collection import (
     CONTENT_FIELD,
     ID_FIELD,
     METADATA_FIELD,
+    SPARSE_FIELD,
     VECTOR_FIELD,
     CollectionLayout,
     CollectionMismatchError,
@@ -55,7 +56,9 @@ class MilvusChunkWriter:
 
     Creates the collection (schema of `components.stores.milvus_collection`) on first use, and drops and
     recreates it for a rebuild. Refuses to mix vectors of another dimension into a collection.
-    An existing collection without the `category` column gets its chunks without it.
+    An existing collection without the `category` column gets its chunks without it. With
+    `full_text`, a new collection gets the BM25 `sparse` field; an existing one without it is never
+    altered: the run says so in `notes` (`knowledge index --rebuild` adds the field).
 
     Each chunk records how many chunks its document has (`chunk_count`): a run interrupted between
     two insert batches leaves a document with fewer chunks than that, and the next run's planner
@@ -81,6 +84,7 @@ class MilvusChunkWriter:
         password: Secret | None = None,
         secure: bool = False,
         server_pem_path: str | None = None,
+        full_text: bool = False,
     ) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
@@ -93,6 +97,7 @@ class MilvusChunkWriter:
         :param password: Milvus server password.
         :param secure: TLS to the server.
         :param server_pem_path: The server's certificate, for TLS with a self-signed certificate.
+        :param full_text: Create the collection with the BM25 full-text field (`milvus.full_text`).
         """
         self.uri = uri
         self.collection = collection
@@ -104,30 +109,45 @@ class MilvusChunkWriter:
         self.password = password
         self.secure = secure
         self.server_pem_path = server_pem_path
+        self.full_text = full_text
 
     def _auth(self) -> dict[str, Any]:
         """The resolved credentials (secrets: never logged)."""
         return auth_args(self.token, self.user, self.password, self.secure, self.server_pem_path)
 
-    @component.output_types(written=int, deleted=int, count=int)
+    @component.output_types(written=int, deleted=int, count=int, notes=list[str])
     def run(self, documents: list[Document], plan: IndexPlan) -> dict[str, Any]:
         """
         :param documents: Embedded chunks of the added and updated documents.
         :param plan: What to delete, and whether to rebuild.
-        :returns: Chunks written, chunks deleted, and the collection's row count afterwards.
+        :returns: Chunks written, chunks deleted, the collection's row count afterwards, and `notes`:
+            what the run could not do as configured and how to get it (the full-text field).
         """
         client = connect(self.uri, self.timeout_ms, self._auth())
         if plan.rebuild and client.has_collection(self.collection):
             client.drop_collection(self.collection)
             logger.info("Dropped collection %s for a rebuild", self.collection)
 
+        notes: list[str] = []
         deleted = self._delete(client, plan.stale_ids)
-        written = self._insert(client, documents)
+        written = self._insert(client, documents, notes)
         if client.has_collection(self.collection):
             client.flush(self.collection)
+            notes.extend(self._full_text_notes(client, notes))
         count = row_count(client, self.collection)
         logger.info("Collection %s: %d written, %d deleted, %d rows", self.collection, written, deleted, count)
-        return {"written": written, "deleted": deleted, "count": count}
+        return {"written": written, "deleted": deleted, "count": count, "notes": notes}
+
+    def _full_text_notes(self, client, notes: list[str]) -> list[str]:
+        """The hint for a collection that lacks the full-text field asked for (never added silently)."""
+        if not self.full_text or notes or describe_layout(client, self.collection).has_sparse:
+            return []
+        note = (
+            f"collection {self.collection} has no {SPARSE_FIELD} field (full text, BM25): lookups run dense-only; "
+            "run `knowledge index --rebuild` to add it"
+        )
+        logger.warning(note)
+        return [note]
 
     def _delete(self, client, ids: list[str]) -> int:
         if not ids or not client.has_collection(self.collection):
@@ -139,12 +159,15 @@ class MilvusChunkWriter:
             client.delete(self.collection, filter=expression)
         return len(ids)
 
-    def _insert(self, client, documents: list[Document]) -> int:
+    def _insert(self, client, documents: list[Document], notes: list[str]) -> int:
         if not documents:
             return 0
         dim = len(documents[0].embedding)
         if not client.has_collection(self.collection):
-            create_collection(client, self.collection, dim, self.index_type, self.index_params)
+            reason = create_collection(
+                client, self.collection, dim, self.index_type, self.index_params, full_text=self.full_text
+            )
+            notes.extend([reason] if reason else [])
         layout = describe_layout(client, self.collection)
         check_dimension(layout, self.collection, dim)
         counts = Counter(document.meta.get("source") for document in documents)

@@ -68,6 +68,8 @@ class EvidenceDeduper:
                 merged[candidate.evidence_key] = candidate
             else:
                 kept.hit_reasons = unique([*kept.hit_reasons, *candidate.hit_reasons])
+                if kept.bm25_score is None:  # found by BM25 in the other attempt only
+                    kept.bm25_score, kept.bm25_rank = candidate.bm25_score, candidate.bm25_rank
         per_source: dict[str, int] = {}
         final: list[Candidate] = []
         capped = 0
@@ -119,4 +121,6 @@ def _block(candidate: Candidate) -> EvidenceBlock:
         breadcrumb=candidate.breadcrumb,
         category=candidate.category,
         tokens=candidate.tokens,
+        bm25_score=candidate.bm25_score,
+        bm25_rank=candidate.bm25_rank,
     )

@@ -4,10 +4,11 @@ from typing import Any
 from haystack import component
 from haystack.utils import Secret
 
-from components.common.choices import VectorStoreMode
+from components.common.choices import RetrievalLeg, VectorStoreMode
 from components.contracts import (
     FALLBACK_LOW_QUALITY,
     FALLBACK_NO_EVIDENCE,
+    FALLBACK_OUTSCORED,
     Candidate,
     L0Hints,
     QueryTransform,
@@ -16,11 +17,21 @@ from components.contracts import (
 )
 from components.errors import first_line
 from components.stores.milvus_collection import auth_args
-from components.stores.vector_search import QueryEmbeddings, UnsupportedFilterError, VectorSearch, make_search
+from components.stores.vector_search import (
+    Bm25Hit,
+    NoFullTextError,
+    QueryEmbeddings,
+    UnsupportedFilterError,
+    VectorSearch,
+    make_search,
+)
 
 logger = logging.getLogger(__name__)
 
 MODES = VectorStoreMode.values()
+DENSE = RetrievalLeg.dense.value
+BM25 = RetrievalLeg.bm25.value
+BM25_OFF = "disabled: retrieval.bm25_top_k=0"
 
 
 def usable(candidates: list[Candidate], evidence_threshold: float) -> list[Candidate]:
@@ -31,14 +42,23 @@ def usable(candidates: list[Candidate], evidence_threshold: float) -> list[Candi
 @component
 class FallbackRetriever:
     """
-    L1 semantic retrieval with an optional L0 category filter and a traced unfiltered retry.
+    L1 retrieval (dense vectors, plus Milvus's BM25 full-text leg) with an optional L0 category
+    filter and a traced unfiltered retry.
 
     - Exactly one nonblank L0 domain: a first attempt filtered on the `category` column.
       Zero or several domains: one attempt without an L0-derived filter.
+    - Each attempt runs the dense leg (`top_k`) and, on a collection with the BM25 `sparse` field,
+      the BM25 leg (`bm25_top_k`, same filter, same query text); candidates are their union by
+      chunk id. A chunk only BM25 found gets its similarity from a dense search restricted to its
+      id, so thresholds and the fallback decision keep using the dense similarity; its BM25 score
+      and rank are recorded apart (`bm25_score`, `bm25_rank`, a `bm25:` hit reason). Which legs ran,
+      and why BM25 did not, is in the trace (`legs`, `bm25_skipped`).
     - A filtered attempt with no usable candidate (none at or above `evidence_threshold`) is
       retried unfiltered with the raw query (`filtered_vector_no_evidence`); one whose top
       normalized similarity is under `reference_threshold` likewise (`filtered_vector_low_quality`);
-      a good one is used as is.
+      one whose top similarity (under `outscored_check_below`) the same dense search without the
+      filter beats by `outscored_margin` or more also (`filtered_vector_outscored`: the filter
+      likely names the wrong category); a good one is used as is.
     - After a retry the candidates of both attempts go on together (the deduper merges a chunk
       found by both, keeping both hit reasons); the unfiltered attempt is the selected one.
     - When the L0 hints name words the knowledge base never uses (`hints.uncovered_terms`), a
@@ -76,6 +96,9 @@ class FallbackRetriever:
         password: Secret | None = None,
         secure: bool = False,
         server_pem_path: str | None = None,
+        bm25_top_k: int = 0,
+        outscored_margin: float = 1.0,
+        outscored_check_below: float = 1.0,
     ) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
@@ -97,6 +120,13 @@ class FallbackRetriever:
         :param password: Milvus server password.
         :param secure: TLS to the server.
         :param server_pem_path: The server's certificate, for TLS with a self-signed certificate.
+        :param bm25_top_k: Candidates of the BM25 full-text leg per attempt (0: dense only).
+        :param outscored_margin: Retry a filtered attempt whose top similarity the unfiltered dense
+            search beats by at least this (1 or more: never; each filtered attempt then costs no
+            unfiltered search).
+        :param outscored_check_below: Only a filtered attempt whose top similarity is under this
+            gets the unfiltered check (`retrieval.high_relevance`: highly relevant evidence stands,
+            and the check's extra search is spared).
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -117,6 +147,9 @@ class FallbackRetriever:
         self.password = password
         self.secure = secure
         self.server_pem_path = server_pem_path
+        self.bm25_top_k = bm25_top_k
+        self.outscored_margin = outscored_margin
+        self.outscored_check_below = outscored_check_below
         self._searches: dict[str, VectorSearch] = {}
 
     def _search(self, path: str) -> VectorSearch:
@@ -153,22 +186,40 @@ class FallbackRetriever:
         self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryEmbeddings, bar: float, trace
     ) -> dict[str, Any]:
         category = hints.single_domain if self.category_filter else None
-        first, first_attempt = self._attempt(0, category, query_transform.retrieval_query, embeddings[-1], bar)
+        first, first_attempt = self._attempt(0, category, query_transform.retrieval_query, embeddings[-1], bar, trace)
         trace.attempts.append(first_attempt)
         trace.index_type = self._search(first_attempt.path).described_index_type
         reason = None
+        unfiltered: list[Candidate] | None = None
         if category is not None:
             if first_attempt.usable_count == 0:
                 reason = FALLBACK_NO_EVIDENCE
             elif (first_attempt.top_similarity or 0.0) < self.reference_threshold:
                 reason = FALLBACK_LOW_QUALITY
+            elif self.outscored_margin < 1.0 and (first_attempt.top_similarity or 0.0) < self.outscored_check_below:
+                unfiltered = self._search(first_attempt.path).search(embeddings[-1], self.top_k, None)
+                best = max((c.similarity for c in unfiltered), default=0.0)
+                first_attempt.unfiltered_top_similarity = best
+                if best - (first_attempt.top_similarity or 0.0) >= self.outscored_margin - 1e-9:
+                    reason = FALLBACK_OUTSCORED
         if reason is None:
             first_attempt.outcome = "selected"
             trace.selected_attempt = 0
             return {"candidates": first, "retrieval_trace": trace}
 
         first_attempt.outcome = f"retried: {reason}"
-        retry, retry_attempt = self._attempt(1, None, query_transform.normalized, embeddings[0], bar)
+        # The unfiltered check searched with the first attempt's embedding: the retry's own
+        # dense leg when both attempts embed the same text (no expansion).
+        same_text = query_transform.normalized == query_transform.retrieval_query
+        retry, retry_attempt = self._attempt(
+            1,
+            None,
+            query_transform.normalized,
+            embeddings[0],
+            bar,
+            trace,
+            dense=(unfiltered, first_attempt.path) if same_text and unfiltered is not None else None,
+        )
         retry_attempt.outcome = "selected"
         trace.attempts.append(retry_attempt)
         trace.selected_attempt = 1
@@ -185,13 +236,38 @@ class FallbackRetriever:
         return self.evidence_threshold
 
     def _attempt(
-        self, index: int, category: str | None, query: str, embedding: list[float], bar: float
+        self,
+        index: int,
+        category: str | None,
+        query: str,
+        embedding: list[float],
+        bar: float,
+        trace: RetrievalTrace,
+        dense: tuple[list[Candidate], str] | None = None,
     ) -> tuple[list[Candidate], RetrievalAttempt]:
-        candidates, path, note = self._search_with_mode(embedding, category)
-        reason = f"vector:{path} attempt {index} ({'category=' + repr(category) if category else 'unfiltered'})"
+        """One attempt; `dense` gives its dense leg's candidates and path when they were searched already."""
+        if dense is None:
+            candidates, path, note = self._search_with_mode(embedding, category)
+        else:
+            (candidates, path), note = dense, None
+        scope = "category=" + repr(category) if category else "unfiltered"
+        reason = f"vector:{path} attempt {index} ({scope})"
         for candidate in candidates:
             candidate.attempt = index
             candidate.hit_reasons.append(reason)
+        legs = [DENSE]
+        hits = self._bm25_leg(path, query, category, trace)
+        bm25_only: list[Candidate] = []
+        if hits is not None:
+            legs.append(BM25)
+            bm25_only = self._merge_bm25(self._search(path), embedding, candidates, hits)
+            for candidate in bm25_only:
+                candidate.attempt = index
+            for candidate in candidates + bm25_only:
+                if candidate.bm25_rank is not None:
+                    candidate.hit_reasons.append(f"bm25:{path} attempt {index} ({scope}) rank {candidate.bm25_rank}")
+            candidates = candidates + bm25_only
+        trace.legs = [leg for leg in (DENSE, BM25) if leg in trace.legs or leg in legs]
         good = usable(candidates, bar)
         attempt = RetrievalAttempt(
             index=index,
@@ -204,8 +280,41 @@ class FallbackRetriever:
             top_similarity=max((c.similarity for c in candidates), default=None),
             outcome="pending",
             error=note,
+            legs=legs,
+            bm25_count=None if hits is None else len(hits),
+            bm25_only_count=None if hits is None else len(bm25_only),
         )
         return candidates, attempt
+
+    def _bm25_leg(self, path: str, query: str, category: str | None, trace: RetrievalTrace) -> list[Bm25Hit] | None:
+        """The BM25 leg's hits, or None when it cannot run here (the reason goes to `trace.bm25_skipped`)."""
+        if self.bm25_top_k <= 0:
+            trace.bm25_skipped = BM25_OFF
+            return None
+        try:
+            return self._search(path).bm25_search(query, self.bm25_top_k, category)
+        except NoFullTextError as exc:
+            trace.bm25_skipped = str(exc)
+            logger.info("BM25 leg skipped on collection %s: %s", self.collection, exc)
+            return None
+
+    @staticmethod
+    def _merge_bm25(
+        search: VectorSearch, embedding: list[float], dense: list[Candidate], hits: list[Bm25Hit]
+    ) -> list[Candidate]:
+        """
+        Label the dense candidates the BM25 leg found too, and return the chunks only it found,
+        with their dense similarity (one restricted search, skipped when BM25 found nothing new).
+        """
+        by_key = {candidate.evidence_key: candidate for candidate in dense}
+        missing = [hit.key for hit in hits if hit.key not in by_key]
+        extra = search.search_ids(embedding, missing) if missing else []
+        by_key.update((candidate.evidence_key, candidate) for candidate in extra)
+        for hit in hits:
+            candidate = by_key.get(hit.key)
+            if candidate is not None:  # a chunk deleted between the two searches is simply left out
+                candidate.bm25_score, candidate.bm25_rank = hit.score, hit.rank
+        return sorted(extra, key=lambda candidate: candidate.bm25_rank or 0)
 
     def _search_with_mode(
         self, embedding: list[float], category: str | None

@@ -41,6 +41,8 @@ class L0HintExtractor:
         domain_from_matches: bool = True,
         domain_min_precision: float = 0.5,
         tokenizer_model: str | None = None,
+        subject_elsewhere_margin: float = 1.0,
+        passing_mention_df: int = 0,
     ) -> None:
         """
         :param l0_index_path: The L0 index written by `knowledge index`.
@@ -50,12 +52,19 @@ class L0HintExtractor:
             share of the documents naming it belong to it.
         :param tokenizer_model: The embedding model, whose vocabulary tells common words from names
             (`uncovered_terms`); None leaves `uncovered_terms` empty.
+        :param subject_elsewhere_margin: A category named in the query is no domain when a document of
+            another category names it and covers the query's other words better by this much
+            (`named_as_subject_elsewhere` in `hints.domain_rules`); 1 turns the rule off.
+        :param passing_mention_df: A word that at most this many documents use, and no title,
+            keyword or entity, is uncovered too (mentioned in passing); 0 turns the rule off.
         """
         self.l0_index_path = l0_index_path
         self.title_min_overlap = title_min_overlap
         self.domain_from_matches = domain_from_matches
         self.domain_min_precision = domain_min_precision
         self.tokenizer_model = tokenizer_model
+        self.subject_elsewhere_margin = subject_elsewhere_margin
+        self.passing_mention_df = passing_mention_df
         self._l0 = L0IndexHandle(l0_index_path)
         self._common_words: frozenset[str] | None = None
 
@@ -70,10 +79,18 @@ class L0HintExtractor:
         :returns: `hints`, an `L0Hints`.
         """
         index = self._l0.get()
-        hints = index.match(query, self.title_min_overlap, self.domain_from_matches, self.domain_min_precision)
+        hints = index.match(
+            query,
+            self.title_min_overlap,
+            self.domain_from_matches,
+            self.domain_min_precision,
+            self.subject_elsewhere_margin,
+        )
         if self.tokenizer_model:
             self.warm_up()
-            hints.uncovered_terms = index.uncovered_terms(query, self._common_words or frozenset())
+            hints.uncovered_terms = index.uncovered_terms(
+                query, self._common_words or frozenset(), self.passing_mention_df
+            )
         logger.debug("L0 hints for %r: %s", query, hints)
         return {"hints": hints}
 

@@ -78,7 +78,9 @@ class RuleReranker:
       candidate's document (each becomes a hit reason on the block, never evidence itself);
     - `section_match`: the query asks for a fix / a diagnosis / a meaning and the chunk's
       section is of that kind;
-    - `document_support`: other candidates of the same document also matched.
+    - `document_support`: other candidates of the same document also matched;
+    - `bm25`: the chunk's BM25 full-text score over the best BM25 score among the candidates (0 for
+      a chunk the BM25 leg did not return): exact words (`inodes` vs `space`) that embeddings blur.
 
     Weights come from config (`rerank.weights`); ties break on similarity, then evidence key, so
     the order is reproducible.
@@ -140,6 +142,7 @@ class RuleReranker:
         matched_keywords = {fold(k) for k in hints.matched_keywords}
         matched_entities = set(hints.entities)
         domains = set(hints.domains)
+        best_bm25 = max((c.bm25_score or 0.0 for c in candidates), default=0.0)
 
         # Document-level signals are the same for every chunk of a source: computed once each.
         document_signals: dict[str, tuple[float, float]] = {}
@@ -164,6 +167,7 @@ class RuleReranker:
                 "domain_match": 1.0 if candidate.category in domains else 0.0,
                 "section_match": 1.0 if candidate.section_kind in intents else 0.0,
                 "document_support": min(1.0, max(0, support[candidate.source] - 1) / _SUPPORT_SATURATION),
+                "bm25": (candidate.bm25_score or 0.0) / best_bm25 if best_bm25 > 0 else 0.0,
             }
             contributions = {name: self.weights[name] * value for name, value in signals.items()}
             candidate.final_score = round(sum(contributions.values()), 6)

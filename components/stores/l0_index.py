@@ -21,6 +21,8 @@ from components.common.l0_words import (
 from components.common.text import contains_phrase, fold, identifier_words, terms, unique
 from components.contracts import EntityRef, L0Hints
 
+NAMED_AS_SUBJECT_ELSEWHERE = "named_as_subject_elsewhere"
+
 
 def document_names(entry: "L0Entry") -> list[str]:
     """The identifier forms of a document's name (see `IDENTIFIER`), casefolded."""
@@ -133,6 +135,11 @@ class L0Index:
                         rows.append(row)
             if entry.category.strip():
                 self._categories.setdefault(fold(entry.category), entry.category)
+        # Terms a document is named or tagged by: never a mention in passing.
+        self._named_terms = set(self._title_rows).union(
+            *(terms(keyword) for keyword, _, _ in self._keywords.values()),
+            *(terms(surface) for surface in self._aliases),
+        )
 
     @property
     def categories(self) -> list[str]:
@@ -194,7 +201,9 @@ class L0Index:
         quoted = (match.group(1) or match.group(2) for match in ALERT_NAME.finditer(query))
         return unique(name for name in quoted if is_identifier_name(name) and name.casefold() not in self._names)
 
-    def uncovered_terms(self, query: str, common_words: frozenset[str] | set[str]) -> list[str]:
+    def uncovered_terms(
+        self, query: str, common_words: frozenset[str] | set[str], passing_mention_df: int = 0
+    ) -> list[str]:
         """
         Words of the query that no document uses (none of their terms occurs in the knowledge
         base) and that are no common word (neither the word, lowercased, nor one of its terms is
@@ -202,13 +211,16 @@ class L0Index:
         lowercased, in query order; then the `unknown_alert_names`, as quoted. CamelCase parts are
         compared apart ("CassandraCompaction": "cassandra", "compaction") unless the word is known
         whole ("replicasets" of a KB writing "ReplicaSets"), and compound words only whole
-        (`is_compound_word`: "MySQL" is "mysql", not "my" and "sql").
+        (`is_compound_word`: "MySQL" is "mysql", not "my" and "sql"). With `passing_mention_df`, a
+        word that at most that many documents use, and no title, keyword or entity, is uncovered
+        too: the knowledge base mentions it in passing ("kafka" in a list of stateful workloads),
+        it has no runbook about it.
         """
         uncovered = []
         for word in SURFACE_WORD.findall(query):
             whole = word.casefold()
             if self.joined_words is not None:
-                if self._is_known_word(whole, common_words):
+                if self._is_known_word(whole, common_words, passing_mention_df):
                     continue
                 if is_compound_word(word):
                     uncovered.append(whole)
@@ -216,18 +228,27 @@ class L0Index:
             for part in fold(word).split():
                 if len(part) < 3:  # "db" of "MongoDBDown": too short to name anything
                     continue
-                if not self._is_known_word(part, common_words):
+                if not self._is_known_word(part, common_words, passing_mention_df):
                     uncovered.append(part)
         return unique(uncovered + [name for name in self.unknown_alert_names(query) if self._off_title_name(name)])
 
-    def _is_known_word(self, word: str, common_words: frozenset[str] | set[str]) -> bool:
-        """A common word, or one whose terms (of the word or a base form of it) the knowledge base uses."""
+    def _is_known_word(self, word: str, common_words: frozenset[str] | set[str], passing_mention_df: int = 0) -> bool:
+        """
+        A common word, or one whose terms (of the word or a base form of it) the knowledge base uses
+        (in more than `passing_mention_df` documents, or in a title, keyword or entity).
+        """
         forms = word_forms(word)
         if any(form in common_words for form in forms):
             return True
         form_terms = [t for form in forms for t in terms(form)]
         joined = self.joined_words or frozenset()
-        return not form_terms or any(self.term_df.get(t) or t in common_words or t in joined for t in form_terms)
+        return not form_terms or any(
+            self._used_beyond_passing(t, passing_mention_df) or t in common_words or t in joined for t in form_terms
+        )
+
+    def _used_beyond_passing(self, term: str, passing_mention_df: int) -> bool:
+        df = self.term_df.get(term, 0)
+        return df > passing_mention_df or (df > 0 and term in self._named_terms)
 
     def _off_title_name(self, name: str) -> bool:
         # A team's own name for a covered alert ("NodeDiskAlmostFull") mostly reuses the words of
@@ -254,6 +275,7 @@ class L0Index:
         title_min_overlap: float = 0.6,
         domain_from_matches: bool = True,
         domain_min_precision: float = 0.5,
+        subject_elsewhere_margin: float = 1.0,
     ) -> L0Hints:
         """
         Hints for a query: documents whose name it quotes verbatim (an alert name in a
@@ -263,7 +285,10 @@ class L0Index:
 
         A title that contains its category's name matches only when the query names it too. A
         category whose name is not specific counts as a domain only beside a specific one (the
-        query then spans two domains, and no single-domain filter applies).
+        query then spans two domains, and no single-domain filter applies). A named category is
+        no domain when a document of another category names it too and fits the rest of the query
+        better by `subject_elsewhere_margin` (`named_as_subject_elsewhere`: "controller alertmanager
+        fails to reconcile" is about the operator that manages Alertmanager, not about Alertmanager).
         """
         folded = fold(query)
         query_terms = set(terms(query, drop_noise=True))
@@ -313,6 +338,9 @@ class L0Index:
             # The substring test first: most names are absent, and it spares the boundary checks.
             if key in folded and contains_phrase(folded, key)
         ]
+        named_categories, domain_rules = self._subjects_of_their_own(
+            named_categories, query_terms, subject_elsewhere_margin
+        )
         domains = [c for c in named_categories if self.domain_precision.get(c, 1.0) >= domain_min_precision]
         if domains:
             # A name every document uses says nothing alone, but beside a specific one it makes the
@@ -329,4 +357,43 @@ class L0Index:
             entities=unique(entities),
             matched_sources=[self.entries[row].source for row in sorted(matched_rows)],
             named_sources=[self.entries[row].source for row in named_rows],
+            domain_rules=domain_rules,
         )
+
+    def _subjects_of_their_own(
+        self, named_categories: list[str], query_terms: set[str], margin: float
+    ) -> tuple[list[str], list[str]]:
+        """The named categories that stay domains, and the `named_as_subject_elsewhere` rules that dropped the others."""
+        if margin >= 1.0:
+            return named_categories, []
+        kept, rules = [], []
+        for category in named_categories:
+            elsewhere = self.named_as_subject_elsewhere(category, query_terms, margin)
+            if elsewhere is None:
+                kept.append(category)
+            else:
+                rules.append(f"{NAMED_AS_SUBJECT_ELSEWHERE}: {category} ({elsewhere})")
+        return kept, rules
+
+    def named_as_subject_elsewhere(self, category: str, query_terms: set[str], margin: float) -> str | None:
+        """
+        The document of another category that names `category` (all its name's terms) and covers
+        the query's other terms (IDF-weighted) better by at least `margin` than any document of
+        `category` does; None when there is none. An operator's, a controller's or a client's
+        runbook names the product it manages: the product's name alone does not make the query
+        about the product's own category.
+        """
+        name_terms = set(terms(category))
+        rest = {term: weight for term in query_terms - name_terms if (weight := self.idf(term)) > 0}
+        total = sum(rest.values())
+        if not name_terms or not total:
+            return None
+        best_inside, best_outside, outside_source = 0.0, 0.0, None
+        for row, entry in enumerate(self.entries):
+            document_terms = self._entry_terms[row].document_terms
+            coverage = sum(weight for term, weight in rest.items() if term in document_terms) / total
+            if entry.category == category:
+                best_inside = max(best_inside, coverage)
+            elif coverage > best_outside and name_terms <= document_terms:
+                best_outside, outside_source = coverage, entry.source
+        return outside_source if best_outside - best_inside >= margin - 1e-9 else None

@@ -2,9 +2,11 @@
 The Milvus collection of lookup-knowledge: connection, schema and filter expressions.
 
 One schema serves both vector-store paths: `id` VARCHAR primary key, `content` VARCHAR,
-`vector` FLOAT_VECTOR(dim), `metadata` JSON and `category` VARCHAR (the filter column), metric L2.
-An existing collection with only the first four fields, or another metric (IP, COSINE), is
-reused as it is: `describe_layout` reads what it has, and nothing here ever alters it.
+`vector` FLOAT_VECTOR(dim), `metadata` JSON and `category` VARCHAR (the filter column), metric L2;
+with full text on, also `sparse` SPARSE_FLOAT_VECTOR, computed by Milvus's built-in BM25
+function from `content` (index SPARSE_INVERTED_INDEX, metric BM25) for the lexical leg.
+An existing collection with only the first four fields, without `sparse`, or with another metric
+(IP, COSINE), is reused as it is: `describe_layout` reads what it has, and nothing here ever alters it.
 """
 
 import logging
@@ -13,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from haystack.utils import Secret
-from pymilvus import DataType, MilvusClient
+from pymilvus import DataType, Function, FunctionType, MilvusClient
 
-from components.errors import BadInputError, KnowledgeFailure
+from components.errors import BadInputError, KnowledgeFailure, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +26,9 @@ CONTENT_FIELD = "content"
 VECTOR_FIELD = "vector"
 METADATA_FIELD = "metadata"
 CATEGORY_FIELD = "category"
+SPARSE_FIELD = "sparse"
+BM25_FUNCTION = "content_bm25"
+BM25_METRIC = "BM25"
 METRIC = "L2"
 MAX_CONTENT_CHARS = 65535
 MAX_CATEGORY_CHARS = 512
@@ -199,6 +204,8 @@ class CollectionLayout:
     metric: str = METRIC
     index_type: str = "FLAT"
     has_category: bool = True
+    # A `sparse` field that Milvus fills with BM25 from `content`: the full-text leg can run.
+    has_sparse: bool = False
     content_max_chars: int = MAX_CONTENT_CHARS
     category_max_chars: int = MAX_CATEGORY_CHARS
 
@@ -208,7 +215,8 @@ def describe_layout(client: MilvusClient, name: str) -> CollectionLayout:
     Read an existing collection's layout. Refuses one without the `id`, `content`, `vector` and
     `metadata` fields, or with a metric the scores cannot be normalized from.
     """
-    fields = {field["name"]: field for field in client.describe_collection(name)["fields"]}
+    description = client.describe_collection(name)
+    fields = {field["name"]: field for field in description["fields"]}
     missing = [f for f in (ID_FIELD, CONTENT_FIELD, VECTOR_FIELD, METADATA_FIELD) if f not in fields]
     if missing:
         raise CollectionMismatchError(
@@ -223,11 +231,18 @@ def describe_layout(client: MilvusClient, name: str) -> CollectionLayout:
     if metric not in ("L2", "IP", "COSINE"):
         raise CollectionMismatchError(f"collection {name} uses metric {metric}; supported: L2, IP, COSINE")
     category = fields.get(CATEGORY_FIELD)
+    bm25_outputs = {
+        name
+        for function in description.get("functions") or []
+        if function.get("type") == FunctionType.BM25
+        for name in function.get("output_field_names") or []
+    }
     return CollectionLayout(
         dim=int(fields[VECTOR_FIELD]["params"]["dim"]),
         metric=metric,
         index_type=index_type,
         has_category=category is not None,
+        has_sparse=SPARSE_FIELD in fields and SPARSE_FIELD in bm25_outputs,
         content_max_chars=int(fields[CONTENT_FIELD].get("params", {}).get("max_length") or MAX_CONTENT_CHARS),
         category_max_chars=int((category or {}).get("params", {}).get("max_length") or MAX_CATEGORY_CHARS),
     )
@@ -243,18 +258,69 @@ def check_dimension(layout: CollectionLayout, name: str, dim: int) -> None:
 
 
 def create_collection(
-    client: MilvusClient, name: str, dim: int, index_type: str = "FLAT", index_params: dict | None = None
+    client: MilvusClient,
+    name: str,
+    dim: int,
+    index_type: str = "FLAT",
+    index_params: dict | None = None,
+    full_text: bool = False,
+) -> str | None:
+    """
+    Create the collection; with `full_text`, with the BM25 `sparse` field too. A Milvus without
+    BM25 functions (a server older than 2.5) gets the dense-only collection instead.
+
+    :returns: None, or why the collection has no full-text field although `full_text` asked for it.
+    """
+    if full_text:
+        existed = client.has_collection(name)
+        try:
+            _create(client, name, dim, index_type, index_params, full_text=True)
+            return None
+        except Exception as exc:  # the server's own words say which feature it lacks
+            if existed:
+                raise
+            if client.has_collection(name):
+                # Milvus 2.3 creates the collection, then refuses the sparse field's index.
+                client.drop_collection(name)
+            reason = f"this Milvus cannot create a BM25 function ({first_line(exc)}); created {name} dense-only"
+            logger.warning("Full text off for collection %s: %s", name, reason)
+            _create(client, name, dim, index_type, index_params, full_text=False)
+            return reason
+    _create(client, name, dim, index_type, index_params, full_text=False)
+    return None
+
+
+def _create(
+    client: MilvusClient, name: str, dim: int, index_type: str, index_params: dict | None, full_text: bool
 ) -> None:
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field(ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=MAX_ID_CHARS)
-    schema.add_field(CONTENT_FIELD, DataType.VARCHAR, max_length=MAX_CONTENT_CHARS)
+    schema.add_field(CONTENT_FIELD, DataType.VARCHAR, max_length=MAX_CONTENT_CHARS, enable_analyzer=full_text)
     schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=dim)
     schema.add_field(METADATA_FIELD, DataType.JSON)
     schema.add_field(CATEGORY_FIELD, DataType.VARCHAR, max_length=MAX_CATEGORY_CHARS)
     params = client.prepare_index_params()
     params.add_index(VECTOR_FIELD, index_type=index_type, metric_type=METRIC, params=dict(index_params or {}))
+    if full_text:
+        schema.add_field(SPARSE_FIELD, DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_function(
+            Function(
+                name=BM25_FUNCTION,
+                function_type=FunctionType.BM25,
+                input_field_names=[CONTENT_FIELD],
+                output_field_names=[SPARSE_FIELD],
+            )
+        )
+        params.add_index(SPARSE_FIELD, index_type="SPARSE_INVERTED_INDEX", metric_type=BM25_METRIC)
     client.create_collection(name, schema=schema, index_params=params)
-    logger.info("Created Milvus collection %s (dim=%d, index=%s, metric=%s)", name, dim, index_type, METRIC)
+    logger.info(
+        "Created Milvus collection %s (dim=%d, index=%s, metric=%s, full text %s)",
+        name,
+        dim,
+        index_type,
+        METRIC,
+        "on" if full_text else "off",
+    )
 
 
 def ensure_loaded(client: MilvusClient, name: str) -> None:

@@ -8,13 +8,20 @@ The two vector-store paths behind one result shape.
 
 Both return `Candidate`s with the same normalized similarity (see `components.common.scoring`).
 Each reads the collection's layout (`describe_layout`) when it opens it and never alters it.
+
+On a collection with the BM25 `sparse` field, both also run the full-text leg (`bm25_search`:
+the SDK's search on `sparse` with the raw query text, or milvus-haystack's
+`MilvusSparseEmbeddingRetriever` with its `BM25BuiltInFunction`) and a dense search restricted to
+given chunk ids (`search_ids`: the similarity of a chunk only the BM25 leg found).
 """
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from components.common.scoring import (
+    bm25_score,
     haystack_score_label,
     sdk_score_label,
     similarity_from_haystack,
@@ -22,10 +29,13 @@ from components.common.scoring import (
 )
 from components.contracts import Candidate
 from components.stores.milvus_collection import (
+    BM25_FUNCTION,
+    BM25_METRIC,
     CATEGORY_FIELD,
     CONTENT_FIELD,
     ID_FIELD,
     METADATA_FIELD,
+    SPARSE_FIELD,
     VECTOR_FIELD,
     CollectionLayout,
     category_filter,
@@ -36,6 +46,7 @@ from components.stores.milvus_collection import (
     describe_layout,
     ensure_loaded,
     index_params_for,
+    quote_string,
     timeout_seconds,
 )
 
@@ -55,6 +66,30 @@ class UnsupportedFilterError(LookupError):
     """This path cannot express the filter on this collection (another path can)."""
 
 
+NO_SPARSE_FIELD = f"collection has no {SPARSE_FIELD} field; run knowledge index --rebuild"
+
+
+class NoFullTextError(LookupError):
+    """The collection has no BM25 `sparse` field (built before it existed, or on a Milvus without BM25)."""
+
+
+@dataclass(frozen=True)
+class Bm25Hit:
+    """One chunk of the BM25 leg: its id (the evidence key), Milvus's BM25 score, its 1-based rank."""
+
+    key: str
+    score: float
+    rank: int
+
+
+def bm25_hits(keys_and_raw: list[tuple[str, float]]) -> list[Bm25Hit]:
+    return [Bm25Hit(key, round(bm25_score(raw), 6), rank) for rank, (key, raw) in enumerate(keys_and_raw, start=1)]
+
+
+def ids_filter(keys: list[str]) -> str:
+    return f"{ID_FIELD} in [{', '.join(quote_string(key) for key in keys)}]"
+
+
 def _open_collection(uri: str, collection: str, timeout_ms: int | None, auth: dict | None = None):
     """A client on an existing, loaded collection and its layout; never creates or alters it."""
     client = connect(uri, timeout_ms, auth)
@@ -71,7 +106,14 @@ class VectorSearch(Protocol):
     @property
     def described_index_type(self) -> str | None: ...
 
+    @property
+    def layout(self) -> CollectionLayout: ...
+
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]: ...
+
+    def search_ids(self, embedding: list[float], keys: list[str]) -> list[Candidate]: ...
+
+    def bm25_search(self, text: str, top_k: int, category: str | None) -> list[Bm25Hit]: ...
 
     def describe_filter(self, category: str | None) -> str | None: ...
 
@@ -157,6 +199,34 @@ class SdkVectorSearch:
             close_quietly(client)
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
+        self._ready_client()  # the filter depends on the layout
+        return self._dense(embedding, top_k, self.describe_filter(category) or "")
+
+    def search_ids(self, embedding: list[float], keys: list[str]) -> list[Candidate]:
+        """The dense candidates of exactly these chunk ids (their similarity to the query)."""
+        return self._dense(embedding, len(keys), ids_filter(keys)) if keys else []
+
+    def bm25_search(self, text: str, top_k: int, category: str | None) -> list[Bm25Hit]:
+        client = self._ready_client()
+        if not self.layout.has_sparse:
+            raise NoFullTextError(NO_SPARSE_FIELD)
+        try:
+            hits = client.search(
+                self.collection,
+                data=[text],
+                limit=top_k,
+                filter=self.describe_filter(category) or "",
+                output_fields=[ID_FIELD],  # none would return every field, vectors included
+                search_params={"metric_type": BM25_METRIC},
+                anns_field=SPARSE_FIELD,
+                timeout=timeout_seconds(self.timeout_ms),
+            )[0]
+        except Exception:
+            self._reconnect_next_time()
+            raise
+        return bm25_hits([(str(hit.get(ID_FIELD, hit.get("id"))), hit["distance"]) for hit in hits])
+
+    def _dense(self, embedding: list[float], limit: int, expression: str) -> list[Candidate]:
         client = self._ready_client()
         vector = as_float_list(embedding)
         layout = self.layout
@@ -166,8 +236,8 @@ class SdkVectorSearch:
             hits = client.search(
                 self.collection,
                 data=[vector],
-                limit=top_k,
-                filter=self.describe_filter(category) or "",
+                limit=limit,
+                filter=expression,
                 output_fields=fields,
                 search_params={"metric_type": layout.metric, "params": self.search_params},
                 anns_field=VECTOR_FIELD,
@@ -218,11 +288,17 @@ class HaystackVectorSearch:
         self.timeout_ms = timeout_ms
         self._auth = dict(auth or {})  # resolved credentials (`auth_args`): never logged
         self._retriever = None
+        self._sparse_retriever = None
         self._layout: CollectionLayout | None = None
+
+    @property
+    def layout(self) -> CollectionLayout:
+        self._ready_retriever()
+        return self._layout
 
     def _ready_retriever(self):
         if self._retriever is None:
-            from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever
+            from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever, MilvusSparseEmbeddingRetriever
 
             # The collection exists already; checking first keeps milvus-haystack from creating
             # one with its own default schema.
@@ -239,8 +315,11 @@ class HaystackVectorSearch:
                 index_params=index_params_for(layout.index_type, metric=layout.metric),
                 search_params={"metric_type": layout.metric, "params": self.search_params},
                 timeout=timeout_seconds(self.timeout_ms),
+                **_full_text_arguments(layout),
             )
             self._retriever = MilvusEmbeddingRetriever(document_store=store)
+            if layout.has_sparse:
+                self._sparse_retriever = MilvusSparseEmbeddingRetriever(document_store=store)
             self._layout = layout
         return self._retriever
 
@@ -250,7 +329,7 @@ class HaystackVectorSearch:
         return self._layout.index_type if self._layout is not None else None
 
     def _reconnect_next_time(self) -> None:
-        retriever, self._retriever = self._retriever, None
+        retriever, self._retriever, self._sparse_retriever = self._retriever, None, None
         client = getattr(getattr(retriever, "document_store", None), "client", None) if retriever else None
         if client is not None:
             close_quietly(client)
@@ -263,7 +342,7 @@ class HaystackVectorSearch:
         return category_filter(category)
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
-        retriever = self._ready_retriever()
+        self._ready_retriever()
         layout = self._layout
         vector = as_float_list(embedding)
         check_dimension(layout, self.collection, len(vector))
@@ -274,8 +353,33 @@ class HaystackVectorSearch:
                 f"on {METADATA_FIELD}[{CATEGORY_FIELD!r}]"
             )
         filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
+        return self._dense(vector, top_k, filters)
+
+    def search_ids(self, embedding: list[float], keys: list[str]) -> list[Candidate]:
+        """The dense candidates of exactly these chunk ids (their similarity to the query)."""
+        if not keys:
+            return []
+        self._ready_retriever()
+        vector = as_float_list(embedding)
+        check_dimension(self._layout, self.collection, len(vector))
+        return self._dense(vector, len(keys), {"field": ID_FIELD, "operator": "in", "value": list(keys)})
+
+    def bm25_search(self, text: str, top_k: int, category: str | None) -> list[Bm25Hit]:
+        self._ready_retriever()
+        if self._sparse_retriever is None:
+            raise NoFullTextError(NO_SPARSE_FIELD)
+        filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
         try:
-            documents = retriever.run(query_embedding=vector, filters=filters, top_k=top_k)["documents"]
+            documents = self._sparse_retriever.run(query_text=text, filters=filters, top_k=top_k)["documents"]
+        except Exception:
+            self._reconnect_next_time()
+            raise
+        return bm25_hits([(str(document.id), document.score) for document in documents])
+
+    def _dense(self, vector: list[float], limit: int, filters: dict | None) -> list[Candidate]:
+        layout = self._layout
+        try:
+            documents = self._retriever.run(query_embedding=vector, filters=filters, top_k=limit)["documents"]
         except Exception:
             # As on the sdk path: a new document store (and connection) on the next search.
             self._reconnect_next_time()
@@ -297,6 +401,18 @@ class HaystackVectorSearch:
                 )
             )
         return candidates
+
+
+def _full_text_arguments(layout: CollectionLayout) -> dict[str, Any]:
+    """milvus-haystack's arguments for the collection's BM25 field (none without one)."""
+    if not layout.has_sparse:
+        return {}
+    from milvus_haystack.function import BM25BuiltInFunction
+
+    function = BM25BuiltInFunction(
+        input_field_names=CONTENT_FIELD, output_field_names=SPARSE_FIELD, function_name=BM25_FUNCTION
+    )
+    return {"sparse_vector_field": SPARSE_FIELD, "builtin_function": [function]}
 
 
 def make_search(

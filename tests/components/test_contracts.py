@@ -93,6 +93,7 @@ def test_query_transform_and_l0_hints_are_camel_case_for_the_agent():
         "matchedSources",
         "namedSources",
         "uncoveredTerms",
+        "domainRules",
     }
 
 

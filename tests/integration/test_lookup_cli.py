@@ -117,13 +117,14 @@ def test_knowledge_eval_smoke(sample_cfg, tmp_path, capsys):
     assert "2 answerable, 1 off-topic" in lines[0]
     header = lines[1].split()
     assert header == ["system", "hit@1", "hit@5", "mrr@10", "answer_rate", "no_evidence_rate"]
-    rows_by_system = {line.split()[0]: line.split()[1:] for line in lines[2:5]}
-    assert set(rows_by_system) == {"pipeline", "dense", "hybrid"}
+    rows_by_system = {line.split()[0]: line.split()[1:] for line in lines[2:6]}
+    assert set(rows_by_system) == {"pipeline", "unfiltered", "dense", "hybrid"}
     for cells in rows_by_system.values():
         assert len(cells) == 5 and all(0.0 <= float(cell) <= 1.0 for cell in cells)
     assert rows_by_system["pipeline"] == ["1.000", "1.000", "1.000", "1.000", "1.000"]
     # Queries of several styles get a hit@1 line per style, one cell per system.
-    assert lines[5] == "hit@1 by style of query (the `style` field):"
-    by_style = {line.split()[0]: line.split()[1:] for line in lines[6:8]}
+    assert lines[6] == "hit@1 by style of query (the `style` field):"
+    by_style = {line.split()[0]: line.split()[1:] for line in lines[7:9]}
     assert set(by_style) == {"alert", "engineer"}
-    assert by_style["alert"][:2] == ["pipeline", "1.000"] and by_style["alert"][2::2] == ["dense", "hybrid"]
+    assert by_style["alert"][:2] == ["pipeline", "1.000"]
+    assert by_style["alert"][2::2] == ["unfiltered", "dense", "hybrid"]

@@ -6,7 +6,7 @@ the gardening category but asks about database replication makes the filtered at
 
 import pytest
 
-from components.contracts import FALLBACK_LOW_QUALITY, FALLBACK_NO_EVIDENCE
+from components.contracts import FALLBACK_LOW_QUALITY, FALLBACK_NO_EVIDENCE, FALLBACK_OUTSCORED
 from tests.helpers import lookup_with
 
 TOMATO_QUERY = "how much should I water tomato plants in the garden"
@@ -92,3 +92,37 @@ def test_both_retrieval_attempts_fail(topics_cfg):
     assert data["evidenceBlocks"] == [] and data["contextPack"]["includedSources"] == []
     details = result.retrieval_details(200)
     assert len(details["retrieval_trace"]["attempts"]) == 2 and details["evidence_blocks"] == []
+
+
+def test_a_filtered_attempt_outscored_unfiltered_is_retried_and_the_reason_persisted(topics_cfg):
+    from pipelines.lookup import LookupService
+    from tests.helpers import derived_config
+
+    # Thresholds so low that the gardening attempt stands by the spec's two rules: only the
+    # unfiltered check can tell that its best chunk is far from the query.
+    cfg = derived_config(
+        topics_cfg,
+        CATEGORY_NAMES_ONLY,
+        "retrieval.evidence_threshold=0.01",
+        "retrieval.uncovered_evidence_threshold=0.01",
+        "retrieval.reference_threshold=0.01",
+        "retrieval.outscored_margin=0.1",
+    )
+    service = LookupService(cfg)
+    result = service.lookup(MISDIRECTED_QUERY)
+    first, retry = result.retrieval_trace.attempts
+    assert first.category_filter == "gardening" and first.usable_count > 0
+    assert first.unfiltered_top_similarity - first.top_similarity >= 0.1
+    assert first.outcome == f"retried: {FALLBACK_OUTSCORED}" and retry.outcome == "selected"
+    assert result.to_dict()["retrievalTrace"]["fallbackReason"] == "filtered_vector_outscored"
+    assert (
+        result.to_dict()["retrievalTrace"]["attempts"][0]["unfilteredTopSimilarity"] == first.unfiltered_top_similarity
+    )
+    assert result.evidence_blocks[0].source == "databases/replica-lag.md"
+    row = service.trace_writer.store.get(result.invocation_id)
+    details = row["retrieval_details"]
+    assert details["fallback_reason"] == "filtered_vector_outscored"
+    assert details["retrieval_trace"]["fallback_reason"] == "filtered_vector_outscored"
+    stored_first = details["retrieval_trace"]["attempts"][0]
+    assert stored_first["unfiltered_top_similarity"] == first.unfiltered_top_similarity
+    assert details["retrieval_trace"]["legs"] == ["dense", "bm25"]

@@ -45,6 +45,7 @@ def test_l0_produces_traceable_hint_data(tomato):
         "matched_sources": [TOMATO_SOURCE],
         "named_sources": [],
         "uncovered_terms": [],
+        "domain_rules": [],
     }
     # The agent sees the same hint data under camelCase keys.
     assert result.to_dict()["l0Hints"] == {
@@ -55,6 +56,7 @@ def test_l0_produces_traceable_hint_data(tomato):
         "matchedSources": [TOMATO_SOURCE],
         "namedSources": [],
         "uncoveredTerms": [],
+        "domainRules": [],
     }
 
 

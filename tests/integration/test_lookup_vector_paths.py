@@ -78,6 +78,37 @@ def test_same_chunk_has_the_same_similarity_on_both_paths(by_mode):
     ]
 
 
+@pytest.fixture(scope="module")
+def hybrid_by_mode(topics_cfg):
+    """As `by_mode`, with a dense top_k small enough that the BM25 leg brings chunks of its own."""
+    return {
+        mode: lookup_with(topics_cfg, QUERY, f"retrieval.vector_store_mode={mode}", "retrieval.top_k=2", include=STAGES)
+        for mode in ("sdk", "haystack")
+    }
+
+
+def test_the_hybrid_legs_give_the_same_candidates_and_scores_on_both_paths(hybrid_by_mode, topics_cfg):
+    by_mode = hybrid_by_mode
+    assert topics_cfg.milvus.full_text and topics_cfg.retrieval.bm25_top_k > 0  # the hybrid is on
+    sdk = _candidates(by_mode["sdk"][1])
+    haystack = _candidates(by_mode["haystack"][1])
+    assert set(sdk) == set(haystack)
+    for mode in ("sdk", "haystack"):
+        trace = by_mode[mode][0].retrieval_trace
+        assert trace.legs == ["dense", "bm25"] and trace.bm25_skipped is None
+        assert trace.attempts[0].bm25_count > 0
+    found_by_bm25 = {key for key, c in sdk.items() if c.bm25_rank is not None}
+    assert found_by_bm25 == {key for key, c in haystack.items() if c.bm25_rank is not None} and found_by_bm25
+    only_bm25 = [key for key in found_by_bm25 if not any(r.startswith("vector:") for r in sdk[key].hit_reasons)]
+    assert only_bm25, "the test query should bring chunks only the BM25 leg found"
+    for key in found_by_bm25:
+        assert (haystack[key].bm25_rank, haystack[key].bm25_score) == (sdk[key].bm25_rank, sdk[key].bm25_score)
+        assert haystack[key].bm25_score > 0
+        assert haystack[key].similarity == pytest.approx(sdk[key].similarity, abs=1e-4)  # BM25-only ones too
+    sdk_blocks = [(b.evidence_key, b.bm25_rank) for b in by_mode["sdk"][0].evidence_blocks]
+    assert sdk_blocks == [(b.evidence_key, b.bm25_rank) for b in by_mode["haystack"][0].evidence_blocks]
+
+
 def test_haystack_path_reads_the_existing_fields(by_mode, topics_cfg):
     rows = {row["id"]: row for row in collection_rows(topics_cfg)}
     sdk = _candidates(by_mode["sdk"][1])

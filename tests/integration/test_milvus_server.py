@@ -45,7 +45,10 @@ def test_lookups_on_the_server_match_milvus_lite(server_cfg, milvus_server, samp
     on_server = LookupService(
         derived_config(server_cfg, *server_overrides(milvus_server), f"retrieval.vector_store_mode={mode}")
     )
-    on_lite = LookupService(derived_config(sample_service.cfg, f"retrieval.vector_store_mode={mode}"))
+    # The 2.3.5 server has no BM25 function: its collection is dense-only, so Lite's is compared dense-only.
+    on_lite = LookupService(
+        derived_config(sample_service.cfg, f"retrieval.vector_store_mode={mode}", "retrieval.bm25_top_k=0")
+    )
     for query in QUERIES:
         server_result, lite_result = on_server.lookup(query), on_lite.lookup(query)
         assert server_result.found == lite_result.found, query
@@ -53,6 +56,27 @@ def test_lookups_on_the_server_match_milvus_lite(server_cfg, milvus_server, samp
         assert [key for key, _ in server_blocks] == [key for key, _ in lite_blocks], query
         for (_, server_score), (_, lite_score) in zip(server_blocks, lite_blocks, strict=True):
             assert server_score == pytest.approx(lite_score, abs=1e-5), query
+
+
+def test_a_server_without_bm25_functions_gets_a_dense_only_collection_and_says_why(milvus_server):
+    from components.stores.milvus_collection import connect, create_collection, describe_layout
+
+    client = connect(milvus_server.uri)
+    reason = create_collection(client, "full_text_probe", dim=8, full_text=True)
+    try:
+        assert reason is not None and "cannot create a BM25 function" in reason and "dense-only" in reason
+        assert not describe_layout(client, "full_text_probe").has_sparse
+    finally:
+        client.drop_collection("full_text_probe")
+
+
+def test_lookups_on_the_server_run_dense_only_and_the_trace_says_why(server_cfg, milvus_server):
+    service = LookupService(derived_config(server_cfg, *server_overrides(milvus_server)))
+    trace = service.lookup(QUERIES[0]).retrieval_trace
+    assert (
+        trace.legs == ["dense"]
+        and trace.bm25_skipped == "collection has no sparse field; run knowledge index --rebuild"
+    )
 
 
 def test_an_ivf_flat_collection_is_created_with_the_configured_index(milvus_server):

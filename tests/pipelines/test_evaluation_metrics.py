@@ -5,7 +5,9 @@ import random
 
 import pytest
 
-from pipelines.evaluation import EvalQuery, Ranked, ndcg, recall, score
+from components.stores.l0_index import L0Entry, L0Index
+from components.stores.l0_index_file import save_l0_index
+from pipelines.evaluation import EvalQuery, Ranked, filter_report, format_metrics, ndcg, recall, score
 from pipelines.tuning.runs import evaluation_metrics, flatten_metrics, metric_name
 
 
@@ -47,6 +49,43 @@ def test_metrics_of_a_toy_ranking_match_hand_computed_values():
     }
     # Linear interpolation over 10..60 ms: p50 between 30 and 40, p95 at 57.5.
     assert metrics["latency_p50_ms"] == 35.0 and metrics["latency_p95_ms"] == 57.5
+
+
+def test_the_domain_filter_report_counts_its_precision_and_hit_at_1_with_and_without_it(tmp_path):
+    path = tmp_path / "kb.l0.json"
+    entries = [L0Entry("a.md", "A", "alerts"), L0Entry("b.md", "B", "alerts"), L0Entry("c.md", "C", "operator")]
+    save_l0_index(L0Index(entries), path)
+    queries = [_q({"a.md"}), _q({"c.md"}), _q({"b.md"}), _q(set(), "off_topic")]
+    answers = {
+        # Filtered on "alerts" (right), on "alerts" (wrong: c.md is the operator's), none, off-topic filtered.
+        "pipeline": [
+            Ranked(["a.md"], True, {"filter": "alerts"}),
+            Ranked(["a.md", "c.md"], True, {"filter": "alerts"}),
+            Ranked(["b.md"], True, {"filter": None}),
+            Ranked(["a.md"], True, {"filter": "alerts"}),
+        ],
+        "unfiltered": [Ranked(["a.md"], True), Ranked(["c.md"], True), Ranked(["b.md"], True), Ranked([], False)],
+    }
+    report = filter_report(queries, answers, str(path))
+    assert report == {
+        "filtered_queries": 2,
+        "filter_precision": 0.5,
+        "hit@1_filtered": 0.5,
+        "hit@1_unfiltered": 1.0,
+    }
+    lines = format_metrics(
+        {
+            "queries": "q",
+            "evidence_threshold": 0.35,
+            "systems": {"pipeline": score(queries, answers["pipeline"])},
+            "domain_filter": report,
+        }
+    )
+    assert (
+        "domain filter: 2 answerable queries filtered, filter precision 0.500, hit@1 on them 0.500 filtered vs 1.000 unfiltered"
+        in lines
+    )
+    assert evaluation_metrics({"systems": {}, "domain_filter": report})["domain_filter.filter_precision"] == 0.5
 
 
 def test_mlflow_names_and_baseline_prefixes():

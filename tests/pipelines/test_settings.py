@@ -39,6 +39,13 @@ BAD_OVERRIDES = [
     ("l0.title_min_overlap=1.5", "l0.title_min_overlap", "[0, 1]"),
     ("l0.domain_min_precision=-0.5", "l0.domain_min_precision", "[0, 1]"),
     ("rerank.weights.name_match=-0.5", "rerank.weights.name_match", "at least 0"),
+    ("rerank.weights.bm25=-0.1", "rerank.weights.bm25", "at least 0"),
+    ("retrieval.bm25_top_k=-1", "retrieval.bm25_top_k", "at least 0"),
+    ("retrieval.bm25_top_k=many", "retrieval.bm25_top_k", "could not be converted"),
+    ("retrieval.outscored_margin=1.5", "retrieval.outscored_margin", "[0, 1]"),
+    ("l0.subject_elsewhere_margin=-0.1", "l0.subject_elsewhere_margin", "[0, 1]"),
+    ("milvus.full_text=maybe", "milvus.full_text", "not a valid bool"),
+    ("l0.passing_mention_df=-1", "l0.passing_mention_df", "at least 0"),
 ]
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from components.contracts import IndexPlan
 from components.indexing.milvus_writer import MilvusChunkWriter
-from components.stores.milvus_collection import CollectionMismatchError, connect, describe_layout
+from components.stores.milvus_collection import SPARSE_FIELD, CollectionMismatchError, connect, describe_layout
 from tests.components.chunks import DIM, chunk, short_field_collection
 from tests.helpers import assert_round_trips
 
@@ -24,7 +24,7 @@ def rows(uri: str, collection: str) -> dict[str, dict]:
 def test_the_first_write_creates_the_collection_and_stores_each_chunk(uri):
     chunks = [chunk("a.md", 0, [1, 0, 0, 0]), chunk("a.md", 1, [0, 1, 0, 0]), chunk("b.md", 0, [0, 0, 1, 0], "db")]
     result = MilvusChunkWriter(uri=uri, collection="created").run(documents=chunks, plan=IndexPlan())
-    assert result == {"written": 3, "deleted": 0, "count": 3}
+    assert result == {"written": 3, "deleted": 0, "count": 3, "notes": []}
 
     layout = describe_layout(connect(uri), "created")
     assert (layout.dim, layout.metric, layout.index_type, layout.has_category) == (DIM, "L2", "FLAT", True)
@@ -43,7 +43,7 @@ def test_stale_ids_are_deleted_before_the_new_chunks_are_written(uri):
 
     plan = IndexPlan(updated=["a.md"], removed=[quoted], stale_ids=["a.md#0", f"{quoted}#0"])
     new = chunk("a.md", 0, [0, 0, 1, 0], content="new text")
-    assert writer.run(documents=[new], plan=plan) == {"written": 1, "deleted": 2, "count": 1}
+    assert writer.run(documents=[new], plan=plan) == {"written": 1, "deleted": 2, "count": 1, "notes": []}
     assert rows(uri, "updated")["a.md#0"]["content"] == "new text"
 
 
@@ -51,13 +51,13 @@ def test_a_rebuild_drops_what_the_collection_held(uri):
     writer = MilvusChunkWriter(uri=uri, collection="rebuilt")
     writer.run(documents=[chunk("old.md", 0, [1, 0, 0, 0])], plan=IndexPlan())
     result = writer.run(documents=[chunk("new.md", 0, [0, 1, 0, 0])], plan=IndexPlan(added=["new.md"], rebuild=True))
-    assert result == {"written": 1, "deleted": 0, "count": 1}
+    assert result == {"written": 1, "deleted": 0, "count": 1, "notes": []}
     assert list(rows(uri, "rebuilt")) == ["new.md#0"]
 
 
 def test_nothing_to_write_creates_no_collection(uri):
     result = MilvusChunkWriter(uri=uri, collection="never").run(documents=[], plan=IndexPlan(stale_ids=["x#0"]))
-    assert result == {"written": 0, "deleted": 0, "count": 0}
+    assert result == {"written": 0, "deleted": 0, "count": 0, "notes": []}
     assert not connect(uri).has_collection("never")
 
 
@@ -88,8 +88,34 @@ def test_a_category_longer_than_the_column_is_refused_before_any_insert(uri):
     assert rows(uri, "short_category") == {}
 
 
+def test_full_text_creates_the_bm25_field_that_milvus_fills_from_content(uri):
+    writer = MilvusChunkWriter(uri=uri, collection="full_text", full_text=True)
+    chunks = [chunk("a.md", 0, [1, 0, 0, 0], content="the zorblaxctl archiver"), chunk("b.md", 0, [0, 1, 0, 0])]
+    assert writer.run(documents=chunks, plan=IndexPlan())["notes"] == []
+    client = connect(uri)
+    assert describe_layout(client, "full_text").has_sparse
+    hits = client.search(
+        "full_text", data=["zorblaxctl"], anns_field=SPARSE_FIELD, limit=2, search_params={"metric_type": "BM25"}
+    )[0]
+    assert [hit["id"] for hit in hits] == ["a.md#0"]
+
+
+def test_an_incremental_run_never_adds_the_full_text_field_and_says_how(uri):
+    MilvusChunkWriter(uri=uri, collection="dense_only").run(
+        documents=[chunk("a.md", 0, [1, 0, 0, 0])], plan=IndexPlan()
+    )
+    writer = MilvusChunkWriter(uri=uri, collection="dense_only", full_text=True)
+    result = writer.run(documents=[chunk("b.md", 0, [0, 1, 0, 0])], plan=IndexPlan(added=["b.md"]))
+    (note,) = result["notes"]
+    assert "has no sparse field" in note and "knowledge index --rebuild" in note
+    assert not describe_layout(connect(uri), "dense_only").has_sparse  # the schema is unchanged
+    rebuilt = writer.run(documents=[chunk("a.md", 0, [1, 0, 0, 0])], plan=IndexPlan(added=["a.md"], rebuild=True))
+    assert rebuilt["notes"] == [] and describe_layout(connect(uri), "dense_only").has_sparse
+
+
 def test_round_trips():
     assert_round_trips(
         MilvusChunkWriter(uri="/data/kb.db", collection="kb", index_type="IVF_FLAT", index_params={"nlist": 16})
     )
+    assert_round_trips(MilvusChunkWriter(uri="/data/kb.db", collection="kb", full_text=True))
     assert_round_trips(MilvusChunkWriter(uri="http://127.0.0.1:19530", collection="kb", timeout_ms=2000))

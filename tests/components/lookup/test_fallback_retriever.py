@@ -2,9 +2,18 @@
 
 import pytest
 
-from components.contracts import FALLBACK_LOW_QUALITY, FALLBACK_NO_EVIDENCE, L0Hints, QueryTransform
-from components.lookup.fallback_retriever import FallbackRetriever
+from components.contracts import (
+    FALLBACK_LOW_QUALITY,
+    FALLBACK_NO_EVIDENCE,
+    FALLBACK_OUTSCORED,
+    L0Hints,
+    QueryTransform,
+)
+from components.lookup.fallback_retriever import BM25_OFF, FallbackRetriever
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
+from components.stores.vector_search import NO_SPARSE_FIELD, SdkVectorSearch
+from pipelines.settings import load_config
+from tests.conftest import state_overrides
 from tests.helpers import MODEL, assert_round_trips
 
 WATERING = "how often should tomato plants be watered"
@@ -80,4 +89,142 @@ def test_an_unknown_mode_is_refused(topics_cfg):
 
 
 def test_round_trips(topics_cfg):
-    assert_round_trips(retriever(topics_cfg, top_k=7, vector_store_mode="auto", search_params={"nprobe": 4}))
+    assert_round_trips(
+        retriever(
+            topics_cfg,
+            top_k=7,
+            vector_store_mode="auto",
+            search_params={"nprobe": 4},
+            bm25_top_k=5,
+            outscored_margin=0.1,
+        )
+    )
+
+
+# the BM25 leg ----------------------------------------------------------------------------------
+
+RARE_WORD = "zorblaxctl"
+# The made-up name beside a real word that another runbook is about: the embedding follows
+# "certificate"; BM25 scores the exact rare word (the analyzer does not stem: "certificate" is not
+# "certificates").
+RARE_QUERY = f"{RARE_WORD} certificate"
+# Four short runbooks; only the backup one mentions the archiver's made-up name, in passing.
+TINY_KB = {
+    "ops/backups.md": (
+        "---\ntitle: Nightly Backups\ncategory: ops\n---\n# Nightly Backups\n\nBackups run every night at two "
+        "and copy the database dumps to object storage for fourteen days. When a run fails, check the storage "
+        f"credentials and the free space on the backup host. The archiver is {RARE_WORD}.\n"
+    ),
+    "ops/certificates.md": (
+        "---\ntitle: Certificate Renewal\ncategory: ops\n---\n# Certificate Renewal\n\nTLS certificates are "
+        "renewed thirty days before they expire. A failed renewal shows in the ingress logs; renew by hand with "
+        "the issuer's command line and reload the proxy.\n"
+    ),
+    "ops/dns.md": (
+        "---\ntitle: DNS Resolution Failures\ncategory: ops\n---\n# DNS Resolution Failures\n\nPods that cannot "
+        "resolve service names usually point at an overloaded resolver. Check the resolver pods, their memory and "
+        "the upstream servers they forward to.\n"
+    ),
+    "ops/queues.md": (
+        "---\ntitle: Job Queue Backlog\ncategory: ops\n---\n# Job Queue Backlog\n\nA growing backlog means the "
+        "workers cannot keep up. Scale the workers out, look for a poison message that keeps failing, and check "
+        "the database the workers write to.\n"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_cfg(tmp_path_factory):
+    """The tiny KB indexed twice: with the BM25 full-text field, and without it (an older collection)."""
+    from pipelines.indexing import run_indexing
+
+    root = tmp_path_factory.mktemp("tiny")
+    for source, text in TINY_KB.items():
+        (root / "kb" / source).parent.mkdir(parents=True, exist_ok=True)
+        (root / "kb" / source).write_text(text, encoding="utf-8")
+    configs = {}
+    for full_text in ("true", "false"):
+        cfg = load_config(
+            state_overrides(root / f"state-{full_text}", f"kb.path={root / 'kb'}", f"milvus.full_text={full_text}")
+        )
+        run_indexing(cfg, rebuild=True)
+        configs[full_text] = cfg
+    return configs
+
+
+def test_only_the_bm25_leg_finds_a_document_by_an_exact_rare_word(tiny_cfg, embed):
+    cfg = tiny_cfg["true"]
+    transform, vectors = embed(RARE_QUERY)
+    dense_only = retriever(cfg, top_k=1).run(query_transform=transform, hints=L0Hints(), embeddings=vectors)
+    assert "ops/backups.md" not in {c.source for c in dense_only["candidates"]}  # the embedding misses it
+    assert dense_only["retrieval_trace"].legs == ["dense"] and dense_only["retrieval_trace"].bm25_skipped == BM25_OFF
+
+    out = retriever(cfg, top_k=1, bm25_top_k=2).run(query_transform=transform, hints=L0Hints(), embeddings=vectors)
+    by_source = {c.source: c for c in out["candidates"]}
+    found = by_source["ops/backups.md"]
+    assert (found.bm25_rank, found.attempt) == (1, 0) and found.bm25_score > 0
+    assert found.hit_reasons == ["bm25:sdk attempt 0 (unfiltered) rank 1"]  # not found by the dense leg
+    # Its similarity is the dense one, from its stored vector: what a full dense search gives it.
+    every = SdkVectorSearch(cfg.milvus.uri, cfg.milvus.collection).search(vectors[0], 10, None)
+    assert found.similarity == pytest.approx(next(c.similarity for c in every if c.evidence_key == found.evidence_key))
+    trace = out["retrieval_trace"]
+    assert trace.legs == ["dense", "bm25"] and trace.bm25_skipped is None
+    (attempt,) = trace.attempts
+    assert (attempt.legs, attempt.bm25_count, attempt.bm25_only_count) == (["dense", "bm25"], 1, 1)
+    assert attempt.candidate_count == 2
+    assert trace.to_dict()["attempts"][0]["bm25OnlyCount"] == 1
+
+
+def test_a_collection_without_the_sparse_field_runs_dense_only_and_says_why(tiny_cfg, embed):
+    cfg = tiny_cfg["false"]
+    transform, vectors = embed(RARE_QUERY)
+    out = retriever(cfg, top_k=1, bm25_top_k=2).run(query_transform=transform, hints=L0Hints(), embeddings=vectors)
+    trace = out["retrieval_trace"]
+    assert trace.legs == ["dense"] and trace.bm25_skipped == NO_SPARSE_FIELD
+    assert trace.to_dict()["bm25Skipped"] == "collection has no sparse field; run knowledge index --rebuild"
+    assert trace.attempts[0].legs == ["dense"] and trace.attempts[0].bm25_count is None
+    assert all(c.bm25_score is None for c in out["candidates"]) and len(out["candidates"]) == 1
+
+
+# the unfiltered check of a filtered attempt ----------------------------------------------------
+
+
+def test_a_filtered_attempt_clearly_beaten_unfiltered_is_retried_as_outscored(topics_cfg, embed):
+    transform, vectors = embed(WATERING)
+    # Thresholds low enough that the databases attempt stands by the spec's two rules.
+    params = {"evidence_threshold": 0.0, "reference_threshold": 0.0}
+    kept = retriever(topics_cfg, outscored_margin=1.0, **params).run(
+        query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors
+    )
+    assert kept["retrieval_trace"].fallback_reason is None
+    assert kept["retrieval_trace"].attempts[0].unfiltered_top_similarity is None  # no check made
+
+    out = retriever(topics_cfg, outscored_margin=0.05, **params).run(
+        query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors
+    )
+    trace = out["retrieval_trace"]
+    first, retry = trace.attempts
+    assert trace.fallback_reason == FALLBACK_OUTSCORED == "filtered_vector_outscored"
+    assert first.outcome == "retried: filtered_vector_outscored" and trace.selected_attempt == 1
+    assert first.unfiltered_top_similarity >= first.top_similarity + 0.05
+    assert retry.category_filter is None and retry.top_similarity == pytest.approx(first.unfiltered_top_similarity)
+    assert out["candidates"][0].source == "gardening/watering-tomatoes.md"
+
+
+def test_a_highly_relevant_filtered_attempt_gets_no_unfiltered_check(topics_cfg, embed):
+    transform, vectors = embed(WATERING)
+    params = {"evidence_threshold": 0.0, "reference_threshold": 0.0, "outscored_margin": 0.05}
+    out = retriever(topics_cfg, outscored_check_below=0.0, **params).run(
+        query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors
+    )
+    (attempt,) = out["retrieval_trace"].attempts  # the same attempt that is outscored when checked
+    assert attempt.outcome == "selected" and attempt.unfiltered_top_similarity is None
+
+
+def test_a_filtered_attempt_close_to_the_unfiltered_best_stands(topics_cfg, embed):
+    transform, vectors = embed(WATERING)
+    out = retriever(topics_cfg, outscored_margin=0.05).run(
+        query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors
+    )
+    (attempt,) = out["retrieval_trace"].attempts
+    assert attempt.outcome == "selected" and attempt.unfiltered_top_similarity == pytest.approx(attempt.top_similarity)

@@ -40,6 +40,24 @@ def test_weights_change_the_order_and_ties_break_by_key(l0_path):
     assert [key for key, _, _ in runs[0]] == ["a", "b", "c", "d"]
 
 
+def test_bm25_is_a_signal_of_its_own_relative_to_the_best_bm25_score(l0_path):
+    qt = QueryTransform(raw="q", normalized="quokka", variants=["quokka"])
+    lexical = candidate("a", "elsewhere/a.md", 0.60, content="same text", bm25_score=8.0, bm25_rank=1)
+    half = candidate("b", "elsewhere/b.md", 0.60, content="same text", bm25_score=4.0, bm25_rank=2)
+    dense = candidate("c", "elsewhere/c.md", 0.62, content="same text")
+    weights = {name: 0.0 for name in DEFAULT_WEIGHTS} | {"similarity": 1.0, "bm25": 0.1}
+    ranked = RuleReranker(l0_index_path=l0_path, weights=weights).run(
+        query_transform=qt, hints=L0Hints(), candidates=[dense, half, lexical], embeddings=[[0.0] * 384]
+    )["candidates"]
+    assert [c.evidence_key for c in ranked] == ["a", "b", "c"]
+    assert [c.boosts for c in ranked] == [{"bm25": 0.1}, {"bm25": 0.05}, {}]
+    assert [c.similarity for c in ranked] == [0.60, 0.60, 0.62]  # the score stays the dense similarity
+    off = RuleReranker(l0_index_path=l0_path, weights=weights | {"bm25": 0.0}).run(
+        query_transform=qt, hints=L0Hints(), candidates=[dense, half, lexical], embeddings=[[0.0] * 384]
+    )["candidates"]
+    assert off[0].evidence_key == "c"
+
+
 def test_an_unknown_signal_is_refused(l0_path):
     with pytest.raises(ValueError, match="unknown rerank signal"):
         RuleReranker(l0_index_path=l0_path, weights={"popularity": 1.0})

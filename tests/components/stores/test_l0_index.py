@@ -257,6 +257,52 @@ def test_an_unspecific_category_beside_a_specific_one_makes_the_domain_ambiguous
     assert both.single_domain is None
 
 
+def _sibling_product_index() -> L0Index:
+    """An operator's runbook that names the product it manages, beside the product's own runbooks."""
+    entries = [
+        L0Entry(
+            "alertmanager/AlertmanagerFailedReload.md",
+            "Alertmanager Failed Reload",
+            "alertmanager",
+            terms=["alertmanager", "configuration", "reload", "fail"],
+        ),
+        L0Entry(
+            "alertmanager/AlertmanagerClusterDown.md",
+            "Alertmanager Cluster Down",
+            "alertmanager",
+            terms=["alertmanager", "cluster", "instance", "down"],
+        ),
+        L0Entry(
+            "operator/OperatorReconcileErrors.md",
+            "Operator Reconcile Errors",
+            "operator",
+            terms=["operator", "controller", "reconcile", "alertmanager", "prometheus", "object", "namespace", "error"],
+        ),
+        L0Entry("operator/OperatorNotReady.md", "Operator Not Ready", "operator", terms=["operator", "ready", "pod"]),
+    ]
+    term_df: dict[str, int] = {}
+    for entry in entries:
+        for term in set(entry.terms) | set(terms(entry.title)):
+            term_df[term] = term_df.get(term, 0) + 1
+    return L0Index(entries, term_df=term_df, domain_precision={"alertmanager": 0.7, "operator": 1.0})
+
+
+def test_a_product_named_as_the_subject_of_another_categorys_runbook_is_no_domain():
+    index = _sibling_product_index()
+    query = "controller alertmanager in monitoring namespace fails to reconcile 2 objects"
+    plain = index.match(query, domain_from_matches=False)
+    assert plain.single_domain == "alertmanager" and plain.domain_rules == []  # the rule off: a wrong filter
+    hints = index.match(query, domain_from_matches=False, subject_elsewhere_margin=0.15)
+    assert hints.domains == [] and hints.single_domain is None
+    assert hints.domain_rules == ["named_as_subject_elsewhere: alertmanager (operator/OperatorReconcileErrors.md)"]
+    assert hints.to_dict()["domainRules"] == hints.domain_rules
+    # The product's own subject keeps its domain: its runbooks fit the rest of the query best.
+    own = index.match(
+        "alertmanager fails to reload its configuration", domain_from_matches=False, subject_elsewhere_margin=0.15
+    )
+    assert own.single_domain == "alertmanager" and own.domain_rules == []
+
+
 def test_uncovered_terms_are_words_no_document_uses_and_no_common_word():
     """Names of things the knowledge base does not cover; label values and inflections aside."""
     index = L0Index(
@@ -282,6 +328,28 @@ def test_uncovered_terms_are_words_no_document_uses_and_no_common_word():
     assert index.uncovered_terms("the database lags behind its primary", common) == []
     assert index.uncovered_terms("it doesn't replicate, see ens5", common) == ["replicate"]
     assert index.uncovered_terms("数据库复制延迟", common) == []  # Latin-script words only
+
+
+def test_a_word_only_mentioned_in_passing_is_uncovered_with_the_passing_mention_rule():
+    """ "kafka" in one runbook's list of workloads is no runbook about Kafka; a title word is."""
+    volume_terms = terms("persistent volume filling up, stateful workloads such as kafka or etcd")
+    entries = [
+        L0Entry(
+            "k8s/PersistentVolumeFillingUp.md", "Persistent Volume Filling Up", "k8s", terms=sorted(set(volume_terms))
+        ),
+        L0Entry("etcd/EtcdNoLeader.md", "Etcd No Leader", "etcd", terms=["etcd", "leader"]),
+    ]
+    term_df: dict[str, int] = {}
+    for entry in entries:
+        for term in set(entry.terms) | set(terms(entry.title)):
+            term_df[term] = term_df.get(term, 0) + 1
+    index = L0Index(entries, term_df=term_df)
+    common = frozenset({"broker", "is", "down", "has", "no"})
+    assert index.uncovered_terms("kafka broker is down", common) == []  # any mention covers it
+    assert index.uncovered_terms("kafka broker is down", common, passing_mention_df=1) == ["kafka"]
+    # Named in a title (one document only): covered all the same.
+    assert index.uncovered_terms("etcd has no leader", common, passing_mention_df=1) == []
+    assert index.uncovered_terms("persistent volume is down", common, passing_mention_df=1) == []
 
 
 def test_alert_names_a_notification_quotes_that_no_document_has_are_unknown():

@@ -30,7 +30,8 @@ def rows(sample_cfg):
 def test_fields(client, sample_cfg):
     description = client.describe_collection(sample_cfg.milvus.collection)
     fields = {field["name"]: field for field in description["fields"]}
-    assert list(fields) == ["id", "content", "vector", "metadata", "category"]
+    assert sample_cfg.milvus.full_text is True
+    assert list(fields) == ["id", "content", "vector", "metadata", "category", "sparse"]
     assert fields["id"]["type"] == DataType.VARCHAR and fields["id"].get("is_primary") is True
     assert not any(f.get("is_primary") for name, f in fields.items() if name != "id")
     assert fields["content"]["type"] == DataType.VARCHAR
@@ -38,17 +39,25 @@ def test_fields(client, sample_cfg):
     assert int(fields["vector"]["params"]["dim"]) == 384
     assert fields["metadata"]["type"] == DataType.JSON
     assert fields["category"]["type"] == DataType.VARCHAR
+    # The BM25 full-text field: Milvus computes it from the analysed content.
+    assert fields["sparse"]["type"] == DataType.SPARSE_FLOAT_VECTOR and fields["sparse"].get("is_function_output")
+    assert str(fields["content"]["params"].get("enable_analyzer")).lower() == "true"
+    (function,) = description["functions"]
+    assert (function["input_field_names"], function["output_field_names"]) == (["content"], ["sparse"])
     assert description["auto_id"] is False
     assert description["enable_dynamic_field"] is False
 
 
 def test_vector_index_uses_l2(client, sample_cfg):
     name = sample_cfg.milvus.collection
-    (index_name,) = client.list_indexes(name)
+    (index_name,) = client.list_indexes(name, field_name="vector")
     index = client.describe_index(name, index_name)
     assert index["field_name"] == "vector"
     assert index["metric_type"] == "L2"
     assert index["index_type"] == sample_cfg.milvus.index_type == "FLAT"
+    (sparse_index,) = client.list_indexes(name, field_name="sparse")
+    sparse = client.describe_index(name, sparse_index)
+    assert (sparse["index_type"], sparse["metric_type"]) == ("SPARSE_INVERTED_INDEX", "BM25")
 
 
 def test_rows_are_the_chunks_of_the_sample_kb(rows):
