@@ -610,10 +610,11 @@ def _worker_counts(text: str) -> list[int]:
 def cmd_bench(args: argparse.Namespace) -> int:
     from pipelines import bench
 
-    _check_bench_options(args)
-    cfg = _load(args.overrides)  # bad overrides exit 2 before any work; each benchmark composes its own config
     if args.bench == "all":
+        _load(args.overrides)  # bad overrides exit 2 before any work; each benchmark composes its own config
         return _bench_all(args)
+    _check_bench_options(args)
+    cfg = _load(args.overrides)
     if args.bench == "index":
         bench.bench_index(args.overrides, corpus=args.corpus, min_chunks=args.min_chunks)
     elif args.bench == "serve":
