@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -75,3 +76,23 @@ def running(command: list[str], ready_url: str, log_path: Path, env: dict[str, s
         yield process
     finally:
         stop(process)
+
+
+# Eight topics: one per concurrent client, each query made unique by its call number.
+TOPICS = ["disk full", "replication lag", "certificate expiry", "high cpu", "memory leak", "dns", "inode", "oom"]
+
+
+def concurrent_lookups(url: str, calls: int = 25, headers: dict | None = None) -> list[tuple[str, int, dict]]:
+    """Eight clients at once, `calls` lookups each: (query, HTTP status, body) of every request."""
+
+    def client(number: int) -> list[tuple[str, int, dict]]:
+        answers = []
+        with httpx.Client(headers=headers or {}, timeout=120.0) as http:
+            for call in range(calls):
+                query = f"{TOPICS[number]} {call}"
+                response = http.post(f"{url}/lookup_knowledge/run", json={"query": query})
+                answers.append((query, response.status_code, response.json()))
+        return answers
+
+    with ThreadPoolExecutor(max_workers=len(TOPICS)) as pool:
+        return [answer for batch in pool.map(client, range(len(TOPICS))) for answer in batch]

@@ -7,12 +7,19 @@ the start-up refusals (off loopback without a key, nothing indexed).
 import json
 import sqlite3
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
-from tests.integration.serving_helpers import PYTHON, REPO, child_env, copy_state, free_port, running
+from tests.integration.serving_helpers import (
+    PYTHON,
+    REPO,
+    child_env,
+    concurrent_lookups,
+    copy_state,
+    free_port,
+    running,
+)
 
 API_KEY = "test-key-5f1c9a"  # not a secret: a throwaway key of this test server
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -194,19 +201,7 @@ def test_the_served_body_is_exactly_what_knowledge_lookup_prints(server, served_
 
 def test_eight_concurrent_clients_get_independent_results_and_one_row_each(server):
     before = len(trace_rows(server["state"]))
-    topics = ["disk full", "replication lag", "certificate expiry", "high cpu", "memory leak", "dns", "inode", "oom"]
-
-    def client(number: int) -> list[tuple[str, int, dict]]:
-        answers = []
-        with httpx.Client(headers=AUTH, timeout=120.0) as http:
-            for call in range(25):
-                query = f"{topics[number]} {call}"
-                response = http.post(f"{server['url']}/lookup_knowledge/run", json={"query": query})
-                answers.append((query, response.status_code, response.json()))
-        return answers
-
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        answers = [answer for batch in pool.map(client, range(8)) for answer in batch]
+    answers = concurrent_lookups(server["url"], headers=AUTH)
     assert len(answers) == 200
     assert all(status == 200 for _, status, _ in answers), [a for a in answers if a[1] != 200][:1]
     assert all(body["queryTransform"]["raw"] == query for query, _, body in answers)

@@ -6,14 +6,12 @@ stopping and coming back while a server process keeps serving.
 
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
-from tests.integration.serving_helpers import PYTHON, REPO, child_env, free_port, running
+from tests.integration.serving_helpers import PYTHON, REPO, child_env, concurrent_lookups, free_port, running
 
-QUERIES = ["disk full", "replication lag", "certificate expiry", "high cpu", "memory leak", "dns", "inode", "oom"]
 TIMEOUT_MS = 3000
 
 
@@ -87,17 +85,7 @@ def test_two_workers_share_the_milvus_server_and_postgres(server_index, pg_schem
         assert len(pids) == 2, f"one worker answered only: {pids}"
         before = pg_rows(pg_schema_url)
 
-        def client(number: int) -> list[tuple[str, int, dict]]:
-            with httpx.Client(timeout=120.0) as http:
-                answers = []
-                for call in range(25):
-                    query = f"{QUERIES[number]} {call}"
-                    response = http.post(f"{url}/lookup_knowledge/run", json={"query": query})
-                    answers.append((query, response.status_code, response.json()))
-                return answers
-
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            answers = [answer for batch in pool.map(client, range(8)) for answer in batch]
+        answers = concurrent_lookups(url)
     assert [status for _, status, _ in answers] == [200] * 200, [a for a in answers if a[1] != 200][:1]
     assert all(body["queryTransform"]["raw"] == query for query, _, body in answers)
     assert len({body["invocationId"] for _, _, body in answers}) == 200
