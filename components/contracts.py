@@ -286,7 +286,7 @@ class RetrievalAttempt(Contract, CheapDeepcopy):
     outcome: str
     error: str | None = field(default=None, metadata=wire(omit_none=True))
     # Legs that ran ("dense", "bm25"), chunks the BM25 leg returned, and how many of them the dense
-    # leg had not found (their similarity comes from a dense search restricted to their ids).
+    # leg had not found (their similarity comes from their stored vectors).
     legs: list[str] = field(default_factory=list)
     bm25_count: int | None = field(default=None, metadata=wire(omit_none=True))
     bm25_only_count: int | None = field(default=None, metadata=wire(omit_none=True))

@@ -3,6 +3,8 @@ Score semantics, explicit per vector-store path and per collection metric (L2, I
 score maps onto one normalized similarity, the cosine with negatives clipped to 0 (docs/milvus.md).
 """
 
+import numpy as np
+
 METRICS = ("L2", "IP", "COSINE")
 
 SIMILARITY_LABEL = "normalized_similarity (1 - d/2, d = L2 squared distance)"
@@ -74,3 +76,24 @@ def similarity_from_haystack(score: float, metric: str = "L2") -> float:
     if _check_metric(metric) == "L2":
         return similarity_from_haystack_score(score)
     return _clamp(2.0 * score - 1.0)
+
+
+def sdk_raw_score(query, vector, metric: str = "L2") -> float:
+    """
+    What `MilvusClient.search` returns for this stored vector, computed here (float32, as Milvus
+    does): the score of a chunk another leg found, without a second search.
+    """
+    q = np.asarray(query, dtype=np.float32)
+    v = np.asarray(vector, dtype=np.float32)
+    if _check_metric(metric) == "L2":
+        difference = q - v
+        return float(np.dot(difference, difference))
+    if metric == "IP":
+        return float(np.dot(q, v))
+    return float(np.dot(q, v) / (np.linalg.norm(q) * np.linalg.norm(v)))
+
+
+def haystack_raw_score(query, vector, metric: str = "L2") -> float:
+    """milvus-haystack's `Document.score` for this stored vector (its mapping of `sdk_raw_score`)."""
+    raw = sdk_raw_score(query, vector, metric)
+    return 1.0 - raw / 4.0 if metric == "L2" else (raw + 1.0) / 2.0

@@ -49,15 +49,15 @@ class FallbackRetriever:
       Zero or several domains: one attempt without an L0-derived filter.
     - Each attempt runs the dense leg (`top_k`) and, on a collection with the BM25 `sparse` field,
       the BM25 leg (`bm25_top_k`, same filter, same query text); candidates are their union by
-      chunk id. A chunk only BM25 found gets its similarity from a dense search restricted to its
-      id, so thresholds and the fallback decision keep using the dense similarity; its BM25 score
+      chunk id. A chunk only BM25 found gets its similarity from its stored vector (returned by the
+      BM25 search), so thresholds and the fallback decision keep using the dense similarity; its BM25 score
       and rank are recorded apart (`bm25_score`, `bm25_rank`, a `bm25:` hit reason). Which legs ran,
       and why BM25 did not, is in the trace (`legs`, `bm25_skipped`).
     - A filtered attempt with no usable candidate (none at or above `evidence_threshold`) is
       retried unfiltered with the raw query (`filtered_vector_no_evidence`); one whose top
       normalized similarity is under `reference_threshold` likewise (`filtered_vector_low_quality`);
-      one whose top similarity (under `outscored_check_below`) the same dense search without the
-      filter beats by `outscored_margin` or more also (`filtered_vector_outscored`: the filter
+      one whose top similarity (under `outscored_check_below`) the best unfiltered dense hit beats
+      by `outscored_margin` or more also (`filtered_vector_outscored`: the filter
       likely names the wrong category); a good one is used as is.
     - After a retry the candidates of both attempts go on together (the deduper merges a chunk
       found by both, keeping both hit reasons); the unfiltered attempt is the selected one.
@@ -190,15 +190,13 @@ class FallbackRetriever:
         trace.attempts.append(first_attempt)
         trace.index_type = self._search(first_attempt.path).described_index_type
         reason = None
-        unfiltered: list[Candidate] | None = None
         if category is not None:
             if first_attempt.usable_count == 0:
                 reason = FALLBACK_NO_EVIDENCE
             elif (first_attempt.top_similarity or 0.0) < self.reference_threshold:
                 reason = FALLBACK_LOW_QUALITY
             elif self.outscored_margin < 1.0 and (first_attempt.top_similarity or 0.0) < self.outscored_check_below:
-                unfiltered = self._search(first_attempt.path).search(embeddings[-1], self.top_k, None)
-                best = max((c.similarity for c in unfiltered), default=0.0)
+                best = self._search(first_attempt.path).top_similarity(embeddings[-1], None)
                 first_attempt.unfiltered_top_similarity = best
                 if best - (first_attempt.top_similarity or 0.0) >= self.outscored_margin - 1e-9:
                     reason = FALLBACK_OUTSCORED
@@ -208,18 +206,7 @@ class FallbackRetriever:
             return {"candidates": first, "retrieval_trace": trace}
 
         first_attempt.outcome = f"retried: {reason}"
-        # The unfiltered check searched with the first attempt's embedding: the retry's own
-        # dense leg when both attempts embed the same text (no expansion).
-        same_text = query_transform.normalized == query_transform.retrieval_query
-        retry, retry_attempt = self._attempt(
-            1,
-            None,
-            query_transform.normalized,
-            embeddings[0],
-            bar,
-            trace,
-            dense=(unfiltered, first_attempt.path) if same_text and unfiltered is not None else None,
-        )
+        retry, retry_attempt = self._attempt(1, None, query_transform.normalized, embeddings[0], bar, trace)
         retry_attempt.outcome = "selected"
         trace.attempts.append(retry_attempt)
         trace.selected_attempt = 1
@@ -243,24 +230,19 @@ class FallbackRetriever:
         embedding: list[float],
         bar: float,
         trace: RetrievalTrace,
-        dense: tuple[list[Candidate], str] | None = None,
     ) -> tuple[list[Candidate], RetrievalAttempt]:
-        """One attempt; `dense` gives its dense leg's candidates and path when they were searched already."""
-        if dense is None:
-            candidates, path, note = self._search_with_mode(embedding, category)
-        else:
-            (candidates, path), note = dense, None
+        candidates, path, note = self._search_with_mode(embedding, category)
         scope = "category=" + repr(category) if category else "unfiltered"
         reason = f"vector:{path} attempt {index} ({scope})"
         for candidate in candidates:
             candidate.attempt = index
             candidate.hit_reasons.append(reason)
         legs = [DENSE]
-        hits = self._bm25_leg(path, query, category, trace)
+        hits = self._bm25_leg(path, query, embedding, category, trace)
         bm25_only: list[Candidate] = []
         if hits is not None:
             legs.append(BM25)
-            bm25_only = self._merge_bm25(self._search(path), embedding, candidates, hits)
+            bm25_only = self._merge_bm25(candidates, hits)
             for candidate in bm25_only:
                 candidate.attempt = index
             for candidate in candidates + bm25_only:
@@ -286,35 +268,35 @@ class FallbackRetriever:
         )
         return candidates, attempt
 
-    def _bm25_leg(self, path: str, query: str, category: str | None, trace: RetrievalTrace) -> list[Bm25Hit] | None:
+    def _bm25_leg(
+        self, path: str, query: str, embedding: list[float], category: str | None, trace: RetrievalTrace
+    ) -> list[Bm25Hit] | None:
         """The BM25 leg's hits, or None when it cannot run here (the reason goes to `trace.bm25_skipped`)."""
         if self.bm25_top_k <= 0:
             trace.bm25_skipped = BM25_OFF
             return None
         try:
-            return self._search(path).bm25_search(query, self.bm25_top_k, category)
+            return self._search(path).bm25_search(query, embedding, self.bm25_top_k, category)
         except NoFullTextError as exc:
             trace.bm25_skipped = str(exc)
             logger.info("BM25 leg skipped on collection %s: %s", self.collection, exc)
             return None
 
     @staticmethod
-    def _merge_bm25(
-        search: VectorSearch, embedding: list[float], dense: list[Candidate], hits: list[Bm25Hit]
-    ) -> list[Candidate]:
+    def _merge_bm25(dense: list[Candidate], hits: list[Bm25Hit]) -> list[Candidate]:
         """
-        Label the dense candidates the BM25 leg found too, and return the chunks only it found,
-        with their dense similarity (one restricted search, skipped when BM25 found nothing new).
+        Label the dense candidates the BM25 leg found too, and return the chunks only it found
+        (in BM25 rank order, with the dense similarity of their stored vectors).
         """
         by_key = {candidate.evidence_key: candidate for candidate in dense}
-        missing = [hit.key for hit in hits if hit.key not in by_key]
-        extra = search.search_ids(embedding, missing) if missing else []
-        by_key.update((candidate.evidence_key, candidate) for candidate in extra)
+        extra = []
         for hit in hits:
             candidate = by_key.get(hit.key)
-            if candidate is not None:  # a chunk deleted between the two searches is simply left out
-                candidate.bm25_score, candidate.bm25_rank = hit.score, hit.rank
-        return sorted(extra, key=lambda candidate: candidate.bm25_rank or 0)
+            if candidate is None:
+                candidate = hit.candidate
+                extra.append(candidate)
+            candidate.bm25_score, candidate.bm25_rank = hit.score, hit.rank
+        return extra
 
     def _search_with_mode(
         self, embedding: list[float], category: str | None

@@ -11,8 +11,9 @@ Each reads the collection's layout (`describe_layout`) when it opens it and neve
 
 On a collection with the BM25 `sparse` field, both also run the full-text leg (`bm25_search`:
 the SDK's search on `sparse` with the raw query text, or milvus-haystack's
-`MilvusSparseEmbeddingRetriever` with its `BM25BuiltInFunction`) and a dense search restricted to
-given chunk ids (`search_ids`: the similarity of a chunk only the BM25 leg found).
+`MilvusSparseEmbeddingRetriever` with its `BM25BuiltInFunction`). Its hits come back with their
+stored dense vectors, so a chunk only the BM25 leg found gets the same raw score and similarity a
+dense search would give it (`sdk_raw_score`, `haystack_raw_score`), without a second search.
 """
 
 from dataclasses import dataclass
@@ -22,7 +23,9 @@ import numpy as np
 
 from components.common.scoring import (
     bm25_score,
+    haystack_raw_score,
     haystack_score_label,
+    sdk_raw_score,
     sdk_score_label,
     similarity_from_haystack,
     similarity_from_sdk,
@@ -46,7 +49,6 @@ from components.stores.milvus_collection import (
     describe_layout,
     ensure_loaded,
     index_params_for,
-    quote_string,
     timeout_seconds,
 )
 
@@ -75,19 +77,25 @@ class NoFullTextError(LookupError):
 
 @dataclass(frozen=True)
 class Bm25Hit:
-    """One chunk of the BM25 leg: its id (the evidence key), Milvus's BM25 score, its 1-based rank."""
+    """
+    One chunk of the BM25 leg: Milvus's BM25 score, its 1-based rank, and the chunk as a dense
+    candidate (raw score and similarity computed from its stored vector).
+    """
 
-    key: str
+    candidate: Candidate
     score: float
     rank: int
 
+    @property
+    def key(self) -> str:
+        return self.candidate.evidence_key
 
-def bm25_hits(keys_and_raw: list[tuple[str, float]]) -> list[Bm25Hit]:
-    return [Bm25Hit(key, round(bm25_score(raw), 6), rank) for rank, (key, raw) in enumerate(keys_and_raw, start=1)]
 
-
-def ids_filter(keys: list[str]) -> str:
-    return f"{ID_FIELD} in [{', '.join(quote_string(key) for key in keys)}]"
+def bm25_hits(candidates_and_raw: list[tuple[Candidate, float]]) -> list[Bm25Hit]:
+    return [
+        Bm25Hit(candidate, round(bm25_score(raw), 6), rank)
+        for rank, (candidate, raw) in enumerate(candidates_and_raw, start=1)
+    ]
 
 
 def _open_collection(uri: str, collection: str, timeout_ms: int | None, auth: dict | None = None):
@@ -111,9 +119,9 @@ class VectorSearch(Protocol):
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]: ...
 
-    def search_ids(self, embedding: list[float], keys: list[str]) -> list[Candidate]: ...
+    def top_similarity(self, embedding: list[float], category: str | None) -> float: ...
 
-    def bm25_search(self, text: str, top_k: int, category: str | None) -> list[Bm25Hit]: ...
+    def bm25_search(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]: ...
 
     def describe_filter(self, category: str | None) -> str | None: ...
 
@@ -202,21 +210,25 @@ class SdkVectorSearch:
         self._ready_client()  # the filter depends on the layout
         return self._dense(embedding, top_k, self.describe_filter(category) or "")
 
-    def search_ids(self, embedding: list[float], keys: list[str]) -> list[Candidate]:
-        """The dense candidates of exactly these chunk ids (their similarity to the query)."""
-        return self._dense(embedding, len(keys), ids_filter(keys)) if keys else []
+    def top_similarity(self, embedding: list[float], category: str | None) -> float:
+        """The best dense similarity of the query in this scope (one hit, no fields fetched)."""
+        hits = self._search_vector(embedding, 1, self.describe_filter(category) or "", [ID_FIELD])
+        return max((similarity_from_sdk(float(hit["distance"]), self.layout.metric) for hit in hits), default=0.0)
 
-    def bm25_search(self, text: str, top_k: int, category: str | None) -> list[Bm25Hit]:
+    def bm25_search(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]:
         client = self._ready_client()
-        if not self.layout.has_sparse:
+        layout = self.layout
+        if not layout.has_sparse:
             raise NoFullTextError(NO_SPARSE_FIELD)
+        vector = as_float_list(embedding)
+        check_dimension(layout, self.collection, len(vector))
         try:
             hits = client.search(
                 self.collection,
                 data=[text],
                 limit=top_k,
                 filter=self.describe_filter(category) or "",
-                output_fields=[ID_FIELD],  # none would return every field, vectors included
+                output_fields=self._fields() + [VECTOR_FIELD],
                 search_params={"metric_type": BM25_METRIC},
                 anns_field=SPARSE_FIELD,
                 timeout=timeout_seconds(self.timeout_ms),
@@ -224,16 +236,22 @@ class SdkVectorSearch:
         except Exception:
             self._reconnect_next_time()
             raise
-        return bm25_hits([(str(hit.get(ID_FIELD, hit.get("id"))), hit["distance"]) for hit in hits])
+        scored = []
+        for hit in hits:
+            raw = sdk_raw_score(vector, hit.get("entity", hit)[VECTOR_FIELD], layout.metric)
+            scored.append((self._hit_candidate(hit, raw), hit["distance"]))
+        return bm25_hits(scored)
 
-    def _dense(self, embedding: list[float], limit: int, expression: str) -> list[Candidate]:
+    def _fields(self) -> list[str]:
+        return [CONTENT_FIELD, METADATA_FIELD] + ([CATEGORY_FIELD] if self.layout.has_category else [])
+
+    def _search_vector(self, embedding: list[float], limit: int, expression: str, fields: list[str]) -> list[dict]:
         client = self._ready_client()
         vector = as_float_list(embedding)
         layout = self.layout
         check_dimension(layout, self.collection, len(vector))
-        fields = [CONTENT_FIELD, METADATA_FIELD] + ([CATEGORY_FIELD] if layout.has_category else [])
         try:
-            hits = client.search(
+            return client.search(
                 self.collection,
                 data=[vector],
                 limit=limit,
@@ -248,23 +266,25 @@ class SdkVectorSearch:
             # succeed again once it is back, without restarting the process.
             self._reconnect_next_time()
             raise
-        candidates = []
-        for hit in hits:
-            entity = hit.get("entity", hit)
-            distance = float(hit["distance"])
-            candidates.append(
-                _candidate(
-                    str(hit.get(ID_FIELD, hit.get("id"))),
-                    entity.get(CONTENT_FIELD),
-                    entity.get(METADATA_FIELD) or {},
-                    entity.get(CATEGORY_FIELD),
-                    distance,
-                    sdk_score_label(layout.metric),
-                    similarity_from_sdk(distance, layout.metric),
-                    self.path,
-                )
-            )
-        return candidates
+
+    def _dense(self, embedding: list[float], limit: int, expression: str) -> list[Candidate]:
+        self._ready_client()
+        hits = self._search_vector(embedding, limit, expression, self._fields())
+        return [self._hit_candidate(hit, float(hit["distance"])) for hit in hits]
+
+    def _hit_candidate(self, hit: dict, raw: float) -> Candidate:
+        entity = hit.get("entity", hit)
+        metric = self.layout.metric
+        return _candidate(
+            str(hit.get(ID_FIELD, hit.get("id"))),
+            entity.get(CONTENT_FIELD),
+            entity.get(METADATA_FIELD) or {},
+            entity.get(CATEGORY_FIELD),
+            raw,
+            sdk_score_label(metric),
+            similarity_from_sdk(raw, metric),
+            self.path,
+        )
 
 
 class HaystackVectorSearch:
@@ -355,52 +375,52 @@ class HaystackVectorSearch:
         filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
         return self._dense(vector, top_k, filters)
 
-    def search_ids(self, embedding: list[float], keys: list[str]) -> list[Candidate]:
-        """The dense candidates of exactly these chunk ids (their similarity to the query)."""
-        if not keys:
-            return []
-        self._ready_retriever()
-        vector = as_float_list(embedding)
-        check_dimension(self._layout, self.collection, len(vector))
-        return self._dense(vector, len(keys), {"field": ID_FIELD, "operator": "in", "value": list(keys)})
+    def top_similarity(self, embedding: list[float], category: str | None) -> float:
+        """The best dense similarity of the query in this scope (one hit)."""
+        return max((candidate.similarity for candidate in self.search(embedding, 1, category)), default=0.0)
 
-    def bm25_search(self, text: str, top_k: int, category: str | None) -> list[Bm25Hit]:
+    def bm25_search(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]:
         self._ready_retriever()
         if self._sparse_retriever is None:
             raise NoFullTextError(NO_SPARSE_FIELD)
+        vector = as_float_list(embedding)
+        check_dimension(self._layout, self.collection, len(vector))
         filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
         try:
             documents = self._sparse_retriever.run(query_text=text, filters=filters, top_k=top_k)["documents"]
         except Exception:
             self._reconnect_next_time()
             raise
-        return bm25_hits([(str(document.id), document.score) for document in documents])
+        metric = self._layout.metric
+        # milvus-haystack returns each document with its stored dense embedding.
+        scored = [
+            (self._document_candidate(document, haystack_raw_score(vector, document.embedding, metric)), document.score)
+            for document in documents
+        ]
+        return bm25_hits(scored)
 
     def _dense(self, vector: list[float], limit: int, filters: dict | None) -> list[Candidate]:
-        layout = self._layout
         try:
             documents = self._retriever.run(query_embedding=vector, filters=filters, top_k=limit)["documents"]
         except Exception:
             # As on the sdk path: a new document store (and connection) on the next search.
             self._reconnect_next_time()
             raise
-        candidates = []
-        for document in documents:
-            meta = document.meta or {}
-            metadata = meta.get(METADATA_FIELD) or {}
-            candidates.append(
-                _candidate(
-                    str(document.id),
-                    document.content,
-                    metadata,
-                    meta.get(CATEGORY_FIELD),
-                    float(document.score),
-                    haystack_score_label(layout.metric),
-                    similarity_from_haystack(float(document.score), layout.metric),
-                    self.path,
-                )
-            )
-        return candidates
+        return [self._document_candidate(document, float(document.score)) for document in documents]
+
+    def _document_candidate(self, document, raw: float) -> Candidate:
+        meta = document.meta or {}
+        metric = self._layout.metric
+        return _candidate(
+            str(document.id),
+            document.content,
+            meta.get(METADATA_FIELD) or {},
+            meta.get(CATEGORY_FIELD),
+            raw,
+            haystack_score_label(metric),
+            similarity_from_haystack(raw, metric),
+            self.path,
+        )
 
 
 def _full_text_arguments(layout: CollectionLayout) -> dict[str, Any]:

@@ -104,7 +104,8 @@ def test_the_hybrid_legs_give_the_same_candidates_and_scores_on_both_paths(hybri
     for key in found_by_bm25:
         assert (haystack[key].bm25_rank, haystack[key].bm25_score) == (sdk[key].bm25_rank, sdk[key].bm25_score)
         assert haystack[key].bm25_score > 0
-        assert haystack[key].similarity == pytest.approx(sdk[key].similarity, abs=1e-4)  # BM25-only ones too
+        assert haystack[key].similarity == pytest.approx(sdk[key].similarity, abs=1e-6)  # BM25-only ones too
+        assert haystack[key].raw_score == pytest.approx(1 - sdk[key].raw_score / 4, abs=1e-6)  # 1 - d/4 of the same d
     sdk_blocks = [(b.evidence_key, b.bm25_rank) for b in by_mode["sdk"][0].evidence_blocks]
     assert sdk_blocks == [(b.evidence_key, b.bm25_rank) for b in by_mode["haystack"][0].evidence_blocks]
 

@@ -2,8 +2,12 @@
 
 import pytest
 
+import numpy as np
+
 from components.common.scoring import (
+    haystack_raw_score,
     haystack_score_label,
+    sdk_raw_score,
     sdk_score_label,
     similarity_from_haystack,
     similarity_from_sdk,
@@ -32,3 +36,23 @@ def test_labels_name_the_metric():
     assert "cosine" in haystack_score_label("COSINE") and "ip" in haystack_score_label("IP")
     with pytest.raises(ValueError, match="unsupported metric 'HAMMING'"):
         sdk_score_label("HAMMING")
+
+
+@pytest.mark.parametrize("metric", ["L2", "IP", "COSINE"])
+def test_a_raw_score_computed_from_a_stored_vector_maps_to_the_cosine(metric):
+    rng = np.random.default_rng(7)
+    query, stored = (v / np.linalg.norm(v) for v in rng.normal(size=(2, 384)).astype(np.float32))
+    cosine = max(0.0, float(np.dot(query, stored)))
+    assert similarity_from_sdk(sdk_raw_score(query, stored, metric), metric) == pytest.approx(cosine, abs=1e-6)
+    assert similarity_from_haystack(haystack_raw_score(query, stored, metric), metric) == pytest.approx(
+        cosine, abs=1e-6
+    )
+
+
+def test_raw_scores_of_a_stored_vector_are_those_milvus_gives():
+    query, stored = np.array([0.6, 0.8], dtype=np.float32), np.array([1.0, 0.0], dtype=np.float32)
+    assert sdk_raw_score(query, stored, "L2") == pytest.approx(0.4**2 + 0.8**2)  # squared L2 distance
+    assert sdk_raw_score(query, stored, "IP") == pytest.approx(0.6)
+    assert sdk_raw_score(2 * query, stored, "COSINE") == pytest.approx(0.6)  # normalised
+    assert haystack_raw_score(query, stored, "L2") == pytest.approx(1 - 0.8 / 4)
+    assert haystack_raw_score(query, stored, "IP") == pytest.approx(0.8)
