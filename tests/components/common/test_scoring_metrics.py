@@ -1,8 +1,7 @@
 """Scores of every metric and path map onto the one normalized similarity (the clipped cosine)."""
 
-import pytest
-
 import numpy as np
+import pytest
 
 from components.common.scoring import (
     haystack_raw_score,

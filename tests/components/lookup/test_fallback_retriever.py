@@ -168,7 +168,10 @@ def test_only_the_bm25_leg_finds_a_document_by_an_exact_rare_word(tiny_cfg, embe
     every = SdkVectorSearch(cfg.milvus.uri, cfg.milvus.collection).search(vectors[0], 10, None)
     searched = next(c for c in every if c.evidence_key == found.evidence_key)
     assert found.similarity == pytest.approx(searched.similarity, abs=1e-6)
-    assert (found.raw_score, found.raw_score_label) == (pytest.approx(searched.raw_score, abs=1e-6), "l2_squared_distance")
+    assert (found.raw_score, found.raw_score_label) == (
+        pytest.approx(searched.raw_score, abs=1e-6),
+        "l2_squared_distance",
+    )
     trace = out["retrieval_trace"]
     assert trace.legs == ["dense", "bm25"] and trace.bm25_skipped is None
     (attempt,) = trace.attempts
