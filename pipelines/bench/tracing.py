@@ -302,21 +302,25 @@ def format_tracing_figures(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def small_kb_config(cfg: DictConfig, work: Path, kb: str | Path) -> DictConfig:
-    """`cfg` writing everything under `work`, indexing `kb` (MLflow settings kept)."""
-    from pipelines.bench.corpus import bench_config
+def small_kb_config(overrides: Sequence[str], work: Path, kb: str | Path) -> DictConfig:
+    """
+    The config of `overrides` writing everything under `work` and indexing `kb`; an MLflow tracking
+    server named in the overrides is kept (a sqlite store is replaced by one under `work`).
+    """
+    from pipelines.bench.corpus import load_bench_config
+    from pipelines.settings import load_config
 
-    tracking_uri, artifacts = cfg.mlflow.tracking_uri, cfg.mlflow.artifact_location
-    bench = bench_config(cfg, work / "state", Path(kb).resolve())
-    if tracking_uri and not str(tracking_uri).startswith("sqlite:"):
-        bench.mlflow.tracking_uri = tracking_uri  # a server: kept as given
-        bench.mlflow.artifact_location = artifacts
+    mlflow = load_config(overrides).mlflow
+    bench = load_bench_config(overrides, work / "state", Path(kb).resolve())
+    if mlflow.tracking_uri and not str(mlflow.tracking_uri).startswith("sqlite:"):
+        bench.mlflow.tracking_uri = mlflow.tracking_uri  # a server: kept as given
+        bench.mlflow.artifact_location = mlflow.artifact_location
+    bench.mlflow.sample_rate = mlflow.sample_rate
     return bench
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from pipelines.indexing import run_indexing
-    from pipelines.settings import load_config
 
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.bench.tracing",
@@ -332,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="knowledge-bench-tracing-") as tmp:
         work = Path(tmp)
-        cfg = small_kb_config(load_config(args.overrides), work, args.kb)
+        cfg = small_kb_config(args.overrides, work, args.kb)
         run_indexing(cfg, rebuild=True)
         with contextlib.ExitStack() as stack:
             server_pid = None

@@ -163,3 +163,13 @@ def test_bench_on_a_milvus_server_uses_and_drops_a_collection_of_its_own(milvus_
     assert figures["chunks"] >= 10 and figures["vector_max_abs_diff"] < 1e-3
     collections = client.list_collections()
     assert "knowledge" in collections and not [name for name in collections if name.startswith("bench_")]
+
+
+def test_tracing_bench_config_keeps_the_sample_rate_and_a_tracking_server(tmp_path):
+    from pipelines.bench.tracing import small_kb_config
+
+    served = small_kb_config(["mlflow.tracking_uri=http://127.0.0.1:5999", "mlflow.sample_rate=0.1"], tmp_path, "kb")
+    assert served.mlflow.tracking_uri == "http://127.0.0.1:5999" and served.mlflow.sample_rate == 0.1
+    assert served.paths.state_dir == str(tmp_path / "state") and served.kb.path == str(Path("kb").resolve())
+    local = small_kb_config([f"mlflow.tracking_uri=sqlite:///{tmp_path}/user.db"], tmp_path, "kb")
+    assert local.mlflow.tracking_uri is None  # the bench points MLflow on at its own store
