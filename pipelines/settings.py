@@ -143,6 +143,7 @@ class ServeConfig:
     api_key: str | None = MISSING
     max_body_bytes: int = MISSING
     workers: int = MISSING
+    max_concurrent_lookups: int | None = MISSING
 
 
 @dataclass

@@ -3,6 +3,7 @@ Building and running the server of `knowledge serve`: hayhooks REST (or MCP with
 the `lookup_knowledge` wrapper, behind `RequestGuard`, with `GET /health`.
 """
 
+import functools
 import json
 import logging
 import os
@@ -63,7 +64,7 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
 
     app = create_app()
     app.add_api_route("/health", _health_route(health), methods=["GET"], tags=["status"], include_in_schema=True)
-    _deploy_run_route(app, _load_wrapper())
+    _deploy_run_route(app, _load_wrapper(), cfg.serve.max_concurrent_lookups)
 
     @app.exception_handler(HTTPException)
     async def structured_http_error(_request, exc: HTTPException) -> JSONResponse:
@@ -80,15 +81,16 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
     )
 
 
-def _deploy_run_route(app, wrapper) -> None:
+def _deploy_run_route(app, wrapper, max_concurrent: int | None = None) -> None:
     """
     `POST /lookup_knowledge/run` answering exactly the JSON of `knowledge lookup` (no envelope),
     typed in OpenAPI by the wrapper's request model and `LookupResponse`; the wrapper is registered
-    with hayhooks as its start-up deployment would (`/status` lists it).
+    with hayhooks as its start-up deployment would (`/status` lists it). At most `max_concurrent`
+    lookups run at once (`lookup_limiter`); the others wait for a free slot.
     """
+    import anyio
     from hayhooks.server.pipelines.models import create_pipeline_metadata
     from hayhooks.server.pipelines.registry import registry
-    from starlette.concurrency import run_in_threadpool
 
     from pipelines.serving.models import LookupResponse
 
@@ -97,9 +99,12 @@ def _deploy_run_route(app, wrapper) -> None:
     if TOOL_NAME not in registry.get_names():
         registry.add(TOOL_NAME, wrapper, metadata={**metadata, "response_model": LookupResponse})
 
+    limiter = lookup_limiter(max_concurrent)
+
     async def run_lookup(run_request: request_model) -> LookupResponse:  # type: ignore[valid-type]
-        # The pipeline is synchronous: a worker thread per request keeps the event loop serving.
-        return await run_in_threadpool(wrapper.run_api, **run_request.model_dump())
+        # The pipeline is synchronous: it runs in a worker thread, at most `max_concurrent` at once.
+        call = functools.partial(wrapper.run_api, **run_request.model_dump())
+        return await anyio.to_thread.run_sync(call, limiter=limiter)
 
     app.add_api_route(
         RUN_PATH,
@@ -111,6 +116,17 @@ def _deploy_run_route(app, wrapper) -> None:
         description=metadata["description"] or None,
         responses={422: {"description": "A refused request: {error, detail}"}, 503: {"model": LookupResponse}},
     )
+
+
+def lookup_limiter(max_concurrent: int | None):
+    """
+    The lookups one worker runs at once: `serve.max_concurrent_lookups`, or one per CPU. More
+    pipeline threads than cores only fight over them (torch's threads and the GIL): fewer
+    requests per second and a longer tail (docs/serving.md).
+    """
+    import anyio
+
+    return anyio.CapacityLimiter(max_concurrent or os.cpu_count() or 1)
 
 
 def _load_wrapper():

@@ -42,6 +42,9 @@ def check_workers(cfg: DictConfig, workers: int, mcp: bool) -> None:
     """Refuse several worker processes where they cannot share the stores (or the MCP sessions)."""
     if workers < 1:
         raise ServeError(f"--workers must be at least 1, not {workers}")
+    limit = cfg.serve.max_concurrent_lookups
+    if limit is not None and limit < 1:
+        raise ServeError(f"serve.max_concurrent_lookups must be at least 1 (or null: one per CPU), not {limit}")
     if workers == 1:
         return
     if is_local_uri(cfg.milvus.uri):

@@ -102,6 +102,7 @@ class HealthCheck:
             "mlflow": bool(cfg.mlflow.tracking_uri),
             "auth": self.auth,
             "maxBodyBytes": cfg.serve.max_body_bytes,
+            "maxConcurrentLookups": cfg.serve.max_concurrent_lookups or os.cpu_count() or 1,
         }
 
     def report(self) -> dict[str, Any]:

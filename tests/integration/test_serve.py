@@ -7,6 +7,7 @@ the start-up refusals (off loopback without a key, nothing indexed).
 import json
 import sqlite3
 import subprocess
+from datetime import datetime
 
 import httpx
 import pytest
@@ -23,6 +24,7 @@ from tests.integration.serving_helpers import (
 
 API_KEY = "test-key-5f1c9a"  # not a secret: a throwaway key of this test server
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
+MAX_CONCURRENT = 2
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +36,7 @@ def server(served_index, tmp_path_factory):
     log_path = state.parent / "server.log"
     command = [PYTHON, "-m", "pipelines.cli", "serve", "--port", str(port)]
     command += [f"paths.state_dir={state}", "mlflow=off", "query.on_overlong=error", "query.max_chars=300"]
+    command += [f"serve.max_concurrent_lookups={MAX_CONCURRENT}"]
     with running(command, f"{url}/health", log_path, child_env(KNOWLEDGE_API_KEY=API_KEY)):
         yield {"url": url, "state": state, "log": log_path}
 
@@ -149,6 +152,7 @@ def test_health_reports_the_stores_and_the_config_without_the_key(server):
     config = report["config"]
     assert config["collection"] == "knowledge" and config["vectorStoreMode"] == "sdk"
     assert config["thresholds"]["evidence"] == 0.35 and config["auth"] is True
+    assert config["maxConcurrentLookups"] == MAX_CONCURRENT
     assert API_KEY not in response.text
 
 
@@ -210,6 +214,24 @@ def test_eight_concurrent_clients_get_independent_results_and_one_row_each(serve
     assert len(trace_rows(server["state"])) == before + 200
     recorded = {row[0]: json.loads(row[3])["query"] for row in trace_rows(server["state"])}
     assert all(recorded[body["invocationId"]] == query for query, _, body in answers)
+    # Eight clients, but never more than serve.max_concurrent_lookups pipeline runs at once.
+    assert most_lookups_at_once(server["state"], ids) == MAX_CONCURRENT
+
+
+def most_lookups_at_once(state, ids: set[str]) -> int:
+    """The most lookups whose [start, start + latency] intervals overlap, from their trace rows."""
+    with sqlite3.connect(state / "traces.db") as connection:
+        rows = connection.execute("SELECT id, created_at, latency_ms FROM tool_invocation").fetchall()
+    events = []
+    for key, created, latency in rows:
+        if key in ids:
+            start = datetime.fromisoformat(created).timestamp()
+            events += [(start + latency / 1000.0, -1), (start, 1)]  # an end sorts before a start at the same time
+    running_now = most = 0
+    for _, change in sorted(events):
+        running_now += change
+        most = max(most, running_now)
+    return most
 
 
 def test_lookup_url_asks_the_server_and_a_local_lookup_says_what_to_do(server):

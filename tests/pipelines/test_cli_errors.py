@@ -271,6 +271,7 @@ def test_serve_beyond_loopback_without_api_key_exit_2(capsys, monkeypatch, tmp_p
     [
         (["serve", "--workers", "2"], "Milvus Lite is one process per db file"),
         (["serve", "--workers", "0"], "--workers must be at least 1"),
+        (["serve", "serve.max_concurrent_lookups=0"], "serve.max_concurrent_lookups must be at least 1"),
         (["serve", "--mcp", "--workers", "2", "milvus=server"], "an MCP session lives in one process"),
         (["bench", "serve", "--workers", "1,2"], "Milvus Lite is one process per db file"),
         (["bench", "serve", "--workers", "one,two"], "--workers takes counts like 1,2"),
