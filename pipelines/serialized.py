@@ -44,7 +44,7 @@ _CONFIG_SECRET = "config_secret"
 
 
 def _milvus_secret(name: str, *, _root_: DictConfig) -> dict[str, Any]:
-    from components.stores.milvus_collection import env_secret
+    from components.stores.milvus_auth import env_secret
 
     if OmegaConf.select(_root_, f"milvus.{name}"):
         return {"type": _CONFIG_SECRET, "key": f"milvus.{name}"}
@@ -55,14 +55,24 @@ OmegaConf.register_new_resolver("milvus_secret", _milvus_secret, replace=True)
 
 
 def _config_secrets(data: dict[str, Any], cfg: DictConfig) -> dict[str, Any]:
-    """Replace the markers of credentials set in the config with token Secrets of their values."""
+    """
+    Replace the markers of credentials set in the config with token Secrets of their values, in
+    the init parameters of each component and of the values they hold (`auth: {type: MilvusAuth,
+    init_parameters: {token: ...}}`).
+    """
     from haystack.utils import Secret
 
-    for spec in data["components"].values():
-        params = spec.get("init_parameters") or {}
+    def replace(params: dict[str, Any]) -> None:
         for key, value in params.items():
-            if isinstance(value, dict) and value.get("type") == _CONFIG_SECRET:
+            if not isinstance(value, dict):
+                continue
+            if value.get("type") == _CONFIG_SECRET:
                 params[key] = Secret.from_token(OmegaConf.select(cfg, value["key"]))
+            elif isinstance(value.get("init_parameters"), dict):
+                replace(value["init_parameters"])
+
+    for spec in data["components"].values():
+        replace(spec.get("init_parameters") or {})
     return data
 
 

@@ -327,13 +327,13 @@ def milvus_auth(cfg: DictConfig) -> dict[str, Any]:
     The Milvus credentials and TLS arguments of a config, resolved: a key the config leaves empty
     is read from its environment variable (`MILVUS_TOKEN`, ...). Secrets: never log the result.
     """
-    from components.stores.milvus_collection import auth_args, env_secret
+    from haystack.utils import Secret
+
+    from components.stores.milvus_auth import MilvusAuth, env_secret
 
     milvus = cfg.milvus
-    return auth_args(
-        milvus.token or env_secret("token"),
-        milvus.user or env_secret("user"),
-        milvus.password or env_secret("password"),
-        bool(milvus.secure),
-        milvus.server_pem_path,
-    )
+    secrets = {
+        name: Secret.from_token(milvus[name]) if milvus[name] else env_secret(name)
+        for name in ("token", "user", "password")
+    }
+    return MilvusAuth(**secrets, secure=bool(milvus.secure), server_pem_path=milvus.server_pem_path).connect_args()

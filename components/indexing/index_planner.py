@@ -3,10 +3,10 @@ import logging
 from typing import Any
 
 from haystack import Document, component
-from haystack.utils import Secret
 
 from components.contracts import IndexPlan
-from components.stores.milvus_collection import ID_FIELD, METADATA_FIELD, auth_args, connect, ensure_loaded
+from components.stores.milvus_auth import MilvusAuth
+from components.stores.milvus_collection import ID_FIELD, METADATA_FIELD, connect, ensure_loaded
 
 logger = logging.getLogger(__name__)
 
@@ -42,36 +42,24 @@ class IndexPlanner:
         collection: str,
         fingerprint: str = "",
         timeout_ms: int | None = None,
-        token: Secret | None = None,
-        user: Secret | None = None,
-        password: Secret | None = None,
-        secure: bool = False,
-        server_pem_path: str | None = None,
+        auth: MilvusAuth | None = None,
     ) -> None:
         """
         :param uri: Milvus URI (a file path for Milvus Lite).
         :param collection: Collection name.
         :param fingerprint: Everything besides the file content that changes the chunks or vectors.
         :param timeout_ms: Limit of the connection attempt to a Milvus server (None: no limit).
-        :param token: Milvus server token (`MILVUS_TOKEN` by default in the pipelines); never logged.
-        :param user: Milvus server user (with `password`, instead of a token).
-        :param password: Milvus server password.
-        :param secure: TLS to the server.
-        :param server_pem_path: The server's certificate, for TLS with a self-signed certificate.
+        :param auth: Milvus server credentials and TLS (`MilvusAuth`); never logged.
         """
         self.uri = uri
         self.collection = collection
         self.fingerprint = fingerprint
         self.timeout_ms = timeout_ms
-        self.token = token
-        self.user = user
-        self.password = password
-        self.secure = secure
-        self.server_pem_path = server_pem_path
+        self.auth = auth
 
     def _auth(self) -> dict[str, Any]:
         """The resolved credentials (secrets: never logged)."""
-        return auth_args(self.token, self.user, self.password, self.secure, self.server_pem_path)
+        return self.auth.connect_args() if self.auth else {}
 
     @component.output_types(documents=list[Document], plan=IndexPlan)
     def run(self, documents: list[Document], rebuild: bool = False) -> dict[str, Any]:

@@ -3,9 +3,9 @@ from collections import Counter
 from typing import Any
 
 from haystack import Document, component
-from haystack.utils import Secret
 
 from components.contracts import IndexPlan
+from components.stores.milvus_auth import MilvusAuth
 from components.stores.milvus_collection import (
     CATEGORY_FIELD,
     CONTENT_FIELD,
@@ -15,7 +15,6 @@ from components.stores.milvus_collection import (
     VECTOR_FIELD,
     CollectionLayout,
     CollectionMismatchError,
-    auth_args,
     check_dimension,
     connect,
     create_collection,
@@ -79,11 +78,7 @@ class MilvusChunkWriter:
         index_type: str = "FLAT",
         index_params: dict | None = None,
         timeout_ms: int | None = None,
-        token: Secret | None = None,
-        user: Secret | None = None,
-        password: Secret | None = None,
-        secure: bool = False,
-        server_pem_path: str | None = None,
+        auth: MilvusAuth | None = None,
         full_text: bool = False,
     ) -> None:
         """
@@ -92,11 +87,7 @@ class MilvusChunkWriter:
         :param index_type: Vector index type used when the collection is created (FLAT, IVF_FLAT, AUTOINDEX).
         :param index_params: Index build parameters, e.g. {"nlist": 128}.
         :param timeout_ms: Limit of the connection attempt to a Milvus server (None: no limit).
-        :param token: Milvus server token (`MILVUS_TOKEN` by default in the pipelines); never logged.
-        :param user: Milvus server user (with `password`, instead of a token).
-        :param password: Milvus server password.
-        :param secure: TLS to the server.
-        :param server_pem_path: The server's certificate, for TLS with a self-signed certificate.
+        :param auth: Milvus server credentials and TLS (`MilvusAuth`); never logged.
         :param full_text: Create the collection with the BM25 full-text field (`milvus.full_text`).
         """
         self.uri = uri
@@ -104,16 +95,12 @@ class MilvusChunkWriter:
         self.index_type = index_type
         self.index_params = dict(index_params or {})
         self.timeout_ms = timeout_ms
-        self.token = token
-        self.user = user
-        self.password = password
-        self.secure = secure
-        self.server_pem_path = server_pem_path
+        self.auth = auth
         self.full_text = full_text
 
     def _auth(self) -> dict[str, Any]:
         """The resolved credentials (secrets: never logged)."""
-        return auth_args(self.token, self.user, self.password, self.secure, self.server_pem_path)
+        return self.auth.connect_args() if self.auth else {}
 
     @component.output_types(written=int, deleted=int, count=int, notes=list[str])
     def run(self, documents: list[Document], plan: IndexPlan) -> dict[str, Any]:

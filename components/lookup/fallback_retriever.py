@@ -2,7 +2,6 @@ import logging
 from typing import Any
 
 from haystack import component
-from haystack.utils import Secret
 
 from components.common.choices import RetrievalLeg, VectorStoreMode
 from components.contracts import (
@@ -16,7 +15,7 @@ from components.contracts import (
     RetrievalTrace,
 )
 from components.errors import first_line
-from components.stores.milvus_collection import auth_args
+from components.stores.milvus_auth import MilvusAuth
 from components.stores.vector_search import (
     Bm25Hit,
     NoFullTextError,
@@ -91,11 +90,7 @@ class FallbackRetriever:
         uncovered_evidence_threshold: float | None = None,
         timeout_ms: int | None = None,
         category_filter: bool = True,
-        token: Secret | None = None,
-        user: Secret | None = None,
-        password: Secret | None = None,
-        secure: bool = False,
-        server_pem_path: str | None = None,
+        auth: MilvusAuth | None = None,
         bm25_top_k: int = 0,
         outscored_margin: float = 1.0,
         outscored_check_below: float = 1.0,
@@ -115,11 +110,7 @@ class FallbackRetriever:
         :param timeout_ms: Limit of a Milvus connection attempt and of one search (None: no limit).
         :param category_filter: False never filters on the L0 domain (one unfiltered attempt); the
             hints still set the evidence bar. For ablations.
-        :param token: Milvus server token (`MILVUS_TOKEN` by default in the pipelines); never logged.
-        :param user: Milvus server user (with `password`, instead of a token).
-        :param password: Milvus server password.
-        :param secure: TLS to the server.
-        :param server_pem_path: The server's certificate, for TLS with a self-signed certificate.
+        :param auth: Milvus server credentials and TLS (`MilvusAuth`); never logged.
         :param bm25_top_k: Candidates of the BM25 full-text leg per attempt (0: dense only).
         :param outscored_margin: Retry a filtered attempt whose top similarity the unfiltered dense
             search beats by at least this (1 or more: never; each filtered attempt then costs no
@@ -142,11 +133,7 @@ class FallbackRetriever:
         self.uncovered_evidence_threshold = uncovered_evidence_threshold
         self.timeout_ms = timeout_ms
         self.category_filter = category_filter
-        self.token = token
-        self.user = user
-        self.password = password
-        self.secure = secure
-        self.server_pem_path = server_pem_path
+        self.auth = auth
         self.bm25_top_k = bm25_top_k
         self.outscored_margin = outscored_margin
         self.outscored_check_below = outscored_check_below
@@ -154,7 +141,7 @@ class FallbackRetriever:
 
     def _search(self, path: str) -> VectorSearch:
         if path not in self._searches:
-            auth = auth_args(self.token, self.user, self.password, self.secure, self.server_pem_path)
+            auth = self.auth.connect_args() if self.auth else {}
             self._searches[path] = make_search(
                 path, self.uri, self.collection, self.index_type, self.search_params, self.timeout_ms, auth
             )

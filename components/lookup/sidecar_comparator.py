@@ -3,10 +3,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from haystack import component
-from haystack.utils import Secret
 
 from components.contracts import Candidate, RetrievalTrace, SidecarReport
-from components.stores.milvus_collection import auth_args
+from components.stores.milvus_auth import MilvusAuth
 from components.stores.vector_search import PATHS, QueryEmbeddings, VectorSearch, make_search
 
 logger = logging.getLogger(__name__)
@@ -140,11 +139,7 @@ class SidecarComparator:
         index_type: str = "FLAT",
         search_params: dict | None = None,
         timeout_ms: int | None = None,
-        token: Secret | None = None,
-        user: Secret | None = None,
-        password: Secret | None = None,
-        secure: bool = False,
-        server_pem_path: str | None = None,
+        auth: MilvusAuth | None = None,
     ) -> None:
         """
         :param enabled: Run the sidecar at all.
@@ -156,11 +151,7 @@ class SidecarComparator:
         :param index_type: Index type of the collection.
         :param search_params: Search parameters.
         :param timeout_ms: Limit of a Milvus connection attempt and of one search (None: no limit).
-        :param token: Milvus server token (`MILVUS_TOKEN` by default in the pipelines); never logged.
-        :param user: Milvus server user (with `password`, instead of a token).
-        :param password: Milvus server password.
-        :param secure: TLS to the server.
-        :param server_pem_path: The server's certificate, for TLS with a self-signed certificate.
+        :param auth: Milvus server credentials and TLS (`MilvusAuth`); never logged.
         """
         if path not in (OTHER_PATH, *PATHS):
             raise ValueError(f"sidecar path must be one of {OTHER_PATH}, {', '.join(PATHS)}, not {path!r}")
@@ -172,11 +163,7 @@ class SidecarComparator:
         self.index_type = index_type
         self.search_params = dict(search_params or {})
         self.timeout_ms = timeout_ms
-        self.token = token
-        self.user = user
-        self.password = password
-        self.secure = secure
-        self.server_pem_path = server_pem_path
+        self.auth = auth
         self._searches: dict[str, VectorSearch] = {}
 
     @component.output_types(sidecar=SidecarReport)
@@ -210,7 +197,7 @@ class SidecarComparator:
         main = sorted((c for c in candidates if c.attempt == selected.index), key=lambda c: -c.similarity)
         try:
             if path not in self._searches:
-                auth = auth_args(self.token, self.user, self.password, self.secure, self.server_pem_path)
+                auth = self.auth.connect_args() if self.auth else {}
                 self._searches[path] = make_search(
                     path, self.uri, self.collection, self.index_type, self.search_params, self.timeout_ms, auth
                 )

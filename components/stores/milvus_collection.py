@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from haystack.utils import Secret
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
 from components.errors import BadInputError, KnowledgeFailure, first_line
@@ -108,38 +107,6 @@ def timeout_seconds(timeout_ms: int | None) -> float | None:
     return timeout_ms / 1000.0 if timeout_ms else None
 
 
-# The environment variables of the Milvus credentials, read when the config leaves them empty.
-CREDENTIAL_ENV = {"token": "MILVUS_TOKEN", "user": "MILVUS_USER", "password": "MILVUS_PASSWORD"}
-
-
-def env_secret(name: str) -> Secret:
-    """The credential `name` ("token", "user", "password") from its environment variable, if set."""
-    return Secret.from_env_var(CREDENTIAL_ENV[name], strict=False)
-
-
-def auth_args(
-    token: Secret | str | None = None,
-    user: Secret | str | None = None,
-    password: Secret | str | None = None,
-    secure: bool = False,
-    server_pem_path: str | None = None,
-) -> dict[str, Any]:
-    """
-    The credential and TLS arguments of MilvusClient (and milvus-haystack's `connection_args`),
-    with secrets resolved; unset ones are left out. The result holds secrets: never log it.
-    """
-    args: dict[str, Any] = {}
-    for name, value in (("token", token), ("user", user), ("password", password)):
-        resolved = value.resolve_value() if isinstance(value, Secret) else value
-        if resolved:
-            args[name] = resolved
-    if secure:
-        args["secure"] = True
-    if server_pem_path:
-        args["server_pem_path"] = server_pem_path
-    return args
-
-
 def connection_args(uri: str, timeout_ms: int | None = None, auth: dict[str, Any] | None = None) -> dict[str, Any]:
     """
     Arguments for MilvusClient (and milvus-haystack's connection_args) for a URI. A server gets a
@@ -172,7 +139,7 @@ def connect(uri: str, timeout_ms: int | None = None, auth: dict[str, Any] | None
     Open a client, turning Milvus Lite's file lock into an error that says what to do.
 
     Milvus Lite lets one process hold a db file; clients in the same process share it.
-    `timeout_ms` bounds the connection attempt to a server; `auth` is `auth_args(...)`.
+    `timeout_ms` bounds the connection attempt to a server; `auth` is `MilvusAuth.connect_args()`.
     """
     if is_local_uri(uri):
         from pathlib import Path

@@ -176,7 +176,7 @@ class SdkVectorSearch:
         self.collection = collection
         self.search_params = dict(search_params or {})
         self.timeout_ms = timeout_ms
-        self._auth = dict(auth or {})  # resolved credentials (`auth_args`): never logged
+        self._auth = dict(auth or {})  # resolved credentials (`MilvusAuth.connect_args()`): never logged
         self._client = None
         self._layout: CollectionLayout | None = None
 
@@ -306,7 +306,7 @@ class HaystackVectorSearch:
         self.index_type = index_type
         self.search_params = dict(search_params or {})
         self.timeout_ms = timeout_ms
-        self._auth = dict(auth or {})  # resolved credentials (`auth_args`): never logged
+        self._auth = dict(auth or {})  # resolved credentials (`MilvusAuth.connect_args()`): never logged
         self._retriever = None
         self._sparse_retriever = None
         self._layout: CollectionLayout | None = None

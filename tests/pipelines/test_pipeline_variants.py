@@ -60,12 +60,22 @@ def test_indexing_derived_values_reach_the_components():
 
 
 def test_every_shipped_yaml_keeps_its_values_in_the_config():
-    """Literal values in a template would silently ignore overrides: only ${...} and the few ablation constants."""
+    """
+    Literal values in a template would silently ignore overrides: only ${...} and the few ablation
+    constants, also inside a value of its own type (`auth`: the MilvusAuth envelope).
+    """
     allowed_literals = {"tool_name", "default_category", "meta_fields_to_embed", "category_filter", "vector_store_mode"}
+
+    def check(params: dict, where: tuple) -> None:
+        for key, value in params.items():
+            if isinstance(value, dict) and set(value) == {"type", "init_parameters"}:
+                check(value["init_parameters"], (*where, key))
+            else:
+                assert (isinstance(value, str) and value.startswith("${")) or key in allowed_literals, (*where, key)
+
     for path in YAML_DIR.glob("*.yml"):
         for name, spec in yaml.safe_load(path.read_text(encoding="utf-8"))["components"].items():
-            for key, value in spec["init_parameters"].items():
-                assert (isinstance(value, str) and value.startswith("${")) or key in allowed_literals, (path, name, key)
+            check(spec["init_parameters"], (path.name, name))
 
 
 # variants: what they load ---------------------------------------------------------------------

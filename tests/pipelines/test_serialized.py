@@ -12,8 +12,8 @@ from components.indexing.markdown_chunker import MarkdownChunker
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from components.indexing.milvus_writer import MilvusChunkWriter
 from pipelines.indexing import build_indexing_pipeline, index_fingerprint
-from pipelines.serialized import HAYHOOKS_IO_KEYS, render_pipeline_yaml
-from pipelines.settings import load_config
+from pipelines.serialized import HAYHOOKS_IO_KEYS, load_pipeline, render_pipeline_yaml
+from pipelines.settings import ConfigError, load_config
 from tests.helpers import assert_round_trips
 
 COMPONENT_TYPES = {
@@ -61,6 +61,31 @@ def test_rendered_yaml_loads_with_the_allowlist(rendered):
     assert {name: type(pipeline.get_component(name)) for name in COMPONENT_TYPES} == COMPONENT_TYPES
     assert normalized(pipeline.dumps()) == normalized(rendered)  # loads -> dumps is lossless
     assert len(normalized(rendered)["connections"]) == 8  # writer -> l0_writer orders the L0 index last
+
+
+def test_rendered_yaml_names_the_credentials_environment_variables(rendered, monkeypatch):
+    monkeypatch.setenv("MILVUS_TOKEN", "tok-51c0")  # not a secret: a throwaway value
+    components = yaml.safe_load(rendered)["components"]
+    for name in ("planner", "writer"):
+        auth = components[name]["init_parameters"]["auth"]
+        assert auth["type"] == "components.stores.milvus_auth.MilvusAuth"
+        assert auth["init_parameters"]["token"] == {"type": "env_var", "env_vars": ["MILVUS_TOKEN"], "strict": False}
+        assert (auth["init_parameters"]["secure"], auth["init_parameters"]["server_pem_path"]) == (False, None)
+    pipeline = Pipeline.loads(rendered, allowed_modules=["components"])
+    assert pipeline.get_component("writer").auth.connect_args() == {"token": "tok-51c0"}
+    assert "tok-51c0" not in pipeline.dumps()
+
+
+def test_credentials_in_the_config_reach_the_components_but_no_file(monkeypatch):
+    monkeypatch.delenv("MILVUS_TOKEN", raising=False)
+    cfg = load_config(["milvus.user=user-9d1e", "milvus.password=pw-77b3", "milvus.secure=true"])
+    pipeline = load_pipeline(cfg, "indexing")
+    for name in ("planner", "writer"):
+        auth = pipeline.get_component(name).auth
+        assert auth.connect_args() == {"user": "user-9d1e", "password": "pw-77b3", "secure": True}
+        assert "user-9d1e" not in repr(auth) and "pw-77b3" not in repr(auth)
+    with pytest.raises(ConfigError, match="cannot be written to a pipeline file"):
+        render_pipeline_yaml(cfg, "indexing")
 
 
 def test_rendered_yaml_needs_the_allowlist(rendered):

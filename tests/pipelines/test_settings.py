@@ -161,3 +161,13 @@ def test_choices_come_back_as_plain_strings():
     assert type(cfg.retrieval.vector_store_mode) is str and cfg.retrieval.vector_store_mode == "auto"
     assert type(cfg.milvus.index_type) is str and cfg.milvus.index_type == "IVF_FLAT"
     assert type(cfg.query.on_overlong) is str and type(cfg.sidecar.path) is str
+
+
+def test_milvus_auth_takes_the_config_before_the_environment(monkeypatch):
+    from pipelines.settings import milvus_auth
+
+    monkeypatch.setenv("MILVUS_TOKEN", "tok-env-2c")  # not secrets: throwaway values
+    monkeypatch.setenv("MILVUS_USER", "user-env-2c")
+    monkeypatch.delenv("MILVUS_PASSWORD", raising=False)
+    cfg = load_config(["milvus.user=user-cfg-2c", "milvus.server_pem_path=/certs/milvus.pem"])
+    assert milvus_auth(cfg) == {"token": "tok-env-2c", "user": "user-cfg-2c", "server_pem_path": "/certs/milvus.pem"}

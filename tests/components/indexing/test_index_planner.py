@@ -6,6 +6,7 @@ from haystack import Document
 from components.contracts import IndexPlan
 from components.indexing.index_planner import IndexPlanner, fingerprinted_hash
 from components.indexing.milvus_writer import MilvusChunkWriter
+from components.stores.milvus_auth import MilvusAuth, env_secret
 from tests.components.chunks import chunk
 from tests.helpers import assert_round_trips
 
@@ -96,3 +97,10 @@ def test_a_document_with_fewer_chunks_than_it_counts_is_reindexed(uri):
 def test_round_trips():
     assert_round_trips(IndexPlanner(uri="/data/kb.db", collection="kb", fingerprint=FINGERPRINT))
     assert_round_trips(IndexPlanner(uri="http://127.0.0.1:19530", collection="kb", timeout_ms=2000))
+    assert_round_trips(
+        IndexPlanner(
+            uri="http://127.0.0.1:19530",
+            collection="kb",
+            auth=MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem"),
+        )
+    )

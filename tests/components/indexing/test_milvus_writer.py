@@ -4,6 +4,7 @@ import pytest
 
 from components.contracts import IndexPlan
 from components.indexing.milvus_writer import MilvusChunkWriter
+from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.milvus_collection import SPARSE_FIELD, CollectionMismatchError, connect, describe_layout
 from tests.components.chunks import DIM, chunk, short_field_collection
 from tests.helpers import assert_round_trips
@@ -119,3 +120,10 @@ def test_round_trips():
     )
     assert_round_trips(MilvusChunkWriter(uri="/data/kb.db", collection="kb", full_text=True))
     assert_round_trips(MilvusChunkWriter(uri="http://127.0.0.1:19530", collection="kb", timeout_ms=2000))
+    assert_round_trips(
+        MilvusChunkWriter(
+            uri="http://127.0.0.1:19530",
+            collection="kb",
+            auth=MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem"),
+        )
+    )

@@ -11,6 +11,7 @@ from components.contracts import (
 )
 from components.lookup.fallback_retriever import BM25_OFF, FallbackRetriever
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
+from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.vector_search import NO_SPARSE_FIELD, SdkVectorSearch
 from pipelines.settings import load_config
 from tests.conftest import state_overrides
@@ -99,6 +100,18 @@ def test_round_trips(topics_cfg):
             outscored_margin=0.1,
         )
     )
+    auth = MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem")
+    assert_round_trips(retriever(topics_cfg, auth=auth))
+
+
+def test_the_searches_get_the_resolved_credentials(topics_cfg, monkeypatch):
+    monkeypatch.setenv("MILVUS_TOKEN", "tok-3e8a")  # not a secret: a throwaway value
+    auth = MilvusAuth(token=env_secret("token"), user=env_secret("user"), secure=True)
+    monkeypatch.delenv("MILVUS_USER", raising=False)
+    searches = retriever(topics_cfg, auth=auth, vector_store_mode="auto")
+    for path in ("sdk", "haystack"):
+        assert searches._search(path)._auth == {"token": "tok-3e8a", "secure": True}
+    assert retriever(topics_cfg)._search("sdk")._auth == {}
 
 
 # the BM25 leg ----------------------------------------------------------------------------------

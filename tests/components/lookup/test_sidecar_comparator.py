@@ -5,6 +5,7 @@ import pytest
 from components.contracts import IndexPlan, RetrievalAttempt, RetrievalTrace
 from components.indexing.milvus_writer import MilvusChunkWriter
 from components.lookup.sidecar_comparator import SidecarComparator, comparable
+from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.vector_search import SdkVectorSearch
 from tests.components.chunks import chunk
 from tests.helpers import assert_round_trips, candidate
@@ -91,5 +92,12 @@ def test_round_trips():
     assert_round_trips(
         SidecarComparator(
             enabled=True, path="sdk", uri="/data/kb.db", collection="kb", top_k=5, search_params={"nprobe": 4}
+        )
+    )
+    assert_round_trips(
+        SidecarComparator(
+            enabled=True,
+            uri="http://127.0.0.1:19530",
+            auth=MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem"),
         )
     )
