@@ -43,6 +43,21 @@ def word_forms(word: str) -> list[str]:
     return unique(forms + [form[:-1] for form in forms if len(form) >= 4 and form.endswith("e")])
 
 
+# English prefixes that make a word of a word ("relist", "rescheduled", "unreachable"), and the
+# least of the word that must remain: "redis" and "redo" are no "re-" words.
+PREFIXES = ("re", "un", "pre", "non", "mis", "over", "under")
+PREFIXED_MIN_REST = 4
+
+
+def derived_forms(word: str) -> list[str]:
+    """
+    `word_forms` of the word and of the word a common English prefix was put before ("relist" ->
+    "list", "rescheduled" -> "scheduled", "schedule"): such a word is no name of its own.
+    """
+    rests = [word[len(p) :] for p in PREFIXES if word.startswith(p) and len(word) - len(p) >= PREFIXED_MIN_REST]
+    return unique([form for base in [word, *rests] for form in word_forms(base)])
+
+
 # A word written in CamelCase ("ReplicaSet", "MySQL", "KubeQuotaAlmostFull").
 MIXED_CASE_WORD = re.compile(r"\b[A-Za-z]*(?:[a-z][A-Z]|[A-Z]{2}[a-z])[A-Za-z]*\b")
 COMPOUND_MIN_CHARS = 5

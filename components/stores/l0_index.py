@@ -14,9 +14,9 @@ from components.common.l0_words import (
     ALERT_NAME,
     QUERY_TOKEN,
     SURFACE_WORD,
+    derived_forms,
     is_compound_word,
     is_identifier_name,
-    word_forms,
 )
 from components.common.text import contains_phrase, fold, identifier_words, terms, unique
 from components.contracts import EntityRef, L0Hints
@@ -237,7 +237,7 @@ class L0Index:
         A common word, or one whose terms (of the word or a base form of it) the knowledge base uses
         (in more than `passing_mention_df` documents, or in a title, keyword or entity).
         """
-        forms = word_forms(word)
+        forms = derived_forms(word)
         if any(form in common_words for form in forms):
             return True
         form_terms = [t for form in forms for t in terms(form)]

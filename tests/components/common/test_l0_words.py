@@ -6,6 +6,7 @@ from components.common.l0_words import (
     ALERT_NAME,
     QUERY_TOKEN,
     SURFACE_WORD,
+    derived_forms,
     is_compound_word,
     is_identifier_name,
     joined_words,
@@ -24,6 +25,19 @@ from components.common.l0_words import (
 )
 def test_word_forms_are_the_word_and_its_possible_bases(word, forms):
     assert word_forms(word) == forms
+
+
+@pytest.mark.parametrize(
+    ("word", "base"),
+    [("relist", "list"), ("rescheduled", "schedule"), ("unassigned", "assign"), ("overcommits", "commit")],
+)
+def test_a_prefixed_word_derives_from_the_word_after_its_prefix(word, base):
+    assert derived_forms(word)[0] == word and base in derived_forms(word)
+
+
+@pytest.mark.parametrize("word", ["redis", "redo", "undo", "mysql"])
+def test_too_little_after_a_prefix_is_no_derived_word(word):
+    assert derived_forms(word) == word_forms(word)
 
 
 def test_word_forms_start_with_the_word_and_have_no_duplicates():

@@ -328,6 +328,8 @@ def test_uncovered_terms_are_words_no_document_uses_and_no_common_word():
     assert index.uncovered_terms("the database lags behind its primary", common) == []
     assert index.uncovered_terms("it doesn't replicate, see ens5", common) == ["replicate"]
     assert index.uncovered_terms("数据库复制延迟", common) == []  # Latin-script words only
+    # A known word with an English prefix is no name of its own ("nonprimary": not a system).
+    assert index.uncovered_terms("the nonprimary database lags", common) == []
 
 
 def test_a_word_only_mentioned_in_passing_is_uncovered_with_the_passing_mention_rule():
