@@ -149,6 +149,24 @@ def clean(text: str) -> str:
     return " ".join(text.split())
 
 
+_TEMPLATE_ACTION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+_TEMPLATE_LABEL = re.compile(r"\$labels\.(\w+)")
+
+
+def template_actions_as_words(text: str) -> str:
+    """
+    An alert annotation as its rule writes it, before Prometheus fills it in: each Go template
+    action becomes the names of the labels it prints ("{{ $labels.mountpoint }}" -> "mountpoint")
+    or nothing ("{{ $value | humanizePercentage }}"), so template syntax is neither embedded nor
+    taken for a word the knowledge base lacks.
+    """
+
+    def label_names(action: re.Match) -> str:
+        return " ".join(name.replace("_", " ") for name in _TEMPLATE_LABEL.findall(action.group(1)))
+
+    return _TEMPLATE_ACTION.sub(label_names, text)
+
+
 def printable(text: str) -> str:
     """The text with lone surrogates replaced by U+FFFD, so it can be written as UTF-8 (records, output)."""
     return _SURROGATES.sub("\ufffd", text)

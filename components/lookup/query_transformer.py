@@ -4,7 +4,7 @@ from typing import Any
 from haystack import component
 
 from components.common.choices import OnOverlong
-from components.common.text import clean, printable
+from components.common.text import clean, printable, template_actions_as_words
 from components.contracts import InvalidQueryError, QueryTransform
 from components.stores.l0_index_file import L0IndexHandle
 
@@ -16,7 +16,9 @@ class QueryTransformer:
     """
     Normalises the raw query and adds variants: the first step of `lookup_knowledge`.
 
-    Whitespace and control characters are cleaned (NFKC); a query over `max_chars` is truncated
+    Whitespace and control characters are cleaned (NFKC), and the Go template actions of an alert
+    annotation quoted before Prometheus filled it in become the label names they print
+    (`template_actions_as_words`: "{{ $labels.instance }}" -> "instance"); a query over `max_chars` is truncated
     at a word boundary and the truncation recorded (or rejected with `on_overlong="error"`).
     When `expand_entities` is on, aliases of L0 entities found in the query add a variant that
     names the canonical entity ("pg lag" -> "pg lag (PostgreSQL)"), and so does a document name
@@ -67,7 +69,8 @@ class QueryTransformer:
         """
         if not isinstance(query, str):
             raise InvalidQueryError(f"query must be a string, not {type(query).__name__}")
-        normalized = clean(query)
+        cleaned = clean(query)
+        normalized = clean(template_actions_as_words(cleaned)) or cleaned  # a bare "{{ $value }}" stays as is
         if not normalized:
             raise InvalidQueryError("query is empty: give the question or alert text to look up")
         truncated = False

@@ -11,6 +11,7 @@ from components.common.text import (
     is_cjk,
     printable,
     stem,
+    template_actions_as_words,
     terms,
     unique,
 )
@@ -84,3 +85,10 @@ def test_contains_phrase_respects_latin_word_boundaries_only():
 
 def test_unique_keeps_the_first_occurrence_in_order():
     assert unique(["b", "a", "b", "c", "a"]) == ["b", "a", "c"]
+
+
+def test_template_actions_become_the_labels_they_print():
+    text = "{{ $value | humanizePercentage }} of {{ $labels.job }}/{{$labels.service}} targets are down"
+    assert template_actions_as_words(text) == " of job/service targets are down"
+    assert template_actions_as_words('{{ $labels.max_pods }} pods, {{ printf "%.0f" $value }}') == "max pods pods, "
+    assert template_actions_as_words("no template {here}") == "no template {here}"

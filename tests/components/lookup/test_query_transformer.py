@@ -12,6 +12,16 @@ def test_normalises_whitespace_and_control_characters(l0_path):
     assert out["variants"] == ["disk full on node"]
 
 
+def test_template_actions_of_an_alert_annotation_become_the_label_names(l0_path):
+    query = (
+        'Filesystem on {{ $labels.device }} has only {{ printf "%.2f" $value }}% space left ({{ $labels.job_name }}).'
+    )
+    out = QueryTransformer(l0_path).run(query=query)
+    assert out["query"] == "Filesystem on device has only % space left (job name)."
+    assert out["query_transform"].raw == query
+    assert QueryTransformer(l0_path).run(query="{{ $value }}")["query"] == "{{ $value }}"  # nothing else: kept
+
+
 @pytest.mark.parametrize("query", ["", "   ", "\n\t"])
 def test_empty_query_is_invalid(l0_path, query):
     with pytest.raises(InvalidQueryError):
