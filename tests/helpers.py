@@ -39,17 +39,23 @@ def ids_by_source(cfg) -> dict[str, set[str]]:
     return result
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m pipelines.cli ARGS` in its own process, importing this checkout's code."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    env.pop("KNOWLEDGE_DEBUG", None)
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child process of the tests: this checkout's code, offline, no key or debug of the caller."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KNOWLEDGE_API_KEY", "KNOWLEDGE_DEBUG")}
+    env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", HAYSTACK_TELEMETRY_ENABLED="False")
+    env.update(HF_HUB_DISABLE_PROGRESS_BARS="1", **extra)
+    return env
+
+
+def cli_command(*args: str) -> list[str]:
+    """The command line of `knowledge ARGS` run with this interpreter."""
+    return [sys.executable, "-m", "pipelines.cli", *args]
+
+
+def run_cli(*args: str, cwd: Path = REPO, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    """`knowledge ARGS` in its own process (`child_env` plus `env`), output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        cli_command(*args), cwd=cwd, env=child_env(**env), capture_output=True, text=True, timeout=timeout
     )
 
 

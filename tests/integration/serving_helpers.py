@@ -5,7 +5,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,16 +13,9 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
-PYTHON = sys.executable
+from tests.helpers import REPO
+
 START_TIMEOUT_S = 300.0
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "KNOWLEDGE_API_KEY"}
-    env.update(HF_HUB_OFFLINE="1", HAYSTACK_TELEMETRY_ENABLED="False", HF_HUB_DISABLE_PROGRESS_BARS="1")
-    env.update(extra)
-    return env
 
 
 def free_port() -> int:

@@ -11,7 +11,7 @@ import pytest
 from components.indexing.markdown_reader import KnowledgeBaseError, MarkdownKnowledgeReader
 from components.stores.milvus_collection import MilvusUnavailableError, connect
 from pipelines.indexing import run_indexing
-from tests.helpers import ids_by_source, run_cli, stderr_lines
+from tests.helpers import child_env, cli_command, ids_by_source, run_cli, stderr_lines
 
 GOOD_DOC = "# Good {n}\n\nThe service restarts cleanly after step {n}.\n"
 
@@ -80,21 +80,11 @@ def cli_kb_errors(tmp_path_factory):
     empty = root / "empty-kb"
     write(empty / "readme.txt", "no markdown here\n")
     cases = {"missing": root / "missing-kb", "empty": empty}
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HF_HUB_OFFLINE": "1"}
     processes = {
         name: subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pipelines.cli",
-                "index",
-                "--kb",
-                str(kb),
-                f"paths.state_dir={root / name}",
-                "mlflow=off",
-            ],
+            cli_command("index", "--kb", str(kb), f"paths.state_dir={root / name}", "mlflow=off"),
             cwd=root,
-            env=env,
+            env=child_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

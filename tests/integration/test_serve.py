@@ -6,21 +6,13 @@ the start-up refusals (off loopback without a key, nothing indexed).
 
 import json
 import sqlite3
-import subprocess
 from datetime import datetime
 
 import httpx
 import pytest
 
-from tests.integration.serving_helpers import (
-    PYTHON,
-    REPO,
-    child_env,
-    concurrent_lookups,
-    copy_state,
-    free_port,
-    running,
-)
+from tests.helpers import child_env, cli_command, run_cli
+from tests.integration.serving_helpers import concurrent_lookups, copy_state, free_port, running
 
 API_KEY = "test-key-5f1c9a"  # not a secret: a throwaway key of this test server
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -34,7 +26,7 @@ def server(served_index, tmp_path_factory):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = state.parent / "server.log"
-    command = [PYTHON, "-m", "pipelines.cli", "serve", "--port", str(port)]
+    command = cli_command("serve", "--port", str(port))
     command += [f"paths.state_dir={state}", "mlflow=off", "query.on_overlong=error", "query.max_chars=300"]
     command += [f"serve.max_concurrent_lookups={MAX_CONCURRENT}"]
     with running(command, f"{url}/health", log_path, child_env(KNOWLEDGE_API_KEY=API_KEY)):
@@ -188,14 +180,14 @@ def test_the_served_body_is_exactly_what_knowledge_lookup_prints(server, served_
     assert "result" not in body and body["found"] is True  # the result at the top level
     # `knowledge lookup` with the server's config, on its own copy of the index (the server holds its db).
     state = copy_state(served_index, tmp_path_factory, "cli-lookup")
-    local = subprocess.run(
-        [PYTHON, "-m", "pipelines.cli", "lookup", "--compact", query, f"paths.state_dir={state}", "mlflow=off"]
-        + ["query.on_overlong=error", "query.max_chars=300"],
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    local = run_cli(
+        "lookup",
+        "--compact",
+        query,
+        f"paths.state_dir={state}",
+        "mlflow=off",
+        "query.on_overlong=error",
+        "query.max_chars=300",
     )
     assert local.returncode == 0, local.stderr
     printed = json.loads(local.stdout)
@@ -235,32 +227,12 @@ def most_lookups_at_once(state, ids: set[str]) -> int:
 
 
 def test_lookup_url_asks_the_server_and_a_local_lookup_says_what_to_do(server):
-    remote = subprocess.run(
-        [PYTHON, "-m", "pipelines.cli", "lookup", "--url", server["url"], "--compact", "disk almost full"],
-        cwd=REPO,
-        env=child_env(KNOWLEDGE_API_KEY=API_KEY),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    remote = run_cli(
+        "lookup", "--url", server["url"], "--compact", "disk almost full", timeout=120, KNOWLEDGE_API_KEY=API_KEY
     )
     assert remote.returncode == 0, remote.stderr
     assert json.loads(remote.stdout)["found"] is True
-    local = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "pipelines.cli",
-            "lookup",
-            "disk almost full",
-            f"paths.state_dir={server['state']}",
-            "mlflow=off",
-        ],
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    local = run_cli("lookup", "disk almost full", f"paths.state_dir={server['state']}", "mlflow=off")
     assert local.returncode == 1
     assert "held by another process" in local.stderr and "--url" in local.stderr
 
@@ -271,37 +243,14 @@ def test_the_key_never_reaches_the_log_or_the_trace_rows(server):
 
 
 def test_serving_off_loopback_without_a_key_is_refused_before_binding(tmp_path):
-    done = subprocess.run(
-        [PYTHON, "-m", "pipelines.cli", "serve", "--host", "0.0.0.0", f"paths.state_dir={tmp_path}", "mlflow=off"],
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_cli("serve", "--host", "0.0.0.0", f"paths.state_dir={tmp_path}", "mlflow=off", timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
     assert "refusing to serve on 0.0.0.0 without an API key" in done.stderr
 
 
 def test_serving_with_nothing_indexed_fails_fast_and_says_what_to_do(tmp_path):
-    done = subprocess.run(
-        [
-            PYTHON,
-            "-m",
-            "pipelines.cli",
-            "serve",
-            "--port",
-            str(free_port()),
-            f"paths.state_dir={tmp_path}",
-            "mlflow=off",
-        ],
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_cli("serve", "--port", str(free_port()), f"paths.state_dir={tmp_path}", "mlflow=off")
     assert done.returncode == 2
     assert "run `knowledge index` first" in done.stderr
     assert "Traceback" not in done.stderr

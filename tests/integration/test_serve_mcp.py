@@ -8,7 +8,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
-from tests.integration.serving_helpers import PYTHON, child_env, copy_state, free_port, running
+from tests.helpers import child_env, cli_command
+from tests.integration.serving_helpers import copy_state, free_port, running
 
 API_KEY = "mcp-test-key-27b1"  # not a secret: a throwaway key of this test server
 
@@ -18,7 +19,7 @@ def mcp_server(served_index, tmp_path_factory):
     state = copy_state(served_index, tmp_path_factory, "mcp")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [PYTHON, "-m", "pipelines.cli", "serve", "--mcp", "--port", str(port), f"paths.state_dir={state}"]
+    command = cli_command("serve", "--mcp", "--port", str(port), f"paths.state_dir={state}")
     command.append("mlflow=off")
     with running(command, f"{url}/health", state.parent / "mcp.log", child_env(KNOWLEDGE_API_KEY=API_KEY)):
         yield url

@@ -4,20 +4,20 @@ server and PostgreSQL, the refusal of several workers on Milvus Lite, and the Mi
 stopping and coming back while a server process keeps serving.
 """
 
-import subprocess
 import time
 
 import httpx
 import pytest
 
-from tests.integration.serving_helpers import PYTHON, REPO, child_env, concurrent_lookups, free_port, running
+from tests.helpers import REPO, child_env, cli_command, run_cli
+from tests.integration.serving_helpers import concurrent_lookups, free_port, running
 
 TIMEOUT_MS = 3000
 
 
-def serve_command(port: int, *overrides: str, workers: int = 1) -> list[str]:
-    command = [PYTHON, "-m", "pipelines.cli", "serve", "--port", str(port), "mlflow=off", *overrides]
-    return command + (["--workers", str(workers)] if workers > 1 else [])
+def serve_args(port: int, *overrides: str, workers: int = 1) -> list[str]:
+    workers_args = ["--workers", str(workers)] if workers > 1 else []
+    return ["serve", "--port", str(port), "mlflow=off", *overrides, *workers_args]
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +31,7 @@ def server_index(milvus_server, tmp_path_factory):
         f"milvus.timeout_ms={TIMEOUT_MS}",
         f"paths.state_dir={state}",
     ]
-    done = subprocess.run(
-        [PYTHON, "-m", "pipelines.cli", "index", "--kb", str(REPO / "knowledge"), "mlflow=off", *overrides],
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = run_cli("index", "--kb", str(REPO / "knowledge"), "mlflow=off", *overrides, timeout=900)
     assert done.returncode == 0, done.stderr
     return {"state": state, "overrides": overrides}
 
@@ -54,14 +47,7 @@ def lookup(url: str, query: str, timeout: float = 120.0) -> httpx.Response:
 
 
 def test_several_workers_on_milvus_lite_are_refused_with_what_to_use(tmp_path):
-    done = subprocess.run(
-        serve_command(free_port(), f"paths.state_dir={tmp_path}", workers=2),
-        cwd=REPO,
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_cli(*serve_args(free_port(), f"paths.state_dir={tmp_path}", workers=2), timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0, done.stderr
     assert "Milvus Lite is one process per db file" in done.stderr
@@ -73,7 +59,7 @@ def test_several_workers_on_milvus_lite_are_refused_with_what_to_use(tmp_path):
 def test_two_workers_share_the_milvus_server_and_postgres(server_index, pg_schema_url, tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = serve_command(port, *server_index["overrides"], f"trace.db_url='{pg_schema_url}'", workers=2)
+    command = cli_command(*serve_args(port, *server_index["overrides"], f"trace.db_url='{pg_schema_url}'", workers=2))
     with running(command, f"{url}/health", tmp_path / "workers.log", child_env()):
         pids = set()
         deadline = time.monotonic() + 300  # the second worker may still be loading the model
@@ -96,7 +82,7 @@ def test_two_workers_share_the_milvus_server_and_postgres(server_index, pg_schem
 def test_the_milvus_server_going_away_and_back_while_serving(server_index, milvus_server, tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = serve_command(port, *server_index["overrides"])
+    command = cli_command(*serve_args(port, *server_index["overrides"]))
     with running(command, f"{url}/health", tmp_path / "serve.log", child_env()):
         assert lookup(url, "disk almost full").status_code == 200
         try:
@@ -157,7 +143,9 @@ def test_postgres_cut_while_serving_spools_and_replays_each_row_once(served_inde
     url = f"http://127.0.0.1:{port}"
     overrides = [f"paths.state_dir={state}", f"trace.db_url='{db_url}'", "trace.retry_interval_s=0"]
     try:
-        with running(serve_command(port, *overrides), f"{url}/health", state.parent / "serve.log", child_env()):
+        with running(
+            cli_command(*serve_args(port, *overrides)), f"{url}/health", state.parent / "serve.log", child_env()
+        ):
             first = lookup(url, "certificate expiry").json()
             proxy.stop()  # PostgreSQL unreachable from the server
             during = [lookup(url, q) for q in ("disk full on /var", "pg replica lag", "how to bake sourdough bread")]

@@ -9,7 +9,8 @@ import yaml
 
 from pipelines.serving.deploy_yaml import ALLOWLIST_ENV, deployable_yaml
 from pipelines.settings import load_config
-from tests.integration.serving_helpers import REPO, child_env, copy_state, free_port, running
+from tests.helpers import REPO, child_env
+from tests.integration.serving_helpers import copy_state, free_port, running
 
 HAYHOOKS = str(Path(sys.executable).parent / "hayhooks")
 

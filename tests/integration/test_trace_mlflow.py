@@ -272,14 +272,12 @@ def test_a_one_shot_cli_lookup_writes_its_trace_and_leaves_no_file_outside_the_s
     nothing was written to /dev/shm or the temp folder."""
     import json
     import os
-    import subprocess
-    import sys
 
     from milvus_lite.server_manager import server_manager_instance
 
     from pipelines.indexing import run_indexing
     from tests.conftest import SAMPLE_KB
-    from tests.helpers import REPO
+    from tests.helpers import run_cli
 
     state, temp = tmp_path / "state", tmp_path / "tmp"
     temp.mkdir()
@@ -292,11 +290,7 @@ def test_a_one_shot_cli_lookup_writes_its_trace_and_leaves_no_file_outside_the_s
         return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
     shm_before = shm()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TMPDIR": str(temp)}
-    done = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "lookup", "certificate expiry", *overrides],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    done = run_cli("lookup", "certificate expiry", *overrides, cwd=tmp_path, TMPDIR=str(temp))
     assert done.returncode == 0, done.stderr
     invocation_id = json.loads(done.stdout)["invocationId"]
 
