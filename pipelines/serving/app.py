@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipelines.agent import TOOL_DESCRIPTION, TOOL_NAME
-from pipelines.serving.bind import ServeError, check_bind, check_workers, resolve_api_key
+from pipelines.serving.bind import ServeError, check_bind, check_workers, lookup_slots, resolve_api_key
 from pipelines.serving.service import OVERRIDES_ENV, overrides_from_env, served_config, shared_service
 
 logger = logging.getLogger(__name__)
@@ -120,13 +120,12 @@ def _deploy_run_route(app, wrapper, max_concurrent: int | None = None) -> None:
 
 def lookup_limiter(max_concurrent: int | None):
     """
-    The lookups one worker runs at once: `serve.max_concurrent_lookups`, or one per CPU. More
-    pipeline threads than cores only fight over them (torch's threads and the GIL): fewer
-    requests per second and a longer tail (docs/serving.md).
+    A limiter of `lookup_slots` pipeline threads. More pipeline threads than cores only fight over
+    them (torch's threads and the GIL): fewer requests per second and a longer tail (docs/serving.md).
     """
     import anyio
 
-    return anyio.CapacityLimiter(max_concurrent or os.cpu_count() or 1)
+    return anyio.CapacityLimiter(lookup_slots(max_concurrent))
 
 
 def _load_wrapper():

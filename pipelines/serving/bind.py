@@ -1,4 +1,4 @@
-"""Where a server may bind and with which key: checked before any heavy import or bind."""
+"""Where a server may bind, with which key, how many workers and lookups at once: checked before any heavy import or bind."""
 
 import ipaddress
 import os
@@ -36,6 +36,11 @@ def check_bind(host: str, api_key: str | None) -> None:
         raise ServeError(
             f"refusing to serve on {host} without an API key: set {API_KEY_ENV} or serve.api_key, or bind to 127.0.0.1"
         )
+
+
+def lookup_slots(max_concurrent_lookups: int | None) -> int:
+    """The lookups one worker runs at once: `serve.max_concurrent_lookups`, or one per CPU (null)."""
+    return max_concurrent_lookups or os.cpu_count() or 1
 
 
 def check_workers(cfg: DictConfig, workers: int, mcp: bool) -> None:

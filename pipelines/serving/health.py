@@ -14,6 +14,7 @@ from sqlalchemy import text
 from components.stores.l0_index_file import L0IndexHandle
 from components.stores.milvus_collection import close_quietly, connect, is_local_uri
 from components.tracing.trace_store import TraceStore
+from pipelines.serving.bind import lookup_slots
 from pipelines.settings import milvus_auth
 from pipelines.traces import redact_url
 
@@ -102,7 +103,7 @@ class HealthCheck:
             "mlflow": bool(cfg.mlflow.tracking_uri),
             "auth": self.auth,
             "maxBodyBytes": cfg.serve.max_body_bytes,
-            "maxConcurrentLookups": cfg.serve.max_concurrent_lookups or os.cpu_count() or 1,
+            "maxConcurrentLookups": lookup_slots(cfg.serve.max_concurrent_lookups),
         }
 
     def report(self) -> dict[str, Any]:
