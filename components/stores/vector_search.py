@@ -220,8 +220,8 @@ class SdkVectorSearch:
         layout = self.layout
         if not layout.has_sparse:
             raise NoFullTextError(NO_SPARSE_FIELD)
-        vector = as_float_list(embedding)
-        check_dimension(layout, self.collection, len(vector))
+        query = np.asarray(embedding, dtype=np.float32)  # once, for every hit's local score
+        check_dimension(layout, self.collection, len(query))
         try:
             hits = client.search(
                 self.collection,
@@ -238,7 +238,7 @@ class SdkVectorSearch:
             raise
         scored = []
         for hit in hits:
-            raw = sdk_raw_score(vector, hit.get("entity", hit)[VECTOR_FIELD], layout.metric)
+            raw = sdk_raw_score(query, hit.get("entity", hit)[VECTOR_FIELD], layout.metric)
             scored.append((self._hit_candidate(hit, raw), hit["distance"]))
         return bm25_hits(scored)
 
@@ -383,8 +383,8 @@ class HaystackVectorSearch:
         self._ready_retriever()
         if self._sparse_retriever is None:
             raise NoFullTextError(NO_SPARSE_FIELD)
-        vector = as_float_list(embedding)
-        check_dimension(self._layout, self.collection, len(vector))
+        query = np.asarray(embedding, dtype=np.float32)  # once, for every document's local score
+        check_dimension(self._layout, self.collection, len(query))
         filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
         try:
             documents = self._sparse_retriever.run(query_text=text, filters=filters, top_k=top_k)["documents"]
@@ -394,7 +394,7 @@ class HaystackVectorSearch:
         metric = self._layout.metric
         # milvus-haystack returns each document with its stored dense embedding.
         scored = [
-            (self._document_candidate(document, haystack_raw_score(vector, document.embedding, metric)), document.score)
+            (self._document_candidate(document, haystack_raw_score(query, document.embedding, metric)), document.score)
             for document in documents
         ]
         return bm25_hits(scored)
