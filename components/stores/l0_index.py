@@ -95,6 +95,7 @@ class L0Index:
 
     def _prepare(self) -> None:
         self._entry_terms: list[_EntryTerms] = []
+        self._term_rows: dict[str, list[int]] | None = None
         # term -> rows whose title terms contain it: a title can only match a query sharing a term.
         self._title_rows: dict[str, list[int]] = {}
         # Title term weights are fixed once the index is loaded; matching sums them per query.
@@ -388,12 +389,26 @@ class L0Index:
         total = sum(rest.values())
         if not name_terms or not total:
             return None
+        covered: dict[int, float] = {}
+        for term, weight in rest.items():
+            for row in self._rows_using(term):
+                covered[row] = covered.get(row, 0.0) + weight
+        # Only documents using a query term can cover any of it; the others stay at 0.
         best_inside, best_outside, outside_source = 0.0, 0.0, None
-        for row, entry in enumerate(self.entries):
-            document_terms = self._entry_terms[row].document_terms
-            coverage = sum(weight for term, weight in rest.items() if term in document_terms) / total
+        for row in sorted(covered):
+            entry, coverage = self.entries[row], covered[row] / total
             if entry.category == category:
                 best_inside = max(best_inside, coverage)
-            elif coverage > best_outside and name_terms <= document_terms:
+            elif coverage > best_outside and name_terms <= self._entry_terms[row].document_terms:
                 best_outside, outside_source = coverage, entry.source
         return outside_source if best_outside - best_inside >= margin - 1e-9 else None
+
+    def _rows_using(self, term: str) -> list[int]:
+        """The rows whose document terms contain `term` (postings built on first use)."""
+        if self._term_rows is None:
+            postings: dict[str, list[int]] = {}
+            for row, entry_terms in enumerate(self._entry_terms):
+                for document_term in entry_terms.document_terms:
+                    postings.setdefault(document_term, []).append(row)
+            self._term_rows = postings
+        return self._term_rows.get(term, [])
