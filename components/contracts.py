@@ -290,6 +290,8 @@ class RetrievalAttempt(Contract, CheapDeepcopy):
     legs: list[str] = field(default_factory=list)
     bm25_count: int | None = field(default=None, metadata=wire(omit_none=True))
     bm25_only_count: int | None = field(default=None, metadata=wire(omit_none=True))
+    # Why this attempt did not run the BM25 leg although the collection has it (None when it ran).
+    bm25_skipped: str | None = field(default=None, metadata=wire(omit_none=True))
     # A filtered attempt's check: the best dense similarity of the same search without the filter.
     unfiltered_top_similarity: float | None = field(default=None, metadata=wire(omit_none=True))
 

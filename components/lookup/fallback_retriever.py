@@ -31,6 +31,9 @@ MODES = VectorStoreMode.values()
 DENSE = RetrievalLeg.dense.value
 BM25 = RetrievalLeg.bm25.value
 BM25_OFF = "disabled: retrieval.bm25_top_k=0"
+BM25_CANNOT_CHANGE = "not run: the exact dense leg found nothing usable in this filtered attempt, so it is retried"
+# Index types whose dense search is exact: what it did not return scores no higher than what it did.
+EXACT_INDEX_TYPES = frozenset({"FLAT"})
 
 
 def usable(candidates: list[Candidate], evidence_threshold: float) -> list[Candidate]:
@@ -51,7 +54,9 @@ class FallbackRetriever:
       chunk id. A chunk only BM25 found gets its similarity from its stored vector (returned by the
       BM25 search), so thresholds and the fallback decision keep using the dense similarity; its BM25 score
       and rank are recorded apart (`bm25_score`, `bm25_rank`, a `bm25:` hit reason). Which legs ran,
-      and why BM25 did not, is in the trace (`legs`, `bm25_skipped`).
+      and why BM25 did not, is in the trace (`legs`, `bm25_skipped`). A filtered attempt whose exact
+      dense leg found nothing usable skips a BM25 leg that could change nothing
+      (`_bm25_cannot_change`; the attempt's `bm25_skipped` says so).
     - A filtered attempt with no usable candidate (none at or above `evidence_threshold`) is
       retried unfiltered with the raw query (`filtered_vector_no_evidence`); one whose top
       normalized similarity is under `reference_threshold` likewise (`filtered_vector_low_quality`);
@@ -225,7 +230,8 @@ class FallbackRetriever:
             candidate.attempt = index
             candidate.hit_reasons.append(reason)
         legs = [DENSE]
-        hits = self._bm25_leg(path, query, embedding, category, trace)
+        skipped = BM25_CANNOT_CHANGE if category and self._bm25_cannot_change(path, candidates, bar) else None
+        hits = None if skipped else self._bm25_leg(path, query, embedding, category, trace)
         bm25_only: list[Candidate] = []
         if hits is not None:
             legs.append(BM25)
@@ -252,8 +258,22 @@ class FallbackRetriever:
             legs=legs,
             bm25_count=None if hits is None else len(hits),
             bm25_only_count=None if hits is None else len(bm25_only),
+            bm25_skipped=skipped,
         )
         return candidates, attempt
+
+    def _bm25_cannot_change(self, path: str, dense: list[Candidate], bar: float) -> bool:
+        """
+        Whether a filtered attempt's BM25 leg could change nothing: its dense leg found no usable
+        candidate, and the dense search is exact, so every chunk it did not return scores no
+        higher than the ones it did. A BM25-only chunk would be unusable too: the attempt is
+        retried (`filtered_vector_no_evidence`) and none of its candidates goes on, whatever the
+        leg found. The retry runs both legs.
+        """
+        search = self._search(path)
+        if self.bm25_top_k <= 0 or not search.layout.has_sparse or search.described_index_type not in EXACT_INDEX_TYPES:
+            return False  # the leg would not run, or an approximate index may have missed a better chunk
+        return not usable(dense, bar)
 
     def _bm25_leg(
         self, path: str, query: str, embedding: list[float], category: str | None, trace: RetrievalTrace

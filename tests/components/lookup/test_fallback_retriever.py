@@ -9,7 +9,7 @@ from components.contracts import (
     L0Hints,
     QueryTransform,
 )
-from components.lookup.fallback_retriever import BM25_OFF, FallbackRetriever
+from components.lookup.fallback_retriever import BM25_CANNOT_CHANGE, BM25_OFF, FallbackRetriever
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
 from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.vector_search import NO_SPARSE_FIELD, SdkVectorSearch
@@ -202,6 +202,55 @@ def test_a_collection_without_the_sparse_field_runs_dense_only_and_says_why(tiny
     assert trace.to_dict()["bm25Skipped"] == "collection has no sparse field; run knowledge index --rebuild"
     assert trace.attempts[0].legs == ["dense"] and trace.attempts[0].bm25_count is None
     assert all(c.bm25_score is None for c in out["candidates"]) and len(out["candidates"]) == 1
+
+
+# the BM25 leg of a filtered attempt that is retried anyway ----------------------------------------
+
+
+class AlwaysBm25Retriever(FallbackRetriever):
+    """The same retriever with every attempt running the BM25 leg: the reference of the skip."""
+
+    def _bm25_cannot_change(self, path, dense, bar) -> bool:
+        return False
+
+
+def _outcome(out: dict) -> tuple:
+    trace = out["retrieval_trace"]
+    chunks = sorted((c.evidence_key, round(c.similarity, 6), c.attempt) for c in out["candidates"])
+    return chunks, trace.fallback_reason, [(a.usable_count, a.top_similarity) for a in trace.attempts]
+
+
+def test_a_filtered_attempt_retried_on_its_dense_leg_alone_skips_bm25_and_loses_nothing(topics_cfg, embed):
+    transform, vectors = embed(WATERING)
+    params = {"bm25_top_k": 20, "evidence_threshold": 0.5, "reference_threshold": 0.5}
+    hints = L0Hints(domains=["databases"])
+    out = retriever(topics_cfg, **params).run(query_transform=transform, hints=hints, embeddings=vectors)
+    trace = out["retrieval_trace"]
+    assert trace.fallback_reason == FALLBACK_NO_EVIDENCE
+    first, retry = trace.attempts
+    assert (first.legs, first.bm25_count, first.bm25_skipped) == (["dense"], None, BM25_CANNOT_CHANGE)
+    assert (retry.legs, retry.bm25_skipped) == (["dense", "bm25"], None) and retry.bm25_count > 0
+    assert trace.legs == ["dense", "bm25"] and trace.bm25_skipped is None
+    assert trace.to_dict()["attempts"][0]["bm25Skipped"] == BM25_CANNOT_CHANGE
+    reference = AlwaysBm25Retriever(uri=topics_cfg.milvus.uri, collection=topics_cfg.milvus.collection, **params)
+    assert _outcome(out) == _outcome(reference.run(query_transform=transform, hints=hints, embeddings=vectors))
+
+
+def test_the_bm25_leg_runs_in_a_retried_filtered_attempt_with_usable_candidates(topics_cfg, embed):
+    transform, vectors = embed(WATERING)
+    hints = L0Hints(domains=["databases"])
+    # Retried (top under 0.99), but its usable candidates go on, with what the BM25 leg says of them.
+    out = retriever(topics_cfg, bm25_top_k=20, top_k=1, evidence_threshold=0.0, reference_threshold=0.99).run(
+        query_transform=transform, hints=hints, embeddings=vectors
+    )
+    first = out["retrieval_trace"].attempts[0]
+    assert out["retrieval_trace"].fallback_reason == FALLBACK_LOW_QUALITY
+    assert first.legs == ["dense", "bm25"] and first.bm25_skipped is None
+    # A filtered attempt that stands runs both legs too.
+    kept = retriever(topics_cfg, bm25_top_k=20).run(
+        query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors
+    )
+    assert kept["retrieval_trace"].attempts[0].legs == ["dense", "bm25"]
 
 
 # the unfiltered check of a filtered attempt ----------------------------------------------------

@@ -303,6 +303,29 @@ def test_a_product_named_as_the_subject_of_another_categorys_runbook_is_no_domai
     assert own.single_domain == "alertmanager" and own.domain_rules == []
 
 
+def test_the_subject_elsewhere_rule_reads_only_documents_that_share_a_query_term():
+    """Found through term postings: many unrelated documents change nothing, and one added late counts."""
+    base = _sibling_product_index()
+    filler = [
+        L0Entry(f"storage/Disk{n}.md", f"Disk {n}", "storage", terms=["disk", "volume", f"device{n}"])
+        for n in range(300)
+    ]
+    query_terms = set(terms("controller alertmanager in monitoring namespace fails to reconcile 2 objects"))
+    grown = L0Index(filler + base.entries, term_df=base.term_df, domain_precision=base.domain_precision)
+    expected = "operator/OperatorReconcileErrors.md"
+    assert base.named_as_subject_elsewhere("alertmanager", query_terms, 0.15) == expected
+    assert grown.named_as_subject_elsewhere("alertmanager", query_terms, 0.15) == expected
+    # An alertmanager runbook that covers the rest of the query as well keeps the domain.
+    rival = L0Entry(
+        "alertmanager/AlertmanagerReconcile.md",
+        "Alertmanager Reconcile",
+        "alertmanager",
+        terms=["alertmanager", "controller", "reconcile", "object", "namespace", "error"],
+    )
+    with_rival = L0Index(grown.entries + [rival], term_df=base.term_df, domain_precision=base.domain_precision)
+    assert with_rival.named_as_subject_elsewhere("alertmanager", query_terms, 0.15) is None
+
+
 def test_uncovered_terms_are_words_no_document_uses_and_no_common_word():
     """Names of things the knowledge base does not cover; label values and inflections aside."""
     index = L0Index(
