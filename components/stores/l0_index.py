@@ -95,7 +95,8 @@ class L0Index:
 
     def _prepare(self) -> None:
         self._entry_terms: list[_EntryTerms] = []
-        self._term_rows: dict[str, list[int]] | None = None
+        # term -> rows whose document terms contain it: only those can cover a query term.
+        self._term_rows: dict[str, list[int]] = {}
         # term -> rows whose title terms contain it: a title can only match a query sharing a term.
         self._title_rows: dict[str, list[int]] = {}
         # Title term weights are fixed once the index is loaded; matching sums them per query.
@@ -115,10 +116,13 @@ class L0Index:
                 self._title_rows.setdefault(term, []).append(row)
                 if term not in self._title_weights:
                     self._title_weights[term] = self._title_weight(term)
+            document_terms = frozenset(entry.terms) | title_terms
+            for term in document_terms:
+                self._term_rows.setdefault(term, []).append(row)
             self._entry_terms.append(
                 _EntryTerms(
                     title_terms=title_terms,
-                    document_terms=frozenset(entry.terms) | title_terms,
+                    document_terms=document_terms,
                     title_weight=sum(self._title_weights[t] for t in title_terms),
                     category_terms=frozenset(terms(entry.category)) & title_terms,
                 )
@@ -391,7 +395,7 @@ class L0Index:
             return None
         covered: dict[int, float] = {}
         for term, weight in rest.items():
-            for row in self._rows_using(term):
+            for row in self._term_rows.get(term, ()):
                 covered[row] = covered.get(row, 0.0) + weight
         # Only documents using a query term can cover any of it; the others stay at 0.
         best_inside, best_outside, outside_source = 0.0, 0.0, None
@@ -402,13 +406,3 @@ class L0Index:
             elif coverage > best_outside and name_terms <= self._entry_terms[row].document_terms:
                 best_outside, outside_source = coverage, entry.source
         return outside_source if best_outside - best_inside >= margin - 1e-9 else None
-
-    def _rows_using(self, term: str) -> list[int]:
-        """The rows whose document terms contain `term` (postings built on first use)."""
-        if self._term_rows is None:
-            postings: dict[str, list[int]] = {}
-            for row, entry_terms in enumerate(self._entry_terms):
-                for document_term in entry_terms.document_terms:
-                    postings.setdefault(document_term, []).append(row)
-            self._term_rows = postings
-        return self._term_rows.get(term, [])
