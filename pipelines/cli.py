@@ -1,7 +1,7 @@
 """
 The `knowledge` command line: one thin entry point over the pipelines.
 
-    knowledge index [--kb DIR] [--rebuild] [key=value ...]
+    knowledge index [--kb DIR] [--rebuild] [--status] [key=value ...]
     knowledge lookup "QUERY" [key=value ...]
     knowledge lookup --batch FILE [key=value ...]
     knowledge lookup --url http://127.0.0.1:1416 "QUERY"
@@ -67,8 +67,16 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    index.add_argument("--kb", metavar="DIR", help="knowledge base folder (default: kb.path, knowledge/)")
+    index.add_argument(
+        "--kb",
+        metavar="DIR",
+        help="knowledge base folder (default: the one the state dir's index holds, else kb.path, knowledge/); "
+        "another one than the index holds needs --rebuild",
+    )
     index.add_argument("--rebuild", action="store_true", help="drop the collection and index everything from scratch")
+    index.add_argument(
+        "--status", action="store_true", help="print the index manifest (knowledge base, content, config) and exit"
+    )
     index.add_argument("--json", action="store_true", help="print the report as JSON")
     index.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
@@ -310,6 +318,10 @@ def _load(overrides: Sequence[str], extra: Sequence[str] = ()):
     return load_config([*extra, *overrides])
 
 
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def _set_literal(cfg, key: str, value: str) -> None:
     """
     Set a config string as it is. A path a shell passes can hold anything Hydra's override
@@ -324,9 +336,15 @@ def _set_literal(cfg, key: str, value: str) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from pipelines.manifest import format_manifest, kb_to_index
+
     cfg = _load(args.overrides)  # a bad config fails before the slow imports below
-    if args.kb:
-        _set_literal(cfg, "kb.path", args.kb)
+    if args.status:
+        print(format_manifest(cfg))
+        return EXIT_OK
+    # `kb.path=DIR` among the overrides asks for a knowledge base as --kb does.
+    asked = args.kb or (cfg.kb.path if any(_override_key(o) == "kb.path" for o in args.overrides) else None)
+    _set_literal(cfg, "kb.path", kb_to_index(cfg, asked, args.rebuild))
 
     from pipelines.indexing import run_indexing
 
@@ -519,6 +537,7 @@ def _eval_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         baselines=not args.no_baselines,
         rank_by=args.rank_by,
         experiment=args.experiment,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(format_ranking(result))
     for line in result.runs.announce(result.parent_run_id, f"parent run of {len(result.trials)} child runs"):
