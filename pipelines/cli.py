@@ -13,6 +13,7 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge traces show ID [--json] [key=value ...]
     knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
     knowledge traces replay [key=value ...]
+    knowledge traces rerun [--since DATE] [--last N] [--json] [key=value ...]
     knowledge dev milvus-server [--data-dir DIR] [--port P]
 
 Hydra overrides go after the arguments. Exit status: 0 on success (found=false included),
@@ -270,7 +271,7 @@ def _parser() -> argparse.ArgumentParser:
 
     traces = sub.add_parser(
         "traces",
-        help="review recorded lookups (tool_invocation rows): list, show, export, replay the spool",
+        help="review recorded lookups (tool_invocation rows): list, show, export, replay the spool, rerun under a new config",
         description="Every lookup leaves one tool_invocation row in trace.db_url (SQLite by default, "
         "trace=postgres for PostgreSQL). Records the database could not take wait in trace.spool_path.",
         epilog=EPILOG,
@@ -292,6 +293,20 @@ def _parser() -> argparse.ArgumentParser:
     traces_export.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     traces_replay = traces_sub.add_parser("replay", help="replay spooled records into the trace database now")
     traces_replay.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    traces_rerun = traces_sub.add_parser(
+        "rerun",
+        help="ask the recorded queries again under the current config (overrides) and show what would change",
+        description="Re-run the queries of recorded lookups (status ok) with the current config and its "
+        "overrides; print what changed against the record per query and in total (top source, found, "
+        "relevance level, fallback reason) and log it as one MLflow run (experiment lookup-knowledge-rerun). "
+        "The reruns are not recorded: the trace table keeps only real traffic.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    traces_rerun.add_argument("--since", metavar="DATE", help="only lookups recorded since DATE (YYYY-MM-DD[THH:MM])")
+    traces_rerun.add_argument("--last", type=int, default=0, metavar="N", help="only the newest N lookups (0: all)")
+    traces_rerun.add_argument("--json", action="store_true", help="print the totals and every query as JSON")
+    traces_rerun.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     return parser
 
 
@@ -700,9 +715,11 @@ def cmd_traces(args: argparse.Namespace) -> int:
         raise UsageError(f"--status {status!r} is not one of {', '.join(traces.STATUSES)}")
     if args.traces == "export" and args.format not in traces.EXPORT_FORMATS:
         raise UsageError(f"--format {args.format!r} is not supported: use {', '.join(traces.EXPORT_FORMATS)}")
-    if args.traces == "list" and args.last < 0:
+    if args.traces in ("list", "rerun") and args.last < 0:
         raise UsageError(f"--last {args.last} must be 0 (all) or more")
     cfg = _load(args.overrides)
+    if args.traces == "rerun":
+        return _traces_rerun(args, cfg)
     store = traces.open_store(cfg)
     if args.traces == "list":
         print(traces.format_list(store.latest(last=args.last or None, status=status)))
@@ -727,6 +744,18 @@ def cmd_traces(args: argparse.Namespace) -> int:
             traces.export_jsonl(rows, sys.stdout)
     else:
         print(traces.format_replay(store.replay(), store, cfg.trace.db_url))
+    return EXIT_OK
+
+
+def _traces_rerun(args: argparse.Namespace, cfg) -> int:
+    from pipelines.tuning.rerun import format_rerun, parse_since, rerun_traces
+
+    report = rerun_traces(cfg, since=parse_since(args.since), last=args.last or None)
+    if args.json:
+        payload = {"totals": report.totals, "run_id": report.run_id, "queries": [r.to_dict() for r in report.rows]}
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+    else:
+        print(format_rerun(report))
     return EXIT_OK
 
 
