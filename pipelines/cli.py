@@ -8,6 +8,7 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge serve [--host H] [--port P] [--mcp] [--workers N] [key=value ...]
     knowledge eval --queries FILE [-m] [--search NAME --trials N] [key=value ...]
     knowledge compare --queries FILE [--top-k K] [--json] [key=value ...]
+    knowledge compare --a "k=v ..." --b "k=v ..." --queries FILE [--report FILE] [--json] [key=value ...]
     knowledge bench index|lookup|serve|all [options] [key=value ...]
     knowledge traces list [--last N] [--status ok|error] [key=value ...]
     knowledge traces show ID [--json] [key=value ...]
@@ -156,16 +157,24 @@ def _parser() -> argparse.ArgumentParser:
 
     comparison = sub.add_parser(
         "compare",
-        help="compare the sdk and haystack vector paths over a query set, logged as one MLflow run",
-        description="Search both vector-store paths with the same query embeddings; print overlap@k, Jaccard, "
-        "RBO, top-1 agreement and similarity differences, and log them with a per-query table and an "
-        "HTML report as one MLflow run (experiment lookup-knowledge-compare).",
+        help="A/B two configs over a labelled query set (--a/--b), or the sdk and haystack vector paths",
+        description="With --a and/or --b: evaluate both configs (the overrides after the arguments apply to "
+        "both) on a labelled query set (as eval's); print per-metric deltas with a paired bootstrap interval "
+        "and an exact sign test, the queries whose top source or answer changed; write an HTML report and "
+        "log one MLflow run with both configs as params. Without them: search both vector-store paths "
+        "with the same query embeddings; print overlap@k, Jaccard, RBO, top-1 agreement and similarity "
+        "differences. Both log to the MLflow experiment lookup-knowledge-compare.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     comparison.add_argument("--queries", required=True, metavar="FILE", help="JSONL with a 'query' field")
     comparison.add_argument("--top-k", type=int, metavar="K", help="hits compared per path (default retrieval.top_k)")
     comparison.add_argument("--json", action="store_true", help="print the metrics and run id as JSON")
+    comparison.add_argument("--a", metavar='"k=v ..."', help="config A's overrides (A/B; default: the config as is)")
+    comparison.add_argument("--b", metavar='"k=v ..."', help="config B's overrides (A/B)")
+    comparison.add_argument(
+        "--report", metavar="FILE", help="A/B: where to write the HTML report (default: STATE_DIR/ab-report.html)"
+    )
     comparison.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     bench = sub.add_parser(
@@ -592,6 +601,8 @@ def _eval_search(args: argparse.Namespace, name: str, overrides: list[str]) -> i
 def cmd_compare(args: argparse.Namespace) -> int:
     from pipelines.compare import QueryFileError, format_summary, read_queries, run_comparison
 
+    if args.a is not None or args.b is not None:
+        return _compare_ab(args)
     cfg = _load(args.overrides)
     if args.top_k is not None and args.top_k < 1:
         raise UsageError(f"--top-k {args.top_k} must be 1 or more")
@@ -605,6 +616,36 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(json.dumps({key: report[key] for key in keys}, indent=2))
     else:
         print(format_summary(report))
+    return EXIT_OK
+
+
+def _compare_ab(args: argparse.Namespace) -> int:
+    from pipelines.evaluation import EvaluationInputError, load_queries
+    from pipelines.tuning.ab import format_ab, run_ab, split_overrides
+
+    if args.top_k is not None:
+        raise UsageError("--top-k belongs to the vector-path comparison; A/B two retrieval.top_k values instead")
+    a, b = split_overrides(args.a, "--a"), split_overrides(args.b, "--b")
+    for side in (a, b):
+        _load(args.overrides, side)  # a bad override of either side fails before any work
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        raise UsageError(f"cannot write {args.report}: its folder does not exist")
+    try:
+        queries = load_queries(args.queries)
+    except EvaluationInputError as exc:
+        raise UsageError(str(exc)) from exc
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    report = run_ab(list(args.overrides), a, b, queries, args.queries, args.report, say=say)
+    if args.json:
+        payload = {
+            "metrics": report.metrics,
+            "changes": [change.__dict__ for change in report.changes],
+            "report": report.report_path,
+            "run_id": report.run_id,
+        }
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+    else:
+        print(format_ab(report))
     return EXIT_OK
 
 
