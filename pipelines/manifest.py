@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 MANIFEST_VERSION = 1
 # Missing sources named in the refusal of an evaluation.
 SHOWN_MISSING = 5
+KEY_WIDTH = 20  # of `index --status`
 
 
 class KnowledgeBaseMismatchError(BadInputError):
@@ -189,11 +190,11 @@ def format_manifest(cfg: DictConfig) -> str:
         )
     lines = [
         f"index manifest {path}",
-        f"  knowledge base   {manifest.kb_path}",
-        f"  content          {manifest.content_fingerprint[:16]} ({manifest.documents} documents, "
+        f"  {'knowledge base':<{KEY_WIDTH}} {manifest.kb_path}",
+        f"  {'content':<{KEY_WIDTH}} {manifest.content_fingerprint[:16]} ({manifest.documents} documents, "
         f"{manifest.chunks} chunks)",
-        f"  indexed at       {manifest.indexed_at}",
+        f"  {'indexed at':<{KEY_WIDTH}} {manifest.indexed_at}",
     ]
     for key, value in manifest.index_config.items():
-        lines.append(f"  {key:<16} {json.dumps(value) if isinstance(value, dict) else value}")
+        lines.append(f"  {key:<{KEY_WIDTH}} {json.dumps(value) if isinstance(value, dict) else value}")
     return "\n".join(lines)
