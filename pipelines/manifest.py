@@ -137,15 +137,37 @@ def kb_to_index(cfg: DictConfig, asked: str | None, rebuild: bool) -> str:
     no manifest yet, the configured `kb.path`, as before manifests). A different `asked` one
     replaces the index's documents, so it needs `rebuild`.
     """
-    if asked is None:
-        return indexed_kb(cfg)
     manifest = read_manifest(cfg)
-    if manifest is not None and not rebuild and absolute_kb(asked) != manifest.kb_path:
+    kb = asked if asked is not None else indexed_kb(cfg)
+    if rebuild:
+        return kb
+    if manifest is None:
+        _check_unmanifested_index(cfg, kb)
+    elif absolute_kb(kb) != manifest.kb_path:
         raise KnowledgeBaseMismatchError(
-            f"{manifest_path(cfg).parent} holds an index of {manifest.kb_path}, not {absolute_kb(asked)}: "
+            f"{manifest_path(cfg).parent} holds an index of {manifest.kb_path}, not {absolute_kb(kb)}: "
             "give --rebuild to replace it, or another paths.state_dir"
         )
-    return asked
+    return kb
+
+
+def _check_unmanifested_index(cfg: DictConfig, kb: str) -> None:
+    """
+    A state dir indexed before manifests: refuse a knowledge base that shares no document with
+    the index (indexing it would remove every indexed document); any overlap indexes as before.
+    """
+    from components.indexing.markdown_reader import MarkdownKnowledgeReader
+
+    indexed = indexed_sources(cfg)
+    if not indexed:
+        return
+    sources = {document.meta["source"] for document in MarkdownKnowledgeReader(kb_path=kb).run()["documents"]}
+    if not sources & indexed:
+        raise KnowledgeBaseMismatchError(
+            f"the index at {cfg.l0.index_path} (no manifest: indexed before manifests) holds {len(indexed)} "
+            f"documents, none of them in {absolute_kb(kb)}: give --kb with its knowledge base, or --rebuild to "
+            "replace it"
+        )
 
 
 def indexed_sources(cfg: DictConfig) -> set[str] | None:

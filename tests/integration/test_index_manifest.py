@@ -88,6 +88,21 @@ def test_a_state_dir_indexed_before_manifests_indexes_as_before_and_gets_one(tmp
     assert read_manifest(cfg).kb_path == str(kb_a.resolve())
 
 
+def test_a_state_dir_indexed_before_manifests_refuses_a_kb_that_shares_no_document(tmp_path, index_kb):
+    kb_a = tmp_path / "a"
+    (kb_a / "ops").mkdir(parents=True)
+    (kb_a / "ops" / "rotate-logs.md").write_text("# Rotate logs\n\nRotate the service logs daily.\n", encoding="utf-8")
+    kb_b = _kb(tmp_path / "b", "cpu/runaway-process.md")
+    cfg, _ = index_kb(kb_a)
+    manifest_path(_released(cfg)).unlink()
+    state = [f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off"]
+    for refused in (run_cli("index", "--kb", str(kb_b), *state), run_cli("index", *state)):  # b, then knowledge/
+        assert refused.returncode == 2
+        [line] = stderr_lines(refused)
+        assert "indexed before manifests" in line and "none of them in" in line
+    assert _sources(cfg) == {"ops/rotate-logs.md"}
+
+
 def test_eval_refuses_a_query_set_whose_sources_are_not_indexed(sample_cfg, tmp_path):
     queries = tmp_path / "runbooks.jsonl"
     rows = [
