@@ -31,6 +31,7 @@ RERUN_ARTIFACT = "rerun.json"
 TOOL_NAME = "lookup_knowledge"
 # What a recorded decision is made of, in the order reports show them.
 DECISION_FIELDS = ("found", "top_source", "relevance_level", "fallback_reason")
+NOT_RECORDED = "(not recorded)"
 
 
 class RerunInputError(BadInputError):
@@ -44,8 +45,9 @@ def decision(found: Any, details: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "found": bool(found),
         "top_source": blocks[0].get("source") if blocks else None,
-        "relevance_level": details.get("relevance_level"),
-        "fallback_reason": details.get("fallback_reason"),
+        # A row written before a key was recorded says nothing about it: not a change.
+        "relevance_level": details.get("relevance_level", NOT_RECORDED),
+        "fallback_reason": details.get("fallback_reason", NOT_RECORDED),
     }
 
 
@@ -70,7 +72,11 @@ class RerunRow:
 
     @property
     def changed(self) -> list[str]:
-        return [name for name in DECISION_FIELDS if self.recorded[name] != self.current[name]]
+        return [
+            name
+            for name in DECISION_FIELDS
+            if self.recorded[name] != NOT_RECORDED and self.recorded[name] != self.current[name]
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         row = {"invocation_id": self.invocation_id, "query": self.query, "recorded_at": self.recorded_at}
