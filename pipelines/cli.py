@@ -1,18 +1,20 @@
 """
 The `knowledge` command line: one thin entry point over the pipelines.
 
-    knowledge index [--kb DIR] [--rebuild] [key=value ...]
+    knowledge index [--kb DIR] [--rebuild] [--status] [key=value ...]
     knowledge lookup "QUERY" [key=value ...]
     knowledge lookup --batch FILE [key=value ...]
     knowledge lookup --url http://127.0.0.1:1416 "QUERY"
     knowledge serve [--host H] [--port P] [--mcp] [--workers N] [key=value ...]
     knowledge eval --queries FILE [-m] [--search NAME --trials N] [key=value ...]
     knowledge compare --queries FILE [--top-k K] [--json] [key=value ...]
+    knowledge compare --a "k=v ..." --b "k=v ..." --queries FILE [--report FILE] [--json] [key=value ...]
     knowledge bench index|lookup|serve|all [options] [key=value ...]
     knowledge traces list [--last N] [--status ok|error] [key=value ...]
     knowledge traces show ID [--json] [key=value ...]
     knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
     knowledge traces replay [key=value ...]
+    knowledge traces rerun [--since DATE] [--last N] [--json] [key=value ...]
     knowledge dev milvus-server [--data-dir DIR] [--port P]
 
 Hydra overrides go after the arguments. Exit status: 0 on success (found=false included),
@@ -67,8 +69,16 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    index.add_argument("--kb", metavar="DIR", help="knowledge base folder (default: kb.path, knowledge/)")
+    index.add_argument(
+        "--kb",
+        metavar="DIR",
+        help="knowledge base folder (default: the one the state dir's index holds, else kb.path, knowledge/); "
+        "another one than the index holds needs --rebuild",
+    )
     index.add_argument("--rebuild", action="store_true", help="drop the collection and index everything from scratch")
+    index.add_argument(
+        "--status", action="store_true", help="print the index manifest (knowledge base, content, config) and exit"
+    )
     index.add_argument("--json", action="store_true", help="print the report as JSON")
     index.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
@@ -147,16 +157,24 @@ def _parser() -> argparse.ArgumentParser:
 
     comparison = sub.add_parser(
         "compare",
-        help="compare the sdk and haystack vector paths over a query set, logged as one MLflow run",
-        description="Search both vector-store paths with the same query embeddings; print overlap@k, Jaccard, "
-        "RBO, top-1 agreement and similarity differences, and log them with a per-query table and an "
-        "HTML report as one MLflow run (experiment lookup-knowledge-compare).",
+        help="A/B two configs over a labelled query set (--a/--b), or the sdk and haystack vector paths",
+        description="With --a and/or --b: evaluate both configs (the overrides after the arguments apply to "
+        "both) on a labelled query set (as eval's); print per-metric deltas with a paired bootstrap interval "
+        "and an exact sign test, the queries whose top source or answer changed; write an HTML report and "
+        "log one MLflow run with both configs as params. Without them: search both vector-store paths "
+        "with the same query embeddings; print overlap@k, Jaccard, RBO, top-1 agreement and similarity "
+        "differences. Both log to the MLflow experiment lookup-knowledge-compare.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     comparison.add_argument("--queries", required=True, metavar="FILE", help="JSONL with a 'query' field")
     comparison.add_argument("--top-k", type=int, metavar="K", help="hits compared per path (default retrieval.top_k)")
     comparison.add_argument("--json", action="store_true", help="print the metrics and run id as JSON")
+    comparison.add_argument("--a", metavar='"k=v ..."', help="config A's overrides (A/B; default: the config as is)")
+    comparison.add_argument("--b", metavar='"k=v ..."', help="config B's overrides (A/B)")
+    comparison.add_argument(
+        "--report", metavar="FILE", help="A/B: where to write the HTML report (default: STATE_DIR/ab-report.html)"
+    )
     comparison.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     bench = sub.add_parser(
@@ -262,7 +280,7 @@ def _parser() -> argparse.ArgumentParser:
 
     traces = sub.add_parser(
         "traces",
-        help="review recorded lookups (tool_invocation rows): list, show, export, replay the spool",
+        help="review recorded lookups (tool_invocation rows): list, show, export, replay the spool, rerun under a new config",
         description="Every lookup leaves one tool_invocation row in trace.db_url (SQLite by default, "
         "trace=postgres for PostgreSQL). Records the database could not take wait in trace.spool_path.",
         epilog=EPILOG,
@@ -284,6 +302,20 @@ def _parser() -> argparse.ArgumentParser:
     traces_export.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     traces_replay = traces_sub.add_parser("replay", help="replay spooled records into the trace database now")
     traces_replay.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    traces_rerun = traces_sub.add_parser(
+        "rerun",
+        help="ask the recorded queries again under the current config (overrides) and show what would change",
+        description="Re-run the queries of recorded lookups (status ok) with the current config and its "
+        "overrides; print what changed against the record per query and in total (top source, found, "
+        "relevance level, fallback reason) and log it as one MLflow run (experiment lookup-knowledge-rerun). "
+        "The reruns are not recorded: the trace table keeps only real traffic.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    traces_rerun.add_argument("--since", metavar="DATE", help="only lookups recorded since DATE (YYYY-MM-DD[THH:MM])")
+    traces_rerun.add_argument("--last", type=int, default=0, metavar="N", help="only the newest N lookups (0: all)")
+    traces_rerun.add_argument("--json", action="store_true", help="print the totals and every query as JSON")
+    traces_rerun.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     return parser
 
 
@@ -310,6 +342,10 @@ def _load(overrides: Sequence[str], extra: Sequence[str] = ()):
     return load_config([*extra, *overrides])
 
 
+def _override_key(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
 def _set_literal(cfg, key: str, value: str) -> None:
     """
     Set a config string as it is. A path a shell passes can hold anything Hydra's override
@@ -324,9 +360,15 @@ def _set_literal(cfg, key: str, value: str) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from pipelines.manifest import format_manifest, kb_to_index
+
     cfg = _load(args.overrides)  # a bad config fails before the slow imports below
-    if args.kb:
-        _set_literal(cfg, "kb.path", args.kb)
+    if args.status:
+        print(format_manifest(cfg))
+        return EXIT_OK
+    # `kb.path=DIR` among the overrides asks for a knowledge base as --kb does.
+    asked = args.kb or (cfg.kb.path if any(_override_key(o) == "kb.path" for o in args.overrides) else None)
+    _set_literal(cfg, "kb.path", kb_to_index(cfg, asked, args.rebuild))
 
     from pipelines.indexing import run_indexing
 
@@ -519,6 +561,7 @@ def _eval_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
         baselines=not args.no_baselines,
         rank_by=args.rank_by,
         experiment=args.experiment,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(format_ranking(result))
     for line in result.runs.announce(result.parent_run_id, f"parent run of {len(result.trials)} child runs"):
@@ -558,6 +601,8 @@ def _eval_search(args: argparse.Namespace, name: str, overrides: list[str]) -> i
 def cmd_compare(args: argparse.Namespace) -> int:
     from pipelines.compare import QueryFileError, format_summary, read_queries, run_comparison
 
+    if args.a is not None or args.b is not None:
+        return _compare_ab(args)
     cfg = _load(args.overrides)
     if args.top_k is not None and args.top_k < 1:
         raise UsageError(f"--top-k {args.top_k} must be 1 or more")
@@ -571,6 +616,36 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(json.dumps({key: report[key] for key in keys}, indent=2))
     else:
         print(format_summary(report))
+    return EXIT_OK
+
+
+def _compare_ab(args: argparse.Namespace) -> int:
+    from pipelines.evaluation import EvaluationInputError, load_queries
+    from pipelines.tuning.ab import format_ab, run_ab, split_overrides
+
+    if args.top_k is not None:
+        raise UsageError("--top-k belongs to the vector-path comparison; A/B two retrieval.top_k values instead")
+    a, b = split_overrides(args.a, "--a"), split_overrides(args.b, "--b")
+    for side in (a, b):
+        _load(args.overrides, side)  # a bad override of either side fails before any work
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        raise UsageError(f"cannot write {args.report}: its folder does not exist")
+    try:
+        queries = load_queries(args.queries)
+    except EvaluationInputError as exc:
+        raise UsageError(str(exc)) from exc
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    report = run_ab(list(args.overrides), a, b, queries, args.queries, args.report, say=say)
+    if args.json:
+        payload = {
+            "metrics": report.metrics,
+            "changes": [change.__dict__ for change in report.changes],
+            "report": report.report_path,
+            "run_id": report.run_id,
+        }
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+    else:
+        print(format_ab(report))
     return EXIT_OK
 
 
@@ -681,9 +756,11 @@ def cmd_traces(args: argparse.Namespace) -> int:
         raise UsageError(f"--status {status!r} is not one of {', '.join(traces.STATUSES)}")
     if args.traces == "export" and args.format not in traces.EXPORT_FORMATS:
         raise UsageError(f"--format {args.format!r} is not supported: use {', '.join(traces.EXPORT_FORMATS)}")
-    if args.traces == "list" and args.last < 0:
+    if args.traces in ("list", "rerun") and args.last < 0:
         raise UsageError(f"--last {args.last} must be 0 (all) or more")
     cfg = _load(args.overrides)
+    if args.traces == "rerun":
+        return _traces_rerun(args, cfg)
     store = traces.open_store(cfg)
     if args.traces == "list":
         print(traces.format_list(store.latest(last=args.last or None, status=status)))
@@ -708,6 +785,18 @@ def cmd_traces(args: argparse.Namespace) -> int:
             traces.export_jsonl(rows, sys.stdout)
     else:
         print(traces.format_replay(store.replay(), store, cfg.trace.db_url))
+    return EXIT_OK
+
+
+def _traces_rerun(args: argparse.Namespace, cfg) -> int:
+    from pipelines.tuning.rerun import format_rerun, parse_since, rerun_traces
+
+    report = rerun_traces(cfg, since=parse_since(args.since), last=args.last or None)
+    if args.json:
+        payload = {"totals": report.totals, "run_id": report.run_id, "queries": [r.to_dict() for r in report.rows]}
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+    else:
+        print(format_rerun(report))
     return EXIT_OK
 
 

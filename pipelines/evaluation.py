@@ -36,6 +36,7 @@ from components.common.text import unique
 from components.contracts import InvalidQueryError
 from components.errors import BadInputError
 from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD, connect, ensure_loaded
+from pipelines.manifest import check_sources_indexed
 from pipelines.settings import milvus_auth
 
 logger = logging.getLogger(__name__)
@@ -383,7 +384,8 @@ def build_systems(cfg: DictConfig, baselines: bool = True, record: bool = False)
 
 
 def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], label: str = "") -> Evaluation:
-    """Ask every system every query (timing each answer) and score them."""
+    """Ask every system every query (timing each answer) and score them; refuse sources the index lacks."""
+    check_sources_indexed(cfg, [query.relevant for query in queries])
     answers: dict[str, list[Ranked]] = {system.name: [] for system in systems}
     for query in queries:
         for system in systems:
@@ -405,13 +407,17 @@ def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], labe
     return Evaluation(queries=queries, answers=answers, report=report)
 
 
-def index_first(cfg: DictConfig, kb_path: str) -> DictConfig:
-    """Index `kb_path` into the configured collection; returns the config pointing at it."""
+def index_first(cfg: DictConfig, kb_path: str, replace: bool = False) -> DictConfig:
+    """
+    Index `kb_path` into the configured collection; returns the config pointing at it. An index
+    of another knowledge base is refused unless `replace` (`knowledge index --kb DIR --rebuild`).
+    """
     from omegaconf import OmegaConf
 
     from pipelines.indexing import run_indexing
+    from pipelines.manifest import kb_to_index
 
-    cfg = OmegaConf.merge(cfg, {"kb": {"path": kb_path}})
+    cfg = OmegaConf.merge(cfg, {"kb": {"path": kb_to_index(cfg, kb_path, rebuild=replace)}})
     report = run_indexing(cfg)
     logger.info("Indexed %s: %d chunks in the collection", kb_path, report.collection_count)
     return cfg
@@ -429,6 +435,7 @@ def run_evaluation_full(
     queries = load_queries(queries_path)
     if kb_path:
         cfg = index_first(cfg, kb_path)
+    check_sources_indexed(cfg, [query.relevant for query in queries])  # before the model loads
     evaluation = evaluate(cfg, queries, build_systems(cfg, baselines, record), label=str(queries_path))
     if details_path:
         _write_details(details_path, queries, evaluation.answers)

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from components.contracts import IndexReport
 from components.indexing.markdown_reader import check_knowledge_base
 from pipelines.errors import unwrap_pipeline_error
+from pipelines.manifest import write_manifest
 from pipelines.serialized import derived_values, load_pipeline
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ def run_indexing(cfg: DictConfig, rebuild: bool = False, progress_bar: bool = Fa
         raise unwrap_pipeline_error(exc) from exc
     plan = outputs["planner"]["plan"]
     writer = outputs["writer"]
+    write_manifest(cfg, outputs["reader"]["documents"], writer["count"])
     return IndexReport(
         added=plan.added,
         updated=plan.updated,

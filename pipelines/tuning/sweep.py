@@ -10,11 +10,13 @@ query-time keys; a combination that changes how chunks are made (`chunking.*`, `
 
 import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pipelines.evaluation import EvalQuery, build_systems, evaluate, index_first
+from pipelines.manifest import indexed_kb
 from pipelines.settings import ConfigError, load_config
 from pipelines.tuning.runs import RunLogger, metric_name
 
@@ -137,8 +139,13 @@ def run_sweep(
     baselines: bool = False,
     rank_by: str = "hit@1",
     experiment: str | None = None,
+    say: Callable[[str], None] = logger.info,
 ) -> SweepResult:
-    """Evaluate every combination of `overrides`; one child run each under one parent run."""
+    """
+    Evaluate every combination of `overrides`; one child run each under one parent run. A
+    combination with its own index re-indexes the knowledge base the base index holds (its
+    manifest's), or `kb_path`, into its own folder, and `say`s so.
+    """
     rankable(rank_by)
     combinations = expand(overrides)
     sweep_keys = swept_keys(overrides)
@@ -158,7 +165,9 @@ def run_sweep(
                 redirect.append(f"kb.path={kb_path}")
             cfg = load_config([*combination, *redirect])
             if redirect and any(affects_index(o) for o in combination):
-                index_first(cfg, cfg.kb.path)
+                kb = cfg.kb.path if kb_path or any(_key(o) == "kb.path" for o in combination) else indexed_kb(base_cfg)
+                say(f"{' '.join(swept) or 'base'}: re-indexing {kb} into {Path(cfg.l0.index_path).parent}")
+                index_first(cfg, kb, replace=True)  # its own folder: whatever it held before is stale
             logger.info("Sweep combination %d/%d: %s", number + 1, len(combinations), " ".join(swept))
             evaluation = evaluate(cfg, queries, build_systems(cfg, baselines), label=queries_label)
             run_id = runs.log_evaluation(
