@@ -50,13 +50,35 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
+def _status(error: str | None) -> Any:
+    from mlflow.entities import SpanStatus, SpanStatusCode
+
+    return SpanStatus(SpanStatusCode.ERROR, error) if error else "OK"
+
+
+def _write_span(span_data: dict[str, Any], parent: Any) -> None:
+    """One span and its child spans (retrieval attempts), with its attributes and events."""
+    import mlflow
+    from mlflow.entities import SpanEvent
+
+    span = mlflow.start_span_no_context(
+        name=span_data["name"],
+        span_type=span_data["span_type"],
+        parent_span=parent,
+        inputs=span_data["inputs"],
+        attributes={"component_type": span_data["component_type"], **span_data["attributes"]},
+        start_time_ns=span_data["start_ns"],
+    )
+    for name, attributes in span_data["events"]:
+        span.add_event(SpanEvent(name=name, timestamp=span_data["end_ns"], attributes=attributes))
+    for child in span_data["children"]:
+        _write_span(child, span)
+    span.end(outputs=span_data["outputs"], status=_status(span_data["error"]), end_time_ns=span_data["end_ns"])
+
+
 def _write(trace: dict[str, Any], experiment_id: str) -> None:
     """Hand one trace to MLflow: a root span and one child span per component, explicit times."""
     import mlflow
-    from mlflow.entities import SpanStatus, SpanStatusCode
-
-    def status(error: str | None) -> Any:
-        return SpanStatus(SpanStatusCode.ERROR, error) if error else "OK"
 
     root = mlflow.start_span_no_context(
         name=trace["name"],
@@ -68,19 +90,11 @@ def _write(trace: dict[str, Any], experiment_id: str) -> None:
         start_time_ns=trace["start_ns"],
     )
     for child in trace["spans"]:
-        span = mlflow.start_span_no_context(
-            name=child["name"],
-            span_type=child["span_type"],
-            parent_span=root,
-            inputs=child["inputs"],
-            attributes={"component_type": child["component_type"]},
-            start_time_ns=child["start_ns"],
-        )
-        span.end(outputs=child["outputs"], status=status(child["error"]), end_time_ns=child["end_ns"])
+        _write_span(child, root)
     root.end(
         outputs=trace["outputs"],
         attributes={"retrieval_details": trace["details"]},
-        status=status(trace["error"]),
+        status=_status(trace["error"]),
         end_time_ns=trace["end_ns"],
     )
 
