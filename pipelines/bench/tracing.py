@@ -84,9 +84,10 @@ def other_cpu_share(machine_start: float | None, tree_start: float, tree_end: fl
 
 
 def _flush() -> bool:
-    from components.tracing.mlflow_sink import flush_all
+    """Wait for the traces handed to MLflow so far, its writer left running (as in a server)."""
+    from components.tracing.mlflow_sink import drain
 
-    return flush_all(timeout=300)
+    return drain(timeout=300)
 
 
 def trace_cost(

@@ -368,3 +368,22 @@ def test_a_fallback_lookup_explains_each_decision_in_its_trace(traced, mlflow_st
     assert packer["budget_tokens"] == result.context_pack.budget_tokens and packer["kept"] == len(
         result.context_pack.blocks
     )
+
+
+def test_drain_waits_for_the_traces_and_leaves_mlflows_writer_running(traced, mlflow_store):
+    from mlflow.tracing.provider import _get_trace_exporter
+
+    from components.tracing.mlflow_sink import _export_queues, drain
+
+    service = traced()
+    results = [service.lookup(q) for q in ("certificate expiry", "pg replica lag")]
+    assert drain(timeout=180)
+    client = mlflow.MlflowClient(mlflow_store)
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    for result in results:
+        found = client.search_traces(
+            locations=[experiment.experiment_id], filter_string=f"tags.invocation_id = '{result.invocation_id}'"
+        )
+        assert len(found) == 1
+    assert _export_queues() and all(queue.is_active() for queue in _export_queues())
+    assert _get_trace_exporter() is not None
