@@ -21,8 +21,10 @@ result.metrics["hit_at_1/mean"]
 Details: docs/tracing.md ("Evaluations in MLflow").
 """
 
+import contextlib
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -179,7 +181,6 @@ def run_genai_evaluation(cfg: DictConfig, queries: list[EvalQuery], source: str,
         raise ValueError("--engine mlflow needs MLflow: set mlflow.tracking_uri (e.g. mlflow=sqlite)")
     # The pipeline is shared by MLflow's prediction threads; one keeps it simple on few cores.
     os.environ.setdefault("MLFLOW_GENAI_EVAL_MAX_WORKERS", "1")
-    os.environ.setdefault("MLFLOW_GENAI_EVAL_SKIP_TRACE_VALIDATION", "true")
     system = PipelineSystem(cfg)
 
     def predict(query: str) -> dict[str, Any]:
@@ -205,4 +206,6 @@ def run_genai_evaluation(cfg: DictConfig, queries: list[EvalQuery], source: str,
             ),
             context="evaluation",
         )
-        return mlflow.genai.evaluate(data=data, predict_fn=predict, scorers=genai_scorers())
+        # MLflow prints a banner: stdout keeps the command's own output (--json) clean.
+        with contextlib.redirect_stdout(sys.stderr):
+            return mlflow.genai.evaluate(data=data, predict_fn=predict, scorers=genai_scorers())

@@ -201,6 +201,13 @@ def test_eval_engine_mlflow_scores_the_pipeline_with_mlflow_genai_evaluate(track
     assert run.data.metrics["hit_at_1/mean"] == pytest.approx(metrics["hit_at_1/mean"])
     assert 0.0 < metrics["hit_at_1/mean"] <= metrics["hit_at_5/mean"] <= 1.0
     assert 0.0 < metrics["reciprocal_rank/mean"] <= 1.0
+    # One trace per answerable query, scored, in the run's Traces tab.
+    answerable = [line for line in Path(QUERIES).read_text().splitlines() if json.loads(line).get("relevant")]
+    traces = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, max_results=100)
+    assert len(traces) == len(answerable)
+    for trace in traces:
+        names = {a.name for a in client.get_trace(trace.info.trace_id).info.assessments}
+        assert {"hit_at_1", "hit_at_5", "reciprocal_rank", "expected_sources"} <= names
     # The same figures as the builtin evaluation of the pipeline.
     assert main(["eval", "--queries", QUERIES, "--no-baselines", "--json", *overrides, "mlflow.tracking_uri=null"]) == 0
     builtin = json.loads(capsys.readouterr().out)["systems"]["pipeline"]
