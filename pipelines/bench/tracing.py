@@ -103,15 +103,16 @@ def trace_cost(
     from components.tracing.trace_summary import build_trace
 
     build = build or build_trace
-    sink = service.trace_writer._sink
+    writer = service.trace_writer
+    sink = writer._sink
     held: list[Any] = []
-    submit = sink.submit
-    sink.submit = held.append
+    submit, sample_rate = sink.submit, writer.sample_rate
+    sink.submit, writer.sample_rate = held.append, 1.0  # every lookup here: the cost of one trace
     try:
         for i in range(n):
             service.lookup(queries[i % len(queries)])
     finally:
-        sink.submit = submit
+        sink.submit, writer.sample_rate = submit, sample_rate
     flush_all()
     cpu = time.process_time()
     traces = [build(job) for job in held]
@@ -253,6 +254,7 @@ def compare_tracing_overhead(
 
     report: dict[str, Any] = {
         "tracking_uri": cfg_on.mlflow.tracking_uri,
+        "sample_rate": cfg_on.mlflow.sample_rate,
         "threads": threads,
         "seconds": seconds,
         "rounds": rounds,
@@ -280,7 +282,8 @@ def compare_tracing_overhead(
 def format_tracing_figures(r: dict[str, Any]) -> list[str]:
     verdict = "within" if r["within_limit"] else "OVER"
     lines = [
-        f"MLflow tracing off vs on ({r['tracking_uri']}; {r['rounds']} alternating rounds, saturation "
+        f"MLflow tracing off vs on ({r['tracking_uri']}, mlflow.sample_rate={r.get('sample_rate')}; "
+        f"{r['rounds']} alternating rounds, saturation "
         f"{r['threads']} threads x {r['seconds']:g} s per mode and round, trace writing included)"
     ]
     for mode in ("off", "on"):

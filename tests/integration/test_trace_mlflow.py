@@ -46,6 +46,7 @@ def traced(sample_cfg, mlflow_store, tmp_path_factory):
                         f"mlflow.tracking_uri='{mlflow_store}'",
                         f"mlflow.experiment={EXPERIMENT}",
                         f"mlflow.artifact_location={state}/artifacts",
+                        "mlflow.sample_rate=1.0",  # every lookup traced (the default samples)
                         *overrides,
                     ),
                 )
@@ -280,7 +281,13 @@ def test_a_one_shot_cli_lookup_writes_its_trace_and_leaves_no_file_outside_the_s
 
     state, temp = tmp_path / "state", tmp_path / "tmp"
     temp.mkdir()
-    overrides = [f"paths.state_dir={state}", f"kb.path={SAMPLE_KB}", "mlflow=sqlite", f"mlflow.experiment={EXPERIMENT}"]
+    overrides = [
+        f"paths.state_dir={state}",
+        f"kb.path={SAMPLE_KB}",
+        "mlflow=sqlite",
+        f"mlflow.experiment={EXPERIMENT}",
+        "mlflow.sample_rate=1.0",
+    ]
     cfg = load_config(overrides)
     run_indexing(cfg, rebuild=True)
     server_manager_instance.release_server(cfg.milvus.uri)  # Milvus Lite: one process per db
