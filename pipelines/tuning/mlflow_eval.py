@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +54,23 @@ def query_frame(queries: list[EvalQuery]):
     )
 
 
-def log_query_set(client: Any, run_id: str, queries: list[EvalQuery], source: str) -> None:
-    """Log the query set as the run's evaluation dataset (name: the file's stem; digest of its rows)."""
+def query_dataset(queries: list[EvalQuery], source: str) -> Any:
+    """The query set as an MLflow dataset (name: the file's stem; MLflow digests its rows)."""
     import mlflow.data
+
+    with warnings.catch_warnings():
+        # A local path matches two of MLflow's artifact source types; both read it the same way.
+        warnings.filterwarnings("ignore", message="The specified dataset source can be interpreted")
+        return mlflow.data.from_pandas(
+            query_frame(queries), source=str(Path(source).resolve()), name=Path(source).stem, targets=EXPECTED_SOURCES
+        )
+
+
+def log_query_set(client: Any, run_id: str, queries: list[EvalQuery], source: str) -> None:
+    """Log the query set as the run's evaluation dataset."""
     from mlflow.entities import DatasetInput, InputTag
 
-    dataset = mlflow.data.from_pandas(
-        query_frame(queries), source=str(Path(source).resolve()), name=Path(source).stem, targets=EXPECTED_SOURCES
-    )
+    dataset = query_dataset(queries, source)
     context = InputTag(key="mlflow.data.context", value="evaluation")
     client.log_inputs(run_id, datasets=[DatasetInput(dataset=dataset._to_mlflow_entity(), tags=[context])])
 
@@ -197,15 +207,7 @@ def run_genai_evaluation(cfg: DictConfig, queries: list[EvalQuery], source: str,
     mlflow.set_tracking_uri(cfg.mlflow.tracking_uri)
     mlflow.set_experiment(experiment)
     with mlflow.start_run(run_name=f"{Path(source).stem}-genai"):
-        mlflow.log_input(
-            mlflow.data.from_pandas(
-                query_frame(queries),
-                source=str(Path(source).resolve()),
-                name=Path(source).stem,
-                targets=EXPECTED_SOURCES,
-            ),
-            context="evaluation",
-        )
+        mlflow.log_input(query_dataset(queries, source), context="evaluation")
         # MLflow prints a banner: stdout keeps the command's own output (--json) clean.
         with contextlib.redirect_stdout(sys.stderr):
             return mlflow.genai.evaluate(data=data, predict_fn=predict, scorers=genai_scorers())
