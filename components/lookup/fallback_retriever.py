@@ -193,7 +193,10 @@ class FallbackRetriever:
         """
         bar = self.evidence_bar(hints)
         trace = RetrievalTrace(
-            vector_store_mode=self.vector_store_mode, l1_enabled=self.l1_enabled, evidence_threshold=bar
+            vector_store_mode=self.vector_store_mode,
+            l1_enabled=self.l1_enabled,
+            evidence_threshold=bar,
+            reference_threshold=self.reference_threshold,
         )
         if not self.l1_enabled:
             return {"candidates": [], "retrieval_trace": trace}

@@ -201,6 +201,8 @@ def attempt_span(attempt: RetrievalAttempt, trace: RetrievalTrace, start_ns: int
         "candidate_count": attempt.candidate_count,
         "usable_count": attempt.usable_count,
         "evidence_threshold": trace.evidence_threshold,
+        # The bar a filtered attempt's top similarity had to reach to stand (else: low quality).
+        "reference_threshold": trace.reference_threshold if attempt.category_filter else None,
         "top_similarity": attempt.top_similarity,
         "unfiltered_top_similarity": attempt.unfiltered_top_similarity,
         "outcome": attempt.outcome,

@@ -349,6 +349,7 @@ def test_a_fallback_lookup_explains_each_decision_in_its_trace(traced, mlflow_st
     assert filtered["category_filter"] == category and category in filtered["filter_expression"]
     assert filtered["outcome"] == "retried: filtered_vector_low_quality"
     assert filtered["fallback_reason"] == "filtered_vector_low_quality"
+    assert filtered["top_similarity"] < filtered["reference_threshold"] == 0.95
     assert "category_filter" not in retry and retry["outcome"] == "selected" and "fallback_reason" not in retry
     for attempt, record in zip((filtered, retry), result.retrieval_trace.attempts, strict=True):
         assert attempt["legs_run"] == record.legs and "dense" in attempt["legs_run"]
