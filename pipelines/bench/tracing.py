@@ -233,6 +233,7 @@ def compare_tracing_overhead(
     lookups = {"off": 0, "on": 0}
     saturated = {"off": [0, 0.0], "on": [0, 0.0]}  # lookups, seconds (flush included)
     cpu = {"off": 0.0, "on": 0.0}
+    drain_s = {"off": 0.0, "on": 0.0}  # of the saturated time: waiting for the traces to be written
     flushed = True
     machine_start, tree_start, wall_start = _machine_busy_s(), tree.total(), time.perf_counter()
     for round_index in range(rounds):
@@ -245,7 +246,9 @@ def compare_tracing_overhead(
                 latencies[mode].append((time.perf_counter() - started) * 1000.0)
             started = time.perf_counter()
             done = _saturate(lookup, queries, threads, seconds)
+            waited = time.perf_counter()
             flushed = _flush() and flushed  # the traces are part of the work: their time counts
+            drain_s[mode] += time.perf_counter() - waited
             saturated[mode][0] += done
             saturated[mode][1] += time.perf_counter() - started
             lookups[mode] += latency_lookups + done
@@ -268,6 +271,7 @@ def compare_tracing_overhead(
             "lookups_per_s": round(saturated[mode][0] / saturated[mode][1], 2),
             "cpu_ms_per_lookup": round(cpu[mode] * 1000.0 / lookups[mode], 2),
             "lookups": lookups[mode],
+            "drain_s": round(drain_s[mode], 2),
         }
     report["throughput_cost"] = round(1.0 - report["on"]["lookups_per_s"] / report["off"]["lookups_per_s"], 4)
     report["p50_overhead"] = round(report["on"]["p50_ms"] / report["off"]["p50_ms"] - 1.0, 4)
@@ -290,7 +294,8 @@ def format_tracing_figures(r: dict[str, Any]) -> list[str]:
         m = r[mode]
         lines.append(
             f"  tracing {mode:<3}  saturated {m['lookups_per_s']:6.1f} lookups/s   CPU {m['cpu_ms_per_lookup']:6.1f} ms "
-            f"per lookup (all processes)   p50 {m['p50_ms']:6.1f} ms   p95 {m['p95_ms']:6.1f} ms   [{m['lookups']} lookups]"
+            f"per lookup (all processes)   p50 {m['p50_ms']:6.1f} ms   p95 {m['p95_ms']:6.1f} ms   [{m['lookups']} lookups, "
+            f"{m.get('drain_s', 0.0):.2f} s waiting for traces]"
         )
     lines.append(
         f"  tracing costs {r['throughput_cost'] * 100:+.1f}% of saturated throughput ({verdict} the "
