@@ -271,6 +271,24 @@ class Candidate(RecordContract, CheapDeepcopy):
     bm25_rank: int | None = None
 
 
+@dataclass(frozen=True)
+class AttemptHit:
+    """
+    One of the best chunks of one leg of a retrieval attempt, for the MLflow trace: `score` is the
+    leg's own score (the store's raw dense score, or Milvus's BM25 score), `similarity` the
+    normalized dense similarity every threshold uses. Immutable, so contracts share it.
+    """
+
+    leg: str
+    rank: int
+    evidence_key: str
+    source: str
+    similarity: float
+    score: float
+    score_label: str
+    preview: str
+
+
 @dataclass
 class RetrievalAttempt(Contract, CheapDeepcopy):
     """One L1 vector search and what came of it."""
@@ -294,6 +312,11 @@ class RetrievalAttempt(Contract, CheapDeepcopy):
     bm25_skipped: str | None = field(default=None, metadata=wire(omit_none=True))
     # A filtered attempt's check: the best dense similarity of the same search without the filter.
     unfiltered_top_similarity: float | None = field(default=None, metadata=wire(omit_none=True))
+    # For the MLflow trace only (neither the result nor the row): the best hits of each leg and
+    # when the attempt ran (ns since the epoch).
+    top_hits: tuple[AttemptHit, ...] = field(default=(), metadata=wire(json=None, record=None))
+    started_ns: int | None = field(default=None, metadata=wire(json=None, record=None))
+    ended_ns: int | None = field(default=None, metadata=wire(json=None, record=None))
 
 
 @dataclass
@@ -312,6 +335,8 @@ class RetrievalTrace(Contract, CheapDeepcopy):
     # The legs the attempts ran, and why the BM25 leg did not (None when it ran).
     legs: list[str] = field(default_factory=list)
     bm25_skipped: str | None = field(default=None, metadata=wire(omit_none=True))
+    # For the MLflow trace only: the top similarity a filtered attempt needed to stand.
+    reference_threshold: float | None = field(default=None, metadata=wire(json=None, record=None))
 
 
 @dataclass

@@ -142,6 +142,13 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "-m", "--multirun", action="store_true", help="sweep: every combination of a=1,2 / range() / choice() overrides"
     )
+    evaluate.add_argument(
+        "--engine",
+        choices=("builtin", "mlflow"),
+        default="builtin",
+        help="builtin (default: every system, all metrics) or mlflow: mlflow.genai.evaluate of the pipeline "
+        "with code-based hit@1/hit@5/reciprocal-rank scorers (docs/tracing.md)",
+    )
     evaluate.add_argument("--rank-by", default="hit@1", metavar="METRIC", help="rank sweep combinations (hit@1)")
     evaluate.add_argument("--search", metavar="NAME", help="Optuna search over the space of conf/search/NAME.yaml")
     evaluate.add_argument("--trials", type=int, default=20, metavar="N", help="search trials (default 20)")
@@ -529,7 +536,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
             return _eval_sweep(args, overrides)
         if has_sweep(overrides):
             raise UsageError("sweep overrides (a=1,2, range(), choice()) need -m: knowledge eval --queries FILE -m ...")
-        cfg = _load(overrides, [f"kb.path={args.kb}"] if args.kb else [])
+        # Recorded lookups are traced, every one, into the run's experiment (linked and labelled there).
+        recording = [f"mlflow.experiment={args.experiment}", "mlflow.sample_rate=1.0"] if args.record else []
+        cfg = _load(overrides, [*([f"kb.path={args.kb}"] if args.kb else []), *recording])
+        if args.engine == "mlflow":
+            return _eval_genai(args, cfg)
         evaluation = run_evaluation_full(
             cfg,
             args.queries,
@@ -545,6 +556,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run_id = runs.log_evaluation(evaluation, cfg, run_name=Path(args.queries).stem)
     for line in runs.announce(run_id):
         print(line, file=sys.stderr if args.json else sys.stdout)
+    return EXIT_OK
+
+
+def _eval_genai(args: argparse.Namespace, cfg) -> int:
+    from pipelines.evaluation import index_first, load_queries
+    from pipelines.tuning.mlflow_eval import run_genai_evaluation
+
+    queries = load_queries(args.queries)
+    if args.kb:
+        cfg = index_first(cfg, args.kb)
+    try:
+        result = run_genai_evaluation(cfg, queries, args.queries, args.experiment)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    metrics = {name: round(float(value), 4) for name, value in sorted(result.metrics.items())}
+    print(json.dumps(metrics, indent=2) if args.json else "\n".join(f"{k:<24}{v:.4f}" for k, v in metrics.items()))
+    print(f"MLflow run {result.run_id} in experiment {args.experiment!r} at {cfg.mlflow.tracking_uri}", file=sys.stderr)
     return EXIT_OK
 
 

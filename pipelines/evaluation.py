@@ -352,6 +352,9 @@ class Evaluation:
     queries: list[EvalQuery]
     answers: dict[str, list[Ranked]]
     report: dict[str, Any]
+    # When the questions started and ended (ms since the epoch): the MLflow run's real times.
+    started_ms: int | None = None
+    ended_ms: int | None = None
 
     def per_query_rows(self, system: str = "pipeline") -> list[dict[str, Any]]:
         """One row per query for `system`: what was expected, what came back, where the first hit was."""
@@ -387,6 +390,7 @@ def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], labe
     """Ask every system every query (timing each answer) and score them; refuse sources the index lacks."""
     check_sources_indexed(cfg, [query.relevant for query in queries])
     answers: dict[str, list[Ranked]] = {system.name: [] for system in systems}
+    started_ms = int(time.time() * 1000)
     for query in queries:
         for system in systems:
             started = time.perf_counter()
@@ -404,7 +408,9 @@ def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], labe
     }
     if "pipeline" in answers:
         report["domain_filter"] = filter_report(queries, answers, cfg.l0.index_path)
-    return Evaluation(queries=queries, answers=answers, report=report)
+    return Evaluation(
+        queries=queries, answers=answers, report=report, started_ms=started_ms, ended_ms=int(time.time() * 1000)
+    )
 
 
 def index_first(cfg: DictConfig, kb_path: str, replace: bool = False) -> DictConfig:

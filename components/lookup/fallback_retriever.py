@@ -1,4 +1,5 @@
 import logging
+import time
 from typing import Any
 
 from haystack import component
@@ -8,6 +9,7 @@ from components.contracts import (
     FALLBACK_LOW_QUALITY,
     FALLBACK_NO_EVIDENCE,
     FALLBACK_OUTSCORED,
+    AttemptHit,
     Candidate,
     L0Hints,
     QueryTransform,
@@ -32,6 +34,9 @@ DENSE = RetrievalLeg.dense.value
 BM25 = RetrievalLeg.bm25.value
 BM25_OFF = "disabled: retrieval.bm25_top_k=0"
 BM25_CANNOT_CHANGE = "not run: the exact dense leg found nothing usable in this filtered attempt, so it is retried"
+# Best hits of each leg kept per attempt for the MLflow trace, and the characters of their preview.
+TOP_HITS = 5
+HIT_PREVIEW_CHARS = 200
 # Index types whose dense search is exact: what it did not return scores no higher than what it did.
 EXACT_INDEX_TYPES = frozenset({"FLAT"})
 
@@ -39,6 +44,31 @@ EXACT_INDEX_TYPES = frozenset({"FLAT"})
 def usable(candidates: list[Candidate], evidence_threshold: float) -> list[Candidate]:
     """Candidates good enough to become evidence: the one rule shared by retrieval and post-processing."""
     return [c for c in candidates if c.similarity >= evidence_threshold]
+
+
+def top_hits(leg: str, candidates: list[Candidate], bm25: list[Bm25Hit] | None = None) -> tuple[AttemptHit, ...]:
+    """The first `TOP_HITS` chunks of one leg, in its order, with its own score beside the similarity."""
+    hits = []
+    for rank, candidate in enumerate(candidates[:TOP_HITS], start=1):
+        bm25_hit = bm25[rank - 1] if bm25 else None
+        hits.append(
+            AttemptHit(
+                leg=leg,
+                rank=bm25_hit.rank if bm25_hit else rank,
+                evidence_key=candidate.evidence_key,
+                source=candidate.source,
+                similarity=round(candidate.similarity, 4),
+                score=round(bm25_hit.score if bm25_hit else candidate.raw_score, 4),
+                score_label="bm25" if bm25_hit else candidate.raw_score_label,
+                preview=candidate.content[:HIT_PREVIEW_CHARS],
+            )
+        )
+    return tuple(hits)
+
+
+def bm25_top_hits(hits: list[Bm25Hit]) -> tuple[AttemptHit, ...]:
+    ranked = sorted(hits, key=lambda hit: hit.rank)
+    return top_hits(BM25, [hit.candidate for hit in ranked], ranked)
 
 
 @component
@@ -163,7 +193,10 @@ class FallbackRetriever:
         """
         bar = self.evidence_bar(hints)
         trace = RetrievalTrace(
-            vector_store_mode=self.vector_store_mode, l1_enabled=self.l1_enabled, evidence_threshold=bar
+            vector_store_mode=self.vector_store_mode,
+            l1_enabled=self.l1_enabled,
+            evidence_threshold=bar,
+            reference_threshold=self.reference_threshold,
         )
         if not self.l1_enabled:
             return {"candidates": [], "retrieval_trace": trace}
@@ -223,7 +256,9 @@ class FallbackRetriever:
         bar: float,
         trace: RetrievalTrace,
     ) -> tuple[list[Candidate], RetrievalAttempt]:
+        started_ns = time.time_ns()
         candidates, path, note = self._search_with_mode(embedding, category)
+        dense_top = top_hits(DENSE, candidates)
         scope = "category=" + repr(category) if category else "unfiltered"
         reason = f"vector:{path} attempt {index} ({scope})"
         for candidate in candidates:
@@ -259,6 +294,9 @@ class FallbackRetriever:
             bm25_count=None if hits is None else len(hits),
             bm25_only_count=None if hits is None else len(bm25_only),
             bm25_skipped=skipped,
+            top_hits=dense_top + bm25_top_hits(hits or []),
+            started_ns=started_ns,
+            ended_ns=time.time_ns(),
         )
         return candidates, attempt
 

@@ -338,7 +338,16 @@ class TraceWriter:
         )
         try:
             self._submit_trace(
-                invocation_id, STATUS_ERROR, arguments, started_at, details, trace_status, None, info, None, recording
+                invocation_id,
+                STATUS_ERROR,
+                arguments,
+                started_at,
+                details,
+                trace_status,
+                failure,
+                info,
+                None,
+                recording,
             )
         except Exception:  # MLflow is optional: the error result still goes back
             logger.debug("MLflow trace of %s not submitted", invocation_id, exc_info=True)

@@ -109,19 +109,28 @@ class RunLogger:
             return found.experiment_id
         return client.create_experiment(self.experiment, artifact_location=_artifact_uri(self.artifact_location))
 
-    def start(self, run_name: str, parent_id: str | None = None, tags: dict[str, str] | None = None) -> str | None:
-        """Create a run (a child of `parent_id` when given); returns its id, None when MLflow is off."""
+    def start(
+        self,
+        run_name: str,
+        parent_id: str | None = None,
+        tags: dict[str, str] | None = None,
+        start_time: int | None = None,
+    ) -> str | None:
+        """
+        Create a run (a child of `parent_id` when given), started at `start_time` (ms since the
+        epoch; default now); returns its id, None when MLflow is off.
+        """
         if not self.enabled:
             return None
         all_tags = dict(tags or {})
         if parent_id:
             all_tags["mlflow.parentRunId"] = parent_id
-        run = self._client().create_run(self.experiment_id(), run_name=run_name, tags=all_tags)
+        run = self._client().create_run(self.experiment_id(), run_name=run_name, tags=all_tags, start_time=start_time)
         return run.info.run_id
 
-    def finish(self, run_id: str | None, status: str = "FINISHED") -> None:
+    def finish(self, run_id: str | None, status: str = "FINISHED", end_time: int | None = None) -> None:
         if run_id:
-            self._client().set_terminated(run_id, status=status)
+            self._client().set_terminated(run_id, status=status, end_time=end_time)
 
     def log_params(self, run_id: str | None, params: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -152,18 +161,28 @@ class RunLogger:
         parent_id: str | None = None,
         tags: dict[str, str] | None = None,
     ) -> str | None:
-        """One run: the config as params, the metrics, the per-query table; returns the run id."""
-        run_id = self.start(run_name, parent_id, {"queries": evaluation.report["queries"], **(tags or {})})
+        """
+        One run over the evaluation's real start and end: the config as params, the metrics, the
+        per-query table, the query set as a dataset input, and (`--record`) the lookups' traces
+        linked and labelled (`pipelines.tuning.mlflow_eval`); returns the run id.
+        """
+        from pipelines.tuning.mlflow_eval import label_traces, log_query_set
+
+        queries = evaluation.report["queries"]
+        run_id = self.start(run_name, parent_id, {"queries": queries, **(tags or {})}, evaluation.started_ms)
         if run_id is None:
             return None
         try:
             self.log_params(run_id, flatten_params(cfg))
             self.log_metrics(run_id, evaluation_metrics(evaluation.report))
             self.log_table(run_id, evaluation.per_query_rows())
+            if queries:
+                log_query_set(self._client(), run_id, evaluation.queries, queries)
+            label_traces(self.tracking_uri, self.experiment_id(), run_id, evaluation)
         except Exception:
-            self.finish(run_id, "FAILED")
+            self.finish(run_id, "FAILED", evaluation.ended_ms)
             raise
-        self.finish(run_id)
+        self.finish(run_id, end_time=evaluation.ended_ms)
         return run_id
 
     def log_table(self, run_id: str | None, rows: list[dict[str, Any]], artifact_file: str = PER_QUERY_ARTIFACT):

@@ -117,6 +117,7 @@ def test_sidecar_comparison_is_searchable_as_trace_tags(sample_cfg, mlflow_store
                 f"mlflow.experiment={experiment}",
                 f"mlflow.artifact_location={tmp_path}/artifacts",
                 "sidecar.enabled=true",
+                "mlflow.sample_rate=1.0",
             ),
         )
     )

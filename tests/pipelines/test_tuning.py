@@ -163,6 +163,60 @@ def test_eval_with_record_links_each_query_to_its_tool_invocation_row(tracked, t
     store = open_store(load_config(overrides))
     assert len(ids) == 10 and all(store.get(invocation_id) is not None for invocation_id in ids)
 
+    # The query set is the run's dataset input.
+    (dataset_input,) = client.get_run(run.info.run_id).inputs.dataset_inputs
+    assert dataset_input.dataset.name == "sample-kb"
+    assert {t.key: t.value for t in dataset_input.tags}["mlflow.data.context"] == "evaluation"
+    # Each query's trace is in the run's experiment, linked to the run, with its labels.
+    traces = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, max_results=100)
+    assert sorted(t.info.tags["invocation_id"] for t in traces) == sorted(ids)
+    queries = {json.loads(line)["query"]: json.loads(line) for line in Path(QUERIES).read_text().splitlines()}
+    for found in traces:
+        trace = client.get_trace(found.info.trace_id)
+        labelled = {a.name: a for a in trace.info.assessments}
+        expected = queries[next(s for s in trace.data.spans if s.parent_id is None).inputs["query"]]
+        assert labelled["expected_sources"].expectation.value == sorted(expected.get("relevant") or [])
+        row = table["data"][ids.index(trace.info.tags["invocation_id"])]
+        rank = row[table["columns"].index("first_relevant_rank")]
+        if expected.get("relevant"):
+            assert labelled["hit_at_1"].feedback.value is (rank == 1)
+            assert labelled["first_relevant_rank"].feedback.value == (rank or 0)
+        else:
+            assert labelled["no_evidence"].feedback.value is not row[table["columns"].index("found")]
+    # The run spans the evaluation itself, not the moment it was logged.
+    assert run.info.start_time <= min(t.info.request_time for t in traces)
+    assert run.info.end_time >= max(t.info.request_time + t.info.execution_duration for t in traces)
+
+
+def test_eval_engine_mlflow_scores_the_pipeline_with_mlflow_genai_evaluate(tracked, capsys):
+    overrides, experiment, client = tracked
+
+    assert (
+        main(["eval", "--queries", QUERIES, "--engine", "mlflow", "--json", "--experiment", experiment, *overrides])
+        == 0
+    )
+
+    metrics = json.loads(capsys.readouterr().out)
+    (run,) = _runs(client, experiment)
+    assert run.data.metrics["hit_at_1/mean"] == pytest.approx(metrics["hit_at_1/mean"])
+    assert 0.0 < metrics["hit_at_1/mean"] <= metrics["hit_at_5/mean"] <= 1.0
+    assert 0.0 < metrics["reciprocal_rank/mean"] <= 1.0
+    # One trace per answerable query, scored, in the run's Traces tab.
+    answerable = [line for line in Path(QUERIES).read_text().splitlines() if json.loads(line).get("relevant")]
+    traces = client.search_traces(locations=[run.info.experiment_id], run_id=run.info.run_id, max_results=100)
+    assert len(traces) == len(answerable)
+    for trace in traces:
+        names = {a.name for a in client.get_trace(trace.info.trace_id).info.assessments}
+        assert {"hit_at_1", "hit_at_5", "reciprocal_rank", "expected_sources"} <= names
+    # The same figures as the builtin evaluation of the pipeline.
+    assert main(["eval", "--queries", QUERIES, "--no-baselines", "--json", *overrides, "mlflow.tracking_uri=null"]) == 0
+    builtin = json.loads(capsys.readouterr().out)["systems"]["pipeline"]
+    assert metrics["hit_at_1/mean"] == pytest.approx(builtin["hit@1"], abs=1e-4)
+    assert metrics["hit_at_5/mean"] == pytest.approx(builtin["hit@5"], abs=1e-4)
+    assert metrics["reciprocal_rank/mean"] == pytest.approx(builtin["mrr@10"], abs=1e-4)
+    # The query file among the run's datasets (MLflow adds the evaluated rows as one of its own).
+    assert "sample-kb" in {d.dataset.name for d in client.get_run(run.info.run_id).inputs.dataset_inputs}
+
 
 def test_rank_by_takes_report_or_mlflow_names_and_refuses_others():
     from pipelines.tuning.sweep import SweepResult, Trial, rankable

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from components.contracts import Candidate
 from components.tracing.stage_recorder import Stage, StageRecording
 from components.tracing.trace_summary import PREVIEW_CHARS, TraceJob, brief, build_trace, stage_data
 
@@ -47,19 +48,39 @@ def _job(stages: list[Stage], writer_started_ns: int | None = None, **extra) -> 
     )
 
 
-def test_a_trace_has_the_brief_details_and_one_span_per_stage_in_order():
+def _candidate(key: str, similarity: float, content: str = "text") -> Candidate:
+    return Candidate(
+        evidence_key=key,
+        source=f"{key}.md",
+        content=content,
+        similarity=similarity,
+        raw_score=similarity,
+        raw_score_label="cosine",
+        path="sdk",
+    )
+
+
+def test_a_trace_has_the_details_and_one_span_per_stage_in_order_with_retriever_documents():
+    from mlflow.entities import Document
+
+    candidates = [_candidate("a", 0.4, "y" * 1000), _candidate("b", 0.9)]
     stages = [
         Stage("query_transformer", "QueryTransformer", 110, 120, {"query": "disk full"}, {"query": "disk full"}),
-        Stage("retriever", "Retriever", 130, 400, {"embeddings": np.zeros((1, 384))}, {"candidates": [1, 2, 3]}),
+        Stage("retriever", "Retriever", 130, 400, {"embeddings": np.zeros((1, 384))}, {"candidates": candidates}),
         Stage("trace_writer", "TraceWriter", 900, None, {"arguments": {"query": "disk full"}}),
     ]
     trace = build_trace(_job(stages))
     assert trace["inputs"] == {"query": "disk full"}
-    assert trace["details"] == {"retrieval_layer": "L1", "evidence_blocks": 2, "fallback_reason": None}
+    assert trace["details"] == {"retrieval_layer": "L1", "evidence_blocks": [{}, {}], "fallback_reason": None}
     assert [s["name"] for s in trace["spans"]] == ["query_transformer", "retriever", "trace_writer"]
     retriever = trace["spans"][1]
     assert retriever["span_type"] == "RETRIEVER" and (retriever["start_ns"], retriever["end_ns"]) == (130, 400)
-    assert retriever["inputs"] == {"embeddings": "<array 1x384>"} and retriever["outputs"] == {"candidates": 3}
+    assert retriever["inputs"] == {"embeddings": "<array 1x384>"}
+    documents = [Document(**d) for d in retriever["outputs"]]
+    assert [d.id for d in documents] == ["b", "a"], "best first"
+    assert documents[0].metadata["doc_uri"] == "b.md" and documents[0].metadata["score"] == 0.9
+    # Not in the context pack: a preview only.
+    assert documents[1].page_content.startswith("y" * PREVIEW_CHARS) and len(documents[1].page_content) < 300
     writer = trace["spans"][2]
     assert writer["end_ns"] == 1000, "the writer's span ends with the trace"
     assert writer["outputs"] == {"invocation_id": "inv-1", "trace_status": "recorded"}
