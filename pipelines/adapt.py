@@ -273,7 +273,7 @@ class _ProgressLines(TrainerCallback):
     def __init__(self, say) -> None:
         self.say = say
 
-    def on_log(self, args, state, control, logs=None, **kwargs) -> None:
+    def on_log(self, _args, state, _control, logs=None, **kwargs) -> None:
         if logs and "loss" in logs:
             self.say(f"  step {state.global_step}/{state.max_steps}: loss {logs['loss']:.4f}")
 

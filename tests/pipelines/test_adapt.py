@@ -147,7 +147,7 @@ def test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model(sma
     assert any("estimated training time" in line for line in lines)
 
     class Crash(TrainerCallback):
-        def on_save(self, args, state, control, **kwargs):
+        def on_save(self, _args, _state, _control, **kwargs):
             raise RuntimeError("killed after the first checkpoint")
 
     with pytest.raises(RuntimeError, match="killed"):
