@@ -134,7 +134,7 @@ def test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model(sma
     from transformers import TrainerCallback
 
     from pipelines.adapt import CHECKPOINTS, AdaptOptions, adapt_model
-    from pipelines.indexing import index_fingerprint, run_indexing
+    from pipelines.indexing import index_fingerprint
 
     cfg = make_config()
     lines: list[str] = []
@@ -169,5 +169,29 @@ def test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model(sma
 
     model_cfg = make_config(f"kb.path={small_kb}", f"embedder.model={tmp_path / 'a'}")
     assert index_fingerprint(model_cfg) != index_fingerprint(make_config(f"kb.path={small_kb}"))
-    report = run_indexing(model_cfg)
-    assert report.chunks_written > 0
+    _sweep_base_against_adapted(small_kb, tmp_path / "a", tmp_path / "sweep-state")
+
+
+def _sweep_base_against_adapted(kb: Path, model: Path, state: Path) -> None:
+    """`knowledge eval -m embedder.model=BASE,DIR`: both models in one run, each indexed into its own folder."""
+    from pipelines.evaluation import load_queries
+    from pipelines.tuning.sweep import run_sweep
+
+    sources = {str(p.relative_to(kb)) for p in kb.rglob("*.md")}
+    lines = (EVAL_DIR / "sample-kb.jsonl").read_text(encoding="utf-8").splitlines()
+    chosen = [line for line in lines if line.strip() and set(json.loads(line)["relevant"]) <= sources][:3]
+    assert chosen
+    queries_file = state.parent / "queries.jsonl"
+    queries_file.write_text("\n".join(chosen) + "\n", encoding="utf-8")
+    result = run_sweep(
+        [f"embedder.model=packaged:all-MiniLM-L6-v2,{model}", f"paths.state_dir={state}", "mlflow=off"],
+        load_queries(str(queries_file)),
+        str(queries_file),
+        kb_path=str(kb),
+    )
+    assert [trial.swept for trial in result.trials] == [
+        ["embedder.model=packaged\\:all-MiniLM-L6-v2"],
+        [f"embedder.model={model}"],
+    ]
+    assert all(trial.metrics["answerable"] == len(chosen) for trial in result.trials)
+    assert len(list((state / "sweep-index").iterdir())) == 2  # each model indexed into its own folder
