@@ -195,3 +195,15 @@ def _sweep_base_against_adapted(kb: Path, model: Path, state: Path) -> None:
     ]
     assert all(trial.metrics["answerable"] == len(chosen) for trial in result.trials)
     assert len(list((state / "sweep-index").iterdir())) == 2  # each model indexed into its own folder
+
+
+def test_a_model_trained_again_into_the_same_folder_changes_the_index_fingerprint(make_config, tmp_path):
+    from pipelines.indexing import index_fingerprint
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "adapt.json").write_text('{"train_seconds": 1}', encoding="utf-8")
+    first = index_fingerprint(make_config(f"embedder.model={folder}"))
+    (folder / "adapt.json").write_text('{"train_seconds": 2}', encoding="utf-8")
+    assert index_fingerprint(make_config(f"embedder.model={folder}")) != first
+    assert "@" not in index_fingerprint(make_config())  # the packaged model's fingerprint is unchanged
