@@ -30,8 +30,9 @@ def index_fingerprint(cfg: DictConfig) -> str:
     """Everything besides file content that changes chunks or vectors."""
     chunking = cfg.chunking
     revision = model_revision(cfg.embedder.model)
+    model = f"{cfg.embedder.model}@{revision}" if revision else cfg.embedder.model
     return (
-        f"model={cfg.embedder.model}{'@' + revision if revision else ''};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
+        f"model={model};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
         f"format={CHUNK_FORMAT_VERSION}"
     )
 
