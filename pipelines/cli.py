@@ -9,6 +9,7 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge eval --queries FILE [-m] [--search NAME --trials N] [key=value ...]
     knowledge compare --queries FILE [--top-k K] [--json] [key=value ...]
     knowledge compare --a "k=v ..." --b "k=v ..." --queries FILE [--report FILE] [--json] [key=value ...]
+    knowledge adapt [--kb DIR] [--epochs N] [--output DIR] [--seed S] [key=value ...]
     knowledge bench index|lookup|serve|all [options] [key=value ...]
     knowledge traces list [--last N] [--status ok|error] [key=value ...]
     knowledge traces show ID [--json] [key=value ...]
@@ -161,6 +162,26 @@ def _parser() -> argparse.ArgumentParser:
         "--experiment", default="lookup-knowledge-eval", metavar="NAME", help="MLflow experiment of the runs"
     )
     evaluate.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+    adapt = sub.add_parser(
+        "adapt",
+        help="fine-tune the embedding model on the knowledge base alone (no labels), for embedder.model=DIR",
+        description="Fine-tune embedder.model (the packaged all-MiniLM-L6-v2) on pairs made from the knowledge base "
+        "alone: title -> section, heading path -> section, first sentence -> rest, with in-batch negatives and "
+        "a sibling document's hard negative. Resumable (checkpoints in DIR/checkpoints), deterministic with "
+        "--seed; writes a model folder with a model card. Use it with embedder.model=DIR.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    adapt.add_argument("--kb", metavar="DIR", help="knowledge base folder (default: kb.path)")
+    adapt.add_argument("--epochs", type=int, default=1, metavar="N", help="training epochs (default 1)")
+    adapt.add_argument(
+        "--output", metavar="DIR", help="model folder (default: paths.state_dir/models/adapted-<kb folder name>)"
+    )
+    adapt.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    adapt.add_argument("--batch-size", type=int, default=32, metavar="B", help="pairs per batch (default 32)")
+    adapt.add_argument("--max-steps", type=int, metavar="N", help="stop after N steps (default: all epochs)")
+    adapt.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     comparison = sub.add_parser(
         "compare",
@@ -626,6 +647,28 @@ def _eval_search(args: argparse.Namespace, name: str, overrides: list[str]) -> i
     return EXIT_OK
 
 
+def cmd_adapt(args: argparse.Namespace) -> int:
+    for name in ("epochs", "batch_size", "max_steps"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} {value} must be 1 or more")
+    cfg = _load(args.overrides)  # a bad config fails before the slow imports below
+
+    from pipelines.adapt import AdaptOptions, adapt_model
+
+    options = AdaptOptions(
+        kb_path=args.kb,
+        output=args.output,
+        epochs=args.epochs,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        max_steps=args.max_steps,
+        progress_bar=sys.stderr.isatty(),
+    )
+    adapt_model(cfg, options, say=lambda line: print(line, flush=True))
+    return EXIT_OK
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from pipelines.compare import QueryFileError, format_summary, read_queries, run_comparison
 
@@ -843,6 +886,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "lookup": cmd_lookup,
     "eval": cmd_eval,
     "compare": cmd_compare,
+    "adapt": cmd_adapt,
     "bench": cmd_bench,
     "serve": cmd_serve,
     "traces": cmd_traces,

@@ -14,6 +14,7 @@ import time
 from haystack import Pipeline
 from omegaconf import DictConfig
 
+from components.common.embedding_models import model_revision
 from components.contracts import IndexReport
 from components.indexing.markdown_reader import check_knowledge_base
 from pipelines.errors import unwrap_pipeline_error
@@ -29,8 +30,10 @@ CHUNK_FORMAT_VERSION = 4
 def index_fingerprint(cfg: DictConfig) -> str:
     """Everything besides file content that changes chunks or vectors."""
     chunking = cfg.chunking
+    revision = model_revision(cfg.embedder.model)
+    model = f"{cfg.embedder.model}@{revision}" if revision else cfg.embedder.model
     return (
-        f"model={cfg.embedder.model};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
+        f"model={model};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
         f"format={CHUNK_FORMAT_VERSION}"
     )
 

