@@ -527,6 +527,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return _print_config(overrides)
     if not args.queries:
         raise UsageError("give --queries FILE (or --cfg to print the config)")
+    _check_tuning_options(args, search)
     try:
         if search:
             return _eval_search(args, search, overrides)
@@ -552,6 +553,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     except EvaluationInputError as exc:
         raise UsageError(str(exc)) from exc
     return EXIT_OK
+
+
+def _check_tuning_options(args: argparse.Namespace, search: str | None) -> None:
+    """Options of a search or a sweep given to a command that would ignore them: say so rather than guard nothing."""
+    search_only = [
+        name
+        for name, value in (("--study", args.study), ("--resume", args.resume), ("--holdout", args.holdout))
+        if value
+    ]
+    tuning = [name for name, value in (("--guard", args.guard), ("--constraint", args.constraint)) if value]
+    if search_only and not search:
+        raise UsageError(f"{', '.join(search_only)}: only with a search (--search NAME)")
+    if tuning and not (search or args.multirun):
+        raise UsageError(f"{', '.join(tuning)}: only with a search (--search NAME) or a sweep (-m)")
 
 
 def _print_config(overrides: Sequence[str]) -> int:

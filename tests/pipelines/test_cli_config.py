@@ -21,3 +21,10 @@ def test_a_comma_value_without_m_names_m(command, tmp_path, capsys):
     assert main([*command, f"paths.state_dir={tmp_path}", "retrieval.top_k=10,20"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "run with -m" in err and "retrieval.top_k=10,20" in err
+
+
+def test_search_options_without_a_search_are_refused(capsys):
+    assert main(["eval", "--queries", "eval/sample-kb.jsonl", "--guard", "eval/offtopic-alerts.jsonl"]) == 2
+    assert "--guard: only with a search (--search NAME) or a sweep (-m)" in capsys.readouterr().err
+    assert main(["eval", "--queries", "eval/sample-kb.jsonl", "-m", "--resume", "retrieval.top_k=5,10"]) == 2
+    assert "--resume: only with a search (--search NAME)" in capsys.readouterr().err
