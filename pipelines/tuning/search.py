@@ -189,7 +189,9 @@ def open_study(storage: str, space: SearchSpace, study_name: str | None, resume:
     if not resume and study_name in names:
         raise ConfigError(f"study {study_name!r} exists in {storage}: --resume continues it, or give another --study")
     study_name = study_name or f"{space.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:4]}"
-    sampler = optuna.samplers.TPESampler(seed=seed, constraints_func=_constraint_values)
+    # A resumed study moves the seed on by its trials: the same seed would draw the same startup settings again.
+    done = names[study_name].n_trials if resume else 0
+    sampler = optuna.samplers.TPESampler(seed=seed + done, constraints_func=_constraint_values)
     study = optuna.create_study(
         storage=storage, study_name=study_name, direction=space.direction, sampler=sampler, load_if_exists=resume
     )

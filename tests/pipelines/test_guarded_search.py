@@ -137,3 +137,21 @@ def test_a_sweep_ranks_feasible_combinations_first(sample_cfg, tmp_path, capsys)
     assert main([*argv, "retrieval.evidence_threshold=0.1,0.05", *overrides]) == 1
     captured = capsys.readouterr()
     assert "no combination met the constraints" in captured.out and captured.err.count("\n") == 1
+
+
+def test_a_resumed_study_draws_new_settings_not_the_first_ones_again(tmp_path):
+    from pipelines.tuning.search import SearchSpace, open_study, study_storage
+
+    space = SearchSpace("s", "hit@1", "maximize", {"retrieval.top_k": {"low": 1, "high": 10_000}})
+    storage = study_storage(str(tmp_path))
+
+    def objective(trial):
+        trial.set_user_attr("constraint_values", [0.0])
+        return trial.suggest_int("retrieval.top_k", 1, 10_000)
+
+    first = open_study(storage, space, "s1", resume=False, seed=0, constraints=[])
+    first.optimize(objective, n_trials=3)
+    resumed = open_study(storage, space, None, resume=True, seed=0, constraints=[])
+    resumed.optimize(objective, n_trials=3)
+    values = [t.params["retrieval.top_k"] for t in resumed.trials]
+    assert len(values) == 6 and not set(values[:3]) & set(values[3:])
