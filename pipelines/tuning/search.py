@@ -174,7 +174,12 @@ def study_storage(state_dir: str) -> str:
 
 def open_study(storage: str, space: SearchSpace, study_name: str | None, resume: bool, seed: int, constraints):
     """A new study, or with `resume` the named (or latest) study of this space; Optuna's constrained TPE either way."""
+    import warnings
+
     import optuna
+
+    # constraints_func is marked experimental in Optuna 4; it is the documented way to constrain TPE.
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
     names = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
     if resume and study_name is None:
@@ -233,12 +238,8 @@ def run_search(
     experiment: str | None = None,
 ) -> SearchResult:
     """Run `trials` constrained Optuna trials on the tuning and guard sets, then judge the best and the defaults."""
-    import warnings
-
     import optuna
 
-    # constraints_func is marked experimental in Optuna 4; it is the documented way to constrain TPE.
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     if trials < 1:
         raise ConfigError(f"--trials {trials} must be at least 1")
     constraints = list(constraints or [])
