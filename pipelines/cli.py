@@ -645,7 +645,7 @@ def _eval_search(args: argparse.Namespace, name: str, overrides: list[str]) -> i
         experiment=args.experiment,
     )
     print(format_search(result))
-    for line in result.runs.announce(result.parent_run_id, f"parent run of {len(result.trials)} trial runs"):
+    for line in result.runs.announce(result.parent_run_id, f"parent run of this run's {args.trials} trial runs"):
         print(line)
     print(f"  study {result.study_name}: optuna-dashboard {result.storage}")
     if result.best is None:
