@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -112,9 +114,16 @@ agreement = pd.DataFrame(
     ]
 ).set_index("id")
 
-axes = agreement[["overlap_at_k", "jaccard", "rbo"]].plot.bar(figsize=(8, 3), ylim=(0, 1.05), rot=0)
+# One row per query, the lowest agreement at the top: the chart grows with the queries, so its labels
+# stay readable at 40 queries and more (a vertical bar per query would overlap its labels).
+shown = agreement.sort_values(["rbo", "overlap_at_k"], ascending=False)
+axes = shown[["overlap_at_k", "jaccard", "rbo"]].plot.barh(
+    figsize=(8, max(3, 0.3 * len(shown) + 1)), xlim=(0, 1.05), width=0.8
+)
 axes.set_title(f"Agreement per query (run {run_id[:8]})")
-axes.set_ylabel("share")
+axes.set_xlabel("share")
+axes.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+plt.tight_layout()
 plt.show()
 agreement
 

@@ -144,17 +144,20 @@ plt.show()
 
 # %%
 keeping = table[table["rejection"] >= MIN_REJECTION]
-candidates = keeping if not keeping.empty else table
-best = candidates.sort_values(
-    ["hit_at_1", "answer_rate", "fallback_rate", "evidence_threshold", "reference_threshold"],
-    ascending=[False, False, True, True, True],
-).iloc[0]
-RECOMMENDED = (
-    f"retrieval.evidence_threshold={best['evidence_threshold']} "
-    f"retrieval.reference_threshold={best['reference_threshold']}"
-)
-print(
-    f"hit@1 {best['hit_at_1']:.3f}, answer rate {best['answer_rate']:.3f}, rejection {best['rejection']:.3f}, "
-    f"fallback rate {best['fallback_rate']:.3f} (run {best['run_id']})"
-)
-print("recommended override line:", RECOMMENDED)
+if keeping.empty:  # a recommendation must keep the guard: none rather than a setting that breaks it
+    RECOMMENDED = None
+    print(f"no setting keeps the off-topic rejection rate at {MIN_REJECTION} or above: no recommendation")
+else:
+    best = keeping.sort_values(
+        ["hit_at_1", "answer_rate", "fallback_rate", "evidence_threshold", "reference_threshold"],
+        ascending=[False, False, True, True, True],
+    ).iloc[0]
+    RECOMMENDED = (
+        f"retrieval.evidence_threshold={best['evidence_threshold']} "
+        f"retrieval.reference_threshold={best['reference_threshold']}"
+    )
+    print(
+        f"hit@1 {best['hit_at_1']:.3f}, answer rate {best['answer_rate']:.3f}, rejection {best['rejection']:.3f}, "
+        f"fallback rate {best['fallback_rate']:.3f} (run {best['run_id']})"
+    )
+    print("recommended override line:", RECOMMENDED)

@@ -6,7 +6,9 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge lookup --batch FILE [key=value ...]
     knowledge lookup --url http://127.0.0.1:1416 "QUERY"
     knowledge serve [--host H] [--port P] [--mcp] [--workers N] [key=value ...]
-    knowledge eval --queries FILE [-m] [--search NAME --trials N] [key=value ...]
+    knowledge eval --queries FILE [--queries FILE ...] [--guard FILE] [-m] [--search NAME --trials N]
+                   [--constraint SPEC] [--study NAME --resume] [key=value ...]
+    knowledge eval|lookup|serve --cfg [key=value ...]
     knowledge compare --queries FILE [--top-k K] [--json] [key=value ...]
     knowledge compare --a "k=v ..." --b "k=v ..." --queries FILE [--report FILE] [--json] [key=value ...]
     knowledge adapt [--kb DIR] [--epochs N] [--output DIR] [--seed S] [key=value ...]
@@ -98,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     lookup.add_argument(
         "--url", metavar="URL", help="ask a running `knowledge serve` (e.g. http://127.0.0.1:1416) instead"
     )
+    lookup.add_argument("--cfg", action="store_true", help="print the composed config (YAML) and exit")
     lookup.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     serve = sub.add_parser(
@@ -117,6 +120,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="worker processes sharing the port (default serve.workers, 1); above 1 needs milvus=server",
     )
+    serve.add_argument("--cfg", action="store_true", help="print the composed config (YAML) and exit")
     serve.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     evaluate = sub.add_parser(
@@ -126,11 +130,19 @@ def _parser() -> argparse.ArgumentParser:
         "and the answer rate on answerable ones, for the full pipeline, plain dense retrieval and a "
         "BM25 + dense reciprocal-rank-fusion hybrid over the same chunks, and log them as one MLflow run. "
         "-m sweeps Hydra overrides (a=1,2, range(), choice()): one child run per combination; --search NAME "
-        "runs an Optuna search over conf/search/NAME.yaml with a held-out split.",
+        "runs Optuna's constrained search over conf/search/NAME.yaml (or a YAML path) with a held-out split. "
+        "Searches and sweeps keep to constraints (--constraint, --guard): the printed best meets all of them, "
+        "and none feasible exits 1.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    evaluate.add_argument("--queries", required=True, metavar="FILE", help="JSONL: query, relevant (sources), kind")
+    evaluate.add_argument(
+        "--queries",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="JSONL: query, relevant (sources), kind; repeat it to evaluate several sets together, each reported apart",
+    )
     evaluate.add_argument(
         "--kb", metavar="DIR", help="index this knowledge base first (into the configured collection)"
     )
@@ -153,7 +165,33 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--rank-by", default="hit@1", metavar="METRIC", help="rank sweep combinations (hit@1)")
     evaluate.add_argument("--search", metavar="NAME", help="Optuna search over the space of conf/search/NAME.yaml")
     evaluate.add_argument("--trials", type=int, default=20, metavar="N", help="search trials (default 20)")
-    evaluate.add_argument("--holdout", metavar="FILE", help="held-out queries for the search's best setting")
+    evaluate.add_argument(
+        "--holdout",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="held-out queries for the search's best (repeatable)",
+    )
+    evaluate.add_argument(
+        "--guard",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a query set scored in every trial for the constraints only, e.g. eval/offtopic-alerts.jsonl (repeatable)",
+    )
+    evaluate.add_argument(
+        "--constraint",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="search/sweep constraint METRIC[@SET]>=X or <=X, e.g. 'no_evidence_rate>=0.95' (every set with "
+        "off-topic queries) or 'answer_rate@prometheus-dev>=0.95' (SET: a query file's stem); adds to the "
+        "space's constraints (a sweep's default: no_evidence_rate>=0.95); 'none' drops those (repeatable)",
+    )
+    evaluate.add_argument("--study", metavar="NAME", help="Optuna study name in paths.state_dir/optuna.db")
+    evaluate.add_argument(
+        "--resume", action="store_true", help="continue the --study NAME (default: the latest study of the space)"
+    )
     evaluate.add_argument(
         "--holdout-share", type=float, default=0.3, metavar="S", help="without --holdout: share held out (0.3)"
     )
@@ -161,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--experiment", default="lookup-knowledge-eval", metavar="NAME", help="MLflow experiment of the runs"
     )
+    evaluate.add_argument("--cfg", action="store_true", help="print the composed config (YAML) and exit")
     evaluate.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     adapt = sub.add_parser(
@@ -461,6 +500,8 @@ def cmd_lookup(args: argparse.Namespace) -> int:
     from pipelines.lookup import LookupService
 
     overrides = list(args.overrides)
+    if args.cfg:  # an override given first lands in QUERY
+        return _print_config([args.query, *overrides] if args.query is not None else overrides)
     if args.url:
         return _lookup_remote(args)
     if args.batch:
@@ -522,6 +563,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from pipelines.serving.bind import check_bind, check_workers, resolve_api_key
 
     _check_port(args.port)
+    if args.cfg:
+        return _print_config(args.overrides)
     cfg = _load(args.overrides)
     host = args.host or cfg.serve.host
     workers = args.workers if args.workers is not None else cfg.serve.workers
@@ -550,6 +593,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for override in overrides:
         if "=" not in override:
             raise UsageError(f"unexpected argument {override!r}: overrides look like key=value")
+    if args.cfg:
+        return _print_config(overrides)
+    if not args.queries:
+        raise UsageError("give --queries FILE (or --cfg to print the config)")
+    _check_tuning_options(args, search)
     try:
         if search:
             return _eval_search(args, search, overrides)
@@ -562,21 +610,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cfg = _load(overrides, [*([f"kb.path={args.kb}"] if args.kb else []), *recording])
         if args.engine == "mlflow":
             return _eval_genai(args, cfg)
-        evaluation = run_evaluation_full(
-            cfg,
-            args.queries,
-            kb_path=args.kb,
-            baselines=not args.no_baselines,
-            details_path=args.details,
-            record=args.record,
-        )
+        for number, queries in enumerate(args.queries):
+            evaluation = run_evaluation_full(
+                cfg,
+                queries,
+                kb_path=args.kb if number == 0 else None,
+                baselines=not args.no_baselines,
+                details_path=args.details,
+                record=args.record,
+            )
+            print(json.dumps(evaluation.report, indent=2) if args.json else format_metrics(evaluation.report))
+            runs = RunLogger.from_config(cfg, args.experiment)
+            run_id = runs.log_evaluation(evaluation, cfg, run_name=Path(queries).stem)
+            for line in runs.announce(run_id):
+                print(line, file=sys.stderr if args.json else sys.stdout)
     except EvaluationInputError as exc:
         raise UsageError(str(exc)) from exc
-    print(json.dumps(evaluation.report, indent=2) if args.json else format_metrics(evaluation.report))
-    runs = RunLogger.from_config(cfg, args.experiment)
-    run_id = runs.log_evaluation(evaluation, cfg, run_name=Path(args.queries).stem)
-    for line in runs.announce(run_id):
-        print(line, file=sys.stderr if args.json else sys.stdout)
     return EXIT_OK
 
 
@@ -584,11 +633,14 @@ def _eval_genai(args: argparse.Namespace, cfg) -> int:
     from pipelines.evaluation import index_first, load_queries
     from pipelines.tuning.mlflow_eval import run_genai_evaluation
 
-    queries = load_queries(args.queries)
+    if len(args.queries) > 1:
+        raise UsageError("--engine mlflow evaluates one --queries file at a time")
+    queries_path = args.queries[0]
+    queries = load_queries(queries_path)
     if args.kb:
         cfg = index_first(cfg, args.kb)
     try:
-        result = run_genai_evaluation(cfg, queries, args.queries, args.experiment)
+        result = run_genai_evaluation(cfg, queries, queries_path, args.experiment)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     metrics = {name: round(float(value), 4) for name, value in sorted(result.metrics.items())}
@@ -597,53 +649,103 @@ def _eval_genai(args: argparse.Namespace, cfg) -> int:
     return EXIT_OK
 
 
+def _check_tuning_options(args: argparse.Namespace, search: str | None) -> None:
+    """Options of a search or a sweep given to a command that would ignore them: say so rather than guard nothing."""
+    search_only = [
+        name
+        for name, value in (("--study", args.study), ("--resume", args.resume), ("--holdout", args.holdout))
+        if value
+    ]
+    tuning = [name for name, value in (("--guard", args.guard), ("--constraint", args.constraint)) if value]
+    if search_only and not search:
+        raise UsageError(f"{', '.join(search_only)}: only with a search (--search NAME)")
+    if tuning and not (search or args.multirun):
+        raise UsageError(f"{', '.join(tuning)}: only with a search (--search NAME) or a sweep (-m)")
+
+
+def _print_config(overrides: Sequence[str]) -> int:
+    """The composed config as YAML, secrets masked (`--cfg`)."""
+    from omegaconf import OmegaConf
+
+    from pipelines.settings import SECRET_KEYS
+
+    cfg = _load(overrides)
+    for key in SECRET_KEYS:
+        if OmegaConf.select(cfg, key):
+            OmegaConf.update(cfg, key, "***")
+    print(OmegaConf.to_yaml(cfg), end="")
+    return EXIT_OK
+
+
+def _eval_sets(args: argparse.Namespace):
+    from pipelines.tuning.guards import load_sets
+
+    tuning = load_sets(args.queries, "tuning")
+    return tuning, load_sets(args.guard, "guard", tuning)
+
+
 def _eval_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
-    from pipelines.evaluation import load_queries
+    from pipelines.tuning.guards import DEFAULT_SWEEP_CONSTRAINTS, parse_constraints
     from pipelines.tuning.sweep import format_ranking, run_sweep
 
-    queries = load_queries(args.queries)
+    constraints = parse_constraints(list(DEFAULT_SWEEP_CONSTRAINTS), args.constraint, "the sweep's default guard")
+    tuning, guards = _eval_sets(args)
     result = run_sweep(
         overrides,
-        queries,
-        args.queries,
+        [],
+        ", ".join(args.queries),
         kb_path=args.kb,
         baselines=not args.no_baselines,
         rank_by=args.rank_by,
         experiment=args.experiment,
         say=lambda line: print(line, file=sys.stderr, flush=True),
+        sets=[*tuning, *guards],
+        constraints=constraints,
     )
     print(format_ranking(result))
     for line in result.runs.announce(result.parent_run_id, f"parent run of {len(result.trials)} child runs"):
         print(line)
+    if result.best is None:
+        print("knowledge: error: no combination met the constraints", file=sys.stderr)
+        return EXIT_FAILURE
     return EXIT_OK
 
 
 def _eval_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int:
-    from pipelines.evaluation import index_first, load_queries
-    from pipelines.tuning.search import SearchSpace, format_search, run_search, split_queries
+    from pipelines.evaluation import index_first
+    from pipelines.tuning.guards import load_sets, parse_constraints
+    from pipelines.tuning.search import SearchSpace, format_search, run_search, split_sets
 
     space = SearchSpace.load(name)
+    constraints = parse_constraints(space.constraints, args.constraint, space.origin)
     cfg = _load(overrides)
+    tuning, guards = _eval_sets(args)
+    if args.holdout:
+        held_out = load_sets(args.holdout, "held-out", [*tuning, *guards])
+    else:
+        tuning, held_out = split_sets(tuning, args.holdout_share, args.seed)
     if args.kb:
         index_first(cfg, args.kb)
-    queries = load_queries(args.queries)
-    if args.holdout:
-        tuning, held_out = queries, load_queries(args.holdout)
-    else:
-        tuning, held_out = split_queries(queries, args.holdout_share, args.seed)
     result = run_search(
         space,
         overrides,
         tuning,
+        guards,
         held_out,
         args.trials,
         args.seed,
-        queries_label=args.queries,
+        constraints=constraints,
+        study_name=args.study,
+        resume=args.resume,
         experiment=args.experiment,
     )
     print(format_search(result))
-    for line in result.runs.announce(result.parent_run_id, f"parent run of {len(result.trials)} trial runs"):
+    for line in result.runs.announce(result.parent_run_id, f"parent run of this run's {args.trials} trial runs"):
         print(line)
+    print(f"  study {result.study_name}: optuna-dashboard {result.storage}")
+    if result.best is None:
+        print("knowledge: error: no trial met the constraints", file=sys.stderr)
+        return EXIT_FAILURE
     return EXIT_OK
 
 

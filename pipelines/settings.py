@@ -267,6 +267,16 @@ def _one_line(exc: Exception) -> str:
     return message
 
 
+def _with_hint(message: str) -> str:
+    """Hydra's "Ambiguous value" for `a=1,2` says neither what it means nor what to do: name `-m`."""
+    if message.startswith("Ambiguous value for argument"):
+        return (
+            f"{message}: a comma list is a sweep, run with -m (knowledge eval --queries FILE -m ...); "
+            "for a list write key=[a,b], for a string key='a,b'"
+        )
+    return message
+
+
 # Milvus's parameter dicts take any entry: Hydra's struct mode would refuse `milvus.search_params={nprobe:16}`
 # (and `milvus.search_params.nprobe=16`) on the empty default, so their overrides are made `++`.
 OPEN_MAPS = ("milvus.index_params", "milvus.search_params")
@@ -298,7 +308,7 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | 
             cfg = compose(config_name="config", overrides=open_map_overrides(overrides))
         OmegaConf.resolve(cfg)
     except Exception as exc:  # Hydra raises several exception types, all of them a config problem here
-        raise ConfigError(_one_line(exc)) from exc
+        raise ConfigError(_with_hint(_one_line(exc))) from exc
     finally:
         GlobalHydra.instance().clear()
     _check_known_keys(cfg)

@@ -61,12 +61,15 @@ def flatten_metrics(system_metrics: dict[str, Any], prefix: str = "") -> dict[st
 def evaluation_metrics(report: dict[str, Any]) -> dict[str, float]:
     """
     The pipeline's metrics unprefixed, each baseline's under its name (`dense.hit_at_1`), the
-    domain filter's under `domain_filter.` (`domain_filter.filter_precision`).
+    domain filter's under `domain_filter.` (`domain_filter.filter_precision`), each query set's of
+    a multi-set evaluation under `set.NAME.` (`set.offtopic-alerts.no_evidence_rate`).
     """
     metrics: dict[str, float] = {}
     for system, values in report["systems"].items():
         metrics.update(flatten_metrics(values, "" if system == "pipeline" else f"{system}."))
     metrics.update(flatten_metrics(report.get("domain_filter") or {}, "domain_filter."))
+    for name, values in (report.get("sets") or {}).items():
+        metrics.update(flatten_metrics(values, f"set.{name}."))
     return metrics
 
 

@@ -5,17 +5,20 @@ run under a parent run, ranked by a metric.
 The overrides are expanded by Hydra's own parser and BasicSweeper (`a=1,2`, `range(...)`,
 `choice(...)`). The model and the collection are shared by every combination that only changes
 query-time keys; a combination that changes how chunks are made (`chunking.*`, `embedder.*`,
-`kb.*`, `milvus.index_*`) is indexed into its own folder under the state dir.
+`kb.*`, `milvus.index_*`) is indexed into its own folder under the state dir. Constraints
+(pipelines/tuning/guards.py, the off-topic guard by default) are measured on every combination:
+the ranking puts the feasible ones first and the best is a feasible one, or there is none.
 """
 
 import hashlib
 import logging
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipelines.evaluation import EvalQuery, build_systems, evaluate, index_first
+from pipelines.evaluation import EvalQuery, build_systems, index_first
 from pipelines.manifest import indexed_kb
 from pipelines.settings import ConfigError, load_config
 from pipelines.tuning.runs import RunLogger, metric_name
@@ -89,12 +92,15 @@ def index_redirect(combination: list[str], state_dir: str) -> list[str]:
 
 @dataclass
 class Trial:
-    """One evaluated combination: its overrides (the swept part apart), metrics and run id."""
+    """One evaluated combination: its overrides (the swept part apart), metrics (each query set's apart), run id."""
 
     overrides: list[str]
     swept: list[str]
     metrics: dict[str, Any]
     run_id: str | None = None
+    sets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    feasible: bool = True
+    number: int = 0
 
     def value(self, metric: str) -> float:
         return metric_value(self.metrics, metric)
@@ -117,10 +123,17 @@ class SweepResult:
     parent_run_id: str | None
     rank_by: str
     runs: RunLogger
+    constraints: list[Any] = field(default_factory=list)
 
     def ranked(self) -> list[Trial]:
+        """Feasible combinations first, each group best first by the ranking metric."""
         sign = 1.0 if rankable(self.rank_by) in LOWER_IS_BETTER else -1.0
-        return sorted(self.trials, key=lambda trial: sign * trial.value(self.rank_by))
+        return sorted(self.trials, key=lambda trial: (not trial.feasible, sign * trial.value(self.rank_by)))
+
+    @property
+    def best(self) -> Trial | None:
+        ranked = self.ranked()
+        return ranked[0] if ranked and ranked[0].feasible else None
 
 
 def rankable(metric: str) -> str:
@@ -140,13 +153,20 @@ def run_sweep(
     rank_by: str = "hit@1",
     experiment: str | None = None,
     say: Callable[[str], None] = logger.info,
+    sets: list[Any] | None = None,
+    constraints: list[Any] = (),
 ) -> SweepResult:
     """
-    Evaluate every combination of `overrides`; one child run each under one parent run. A
-    combination with its own index re-indexes the knowledge base the base index holds (its
-    manifest's), or `kb_path`, into its own folder, and `say`s so.
+    Evaluate every combination of `overrides` on `sets` (tuning and guard query sets; or `queries`
+    as one set) under `constraints`; one child run each under one parent run. A combination with
+    its own index re-indexes the knowledge base the base index holds (its manifest's), or
+    `kb_path`, into its own folder, and `say`s so.
     """
+    from pipelines.tuning.guards import QuerySet, check_measurable, evaluate_sets, feasible
+
     rankable(rank_by)
+    sets = sets or [QuerySet(Path(queries_label).stem, queries_label, queries, "tuning")]
+    check_measurable(list(constraints), sets)
     combinations = expand(overrides)
     sweep_keys = swept_keys(overrides)
     base_cfg = load_config(combinations[0])
@@ -154,7 +174,13 @@ def run_sweep(
     if kb_path:
         index_first(base_cfg, kb_path)
     parent = runs.start(
-        "sweep", tags={"queries": queries_label, "sweep.overrides": " ".join(overrides), "sweep.rank_by": rank_by}
+        "sweep",
+        tags={
+            "queries": queries_label,
+            "sweep.overrides": " ".join(overrides),
+            "sweep.rank_by": rank_by,
+            "sweep.constraints": " ".join(c.label for c in constraints),
+        },
     )
     trials: list[Trial] = []
     try:
@@ -169,28 +195,30 @@ def run_sweep(
                 say(f"{' '.join(swept) or 'base'}: re-indexing {kb} into {Path(cfg.l0.index_path).parent}")
                 index_first(cfg, kb, replace=True)  # its own folder: whatever it held before is stale
             logger.info("Sweep combination %d/%d: %s", number + 1, len(combinations), " ".join(swept))
-            evaluation = evaluate(cfg, queries, build_systems(cfg, baselines), label=queries_label)
+            evaluation, per_set = evaluate_sets(cfg, sets, build_systems(cfg, baselines))
+            ok = feasible(list(constraints), per_set)
             run_id = runs.log_evaluation(
-                evaluation, cfg, run_name=" ".join(swept) or "base", parent_id=parent, tags=_trial_tags(swept)
+                evaluation, cfg, run_name=" ".join(swept) or "base", parent_id=parent, tags=_trial_tags(swept, ok)
             )
-            trials.append(Trial(combination, swept, evaluation.report["systems"]["pipeline"], run_id))
+            metrics = evaluation.report["systems"]["pipeline"]
+            trials.append(Trial(combination, swept, metrics, run_id, sets=per_set, feasible=ok, number=number))
     except BaseException:
         runs.finish(parent, "FAILED")
         raise
-    result = SweepResult(trials, parent, rank_by, runs)
+    result = SweepResult(trials, parent, rank_by, runs, list(constraints))
     _log_best(runs, parent, result)
     runs.finish(parent)
     return result
 
 
-def _trial_tags(swept: list[str]) -> dict[str, str]:
-    return {"sweep.combination": " ".join(swept)}
+def _trial_tags(swept: list[str], feasible: bool) -> dict[str, str]:
+    return {"sweep.combination": " ".join(swept), "sweep.feasible": str(feasible).lower()}
 
 
 def _log_best(runs: RunLogger, parent: str | None, result: SweepResult) -> None:
-    if parent is None or not result.trials:
+    best = result.best
+    if parent is None or best is None:
         return
-    best = result.ranked()[0]
     runs.log_metrics(parent, {f"best.{metric_name(result.rank_by)}": best.value(result.rank_by)})
     from mlflow import MlflowClient
 
@@ -198,16 +226,26 @@ def _log_best(runs: RunLogger, parent: str | None, result: SweepResult) -> None:
 
 
 def format_ranking(result: SweepResult, columns: tuple[str, ...] = ()) -> str:
-    """The combinations, best first by the ranking metric, with the usual metrics beside it."""
+    """The combinations, feasible ones first, best first by the ranking metric, with the guard metrics beside."""
     columns = tuple(dict.fromkeys((result.rank_by, *(columns or DEFAULT_COLUMNS))))
+    guards = [c.label for c in result.constraints]
     width = max([len(t.override_line) for t in result.trials] + [len("combination")])
-    lines = [f"{'#':>3}  {'combination':<{width}}" + "".join(f"{c:>18}" for c in columns)]
+    header = f"{'#':>3}  {'combination':<{width}}" + "".join(f"{c:>18}" for c in columns)
+    lines = [header + "".join(f"  {label}" for label in guards) + ("  feasible" if guards else "")]
     for place, trial in enumerate(result.ranked(), start=1):
         cells = "".join(f"{_fmt(metric_value(trial.metrics, c)):>18}" for c in columns)
+        for constraint in result.constraints:
+            value = constraint.value(trial.sets)
+            cells += f"  {_fmt(-math.inf if value is None else value):>{len(constraint.label)}}"
+        if guards:
+            broken = [c.label for c in result.constraints if c.violation(trial.sets) > 0]
+            cells += "  " + ("yes" if not broken else "NO: " + ", ".join(broken))
         lines.append(f"{place:>3}  {trial.override_line:<{width}}{cells}")
-    best = result.ranked()[0] if result.trials else None
-    if best is not None:
-        lines.append(f"best by {result.rank_by}: {best.override_line}")
+    if result.best is not None:
+        under = f" (feasible under {', '.join(guards)})" if guards else ""
+        lines.append(f"best by {result.rank_by}{under}: {result.best.override_line}")
+    elif result.trials:
+        lines.append(f"no combination met the constraints ({', '.join(guards)}): no best setting")
     return "\n".join(lines)
 
 

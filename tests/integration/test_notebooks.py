@@ -1,9 +1,14 @@
 """The notebooks execute top to bottom in a real kernel (nbclient) and show what they claim to show."""
 
 import json
+import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -50,3 +55,42 @@ def test_the_notebook_is_committed_without_outputs_and_paired_with_its_script():
     script = (NOTEBOOKS / "threshold_tuning.py").read_text(encoding="utf-8")
     assert all("".join(cell["source"]).strip() in script for cell in code)
     assert any("parameters" in cell["metadata"].get("tags", []) for cell in code)
+
+
+def readme_commands(prefix: str) -> list[str]:
+    """The README's shell commands that start with `prefix`, continuation lines joined."""
+    text = (NOTEBOOKS.parent / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    return [" ".join(line.split()) for line in text.splitlines() if line.startswith(prefix)]
+
+
+@pytest.mark.slow
+def test_the_readme_notebook_commands_run_and_take_the_parent_run_on_the_command_line(tmp_path):
+    """Both papermill lines of the README, as written, in a clean environment (no PYTHONPATH), from the project."""
+    own_sweep, given_sweep = readme_commands(".venv/bin/papermill notebooks/threshold_tuning.ipynb")
+    bin_dir = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(KNOWLEDGE_NOTEBOOK_STATE=str(tmp_path / "state"), HF_HUB_OFFLINE="1")
+
+    def run(command: str, output: Path) -> str:
+        argv = shlex.split(
+            command.replace(".venv/bin/", f"{bin_dir}/").replace("/tmp/threshold_tuning.ipynb", str(output))
+        )
+        subprocess.run(argv, cwd=NOTEBOOKS.parent, env=env, check=True, capture_output=True, timeout=1800)
+        executed = nbformat.read(output, as_version=4)
+        return "".join(o.text for o in outputs(executed, "stream") if o.name == "stdout")
+
+    printed = run(own_sweep, tmp_path / "own.ipynb")
+    (parent,) = [line.split(": ", 1)[1] for line in printed.splitlines() if line.startswith("sweep parent run: ")]
+    (recommended,) = [line for line in printed.splitlines() if line.startswith("recommended override line: ")]
+    assert not list(NOTEBOOKS.glob("*.out.ipynb"))  # the executed notebook went where the command said
+
+    store = f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}"
+    command = given_sweep.replace("<parent run id>", parent).replace("sqlite:///.knowledge/mlflow.db", store)
+    printed = run(command, tmp_path / "given.ipynb")
+    assert f"sweep parent run: {parent}" in printed and recommended in printed.splitlines()
+    assert f"MLflow: {store}" in printed
+    import mlflow
+
+    client = mlflow.MlflowClient(store)
+    runs = client.search_runs([client.get_experiment_by_name("lookup-knowledge-eval").experiment_id])
+    assert [r.info.run_id for r in runs if "mlflow.parentRunId" not in r.data.tags] == [parent]  # no second sweep
