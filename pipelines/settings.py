@@ -144,6 +144,7 @@ class ServeConfig:
     max_body_bytes: int = MISSING
     workers: int = MISSING
     max_concurrent_lookups: int | None = MISSING
+    cors_origins: list[str] = MISSING
 
 
 @dataclass

@@ -13,7 +13,15 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipelines.agent import TOOL_DESCRIPTION, TOOL_NAME
-from pipelines.serving.bind import ServeError, check_bind, check_workers, lookup_slots, resolve_api_key
+from pipelines.serving.bind import (
+    ServeError,
+    check_bind,
+    check_cors,
+    check_workers,
+    cors_allowed,
+    lookup_slots,
+    resolve_api_key,
+)
 from pipelines.serving.service import OVERRIDES_ENV, overrides_from_env, served_config, shared_service
 
 logger = logging.getLogger(__name__)
@@ -32,7 +40,7 @@ def check_ready(report: dict[str, Any]) -> None:
             raise ServeError(f"cannot serve: {check['detail']}")
 
 
-def _configure_hayhooks(overrides: list[str]) -> None:
+def _configure_hayhooks(cfg: DictConfig, overrides: list[str]) -> None:
     os.environ[OVERRIDES_ENV] = json.dumps(overrides)
     from hayhooks.settings import settings
 
@@ -40,6 +48,11 @@ def _configure_hayhooks(overrides: list[str]) -> None:
     # so that the route answers the result itself rather than hayhooks' `{"result": ...}` envelope.
     settings.pipelines_dir = ""
     settings.show_tracebacks = False
+    # hayhooks grants every origin by default (`*`), which lets any web page the user opens read the
+    # lookups of a local server: grant only the configured allow-list (none by default).
+    settings.cors_allow_origins = cors_allowed(list(cfg.serve.cors_origins))
+    settings.cors_allow_methods = ["GET", "POST"]
+    settings.cors_allow_headers = ["Authorization", "Content-Type"]
 
 
 def _health_route(health):
@@ -151,6 +164,17 @@ def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
     registry = ImmutablePipelineRegistry([PipelineRegistration(name=TOOL_NAME, wrapper=wrapper, metadata=metadata)])
     app = create_starlette_app(create_mcp_server(name="lookup-knowledge", registry=registry))
     app.add_route("/health", _health_route(health), methods=["GET"])
+    origins = cors_allowed(list(cfg.serve.cors_origins))
+    if origins:  # hayhooks' MCP app grants no origin; the allow-list applies to it as to REST
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
+            expose_headers=["Mcp-Session-Id"],
+        )
     return RequestGuard(app, api_key=api_key, max_body_bytes=cfg.serve.max_body_bytes)
 
 
@@ -171,8 +195,9 @@ def worker_app():
     config comes from the parent's overrides in `KNOWLEDGE_SERVE_OVERRIDES`.
     """
     overrides = overrides_from_env()
-    _configure_hayhooks(overrides)
-    return build_app(served_config(), mcp=False)
+    cfg = served_config()
+    _configure_hayhooks(cfg, overrides)
+    return build_app(cfg, mcp=False)
 
 
 def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool = False, workers: int = 1) -> None:
@@ -183,8 +208,9 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
 
     api_key = resolve_api_key(cfg)
     check_bind(host, api_key)
+    check_cors(list(cfg.serve.cors_origins), api_key)
     check_workers(cfg, workers, mcp)
-    _configure_hayhooks(overrides)
+    _configure_hayhooks(cfg, overrides)
     check_ready(HealthCheck(cfg, trace_store=None, auth=False).report())  # before the model loads: fails in a second
     kind = "MCP (streamable HTTP /mcp, SSE /sse)" if mcp else f"REST (POST {RUN_PATH})"
     logger.warning(

@@ -2,6 +2,7 @@
 
 import ipaddress
 import os
+from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
 
@@ -36,6 +37,31 @@ def check_bind(host: str, api_key: str | None) -> None:
         raise ServeError(
             f"refusing to serve on {host} without an API key: set {API_KEY_ENV} or serve.api_key, or bind to 127.0.0.1"
         )
+
+
+def check_cors(origins: list[str], api_key: str | None) -> None:
+    """
+    Refuse a CORS allow-list that is not one: origins are `scheme://host[:port]`, and `*` (every web
+    page) is never granted together with an API key, which it would hand to any page a user opens.
+    """
+    for origin in origins:
+        if origin == "*":
+            if api_key:
+                raise ServeError(
+                    'refusing serve.cors_origins=["*"] with an API key: any web page could then call the server '
+                    "with the user's browser; list the origins that need it, e.g. serve.cors_origins=[http://localhost:3000]"
+                )
+            continue
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/") or parts.query:
+            raise ServeError(
+                f"serve.cors_origins: {origin!r} is not an origin: give scheme://host[:port], e.g. http://localhost:3000"
+            )
+
+
+def cors_allowed(origins: list[str]) -> list[str]:
+    """The origins as the browser sends them (no trailing slash)."""
+    return [origin.rstrip("/") for origin in origins]
 
 
 def lookup_slots(max_concurrent_lookups: int | None) -> int:

@@ -93,7 +93,7 @@ class RequestGuard:
         await self.app(scope, _replay(body, receive) if body is not None else receive, send)
 
     def _authorize(self, scope: Scope) -> None:
-        if self._expected is None or scope["path"] in OPEN_PATHS:
+        if self._expected is None or scope["path"] in OPEN_PATHS or _is_cors_preflight(scope):
             return
         given = _header(scope, b"authorization") or b""
         if not hmac.compare_digest(given, self._expected):
@@ -120,6 +120,14 @@ class RequestGuard:
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+
+def _is_cors_preflight(scope: Scope) -> bool:
+    """
+    A browser's CORS preflight carries no credentials by design; the app's CORS middleware answers
+    it (granting only the configured origins) without running any route.
+    """
+    return scope["method"] == "OPTIONS" and _header(scope, b"access-control-request-method") is not None
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
