@@ -621,16 +621,16 @@ class TraceStore:
 
     def _insert_replayed(self, connection, pending: list[dict[str, Any]]) -> tuple[int, int]:
         """(rows new, records dead-lettered): in one transaction, or one by one when a record is refused."""
-        records = [{**from_jsonable(without_nul(data)), "trace_status": TRACE_REPLAYED} for data in pending]
+        pending, records, rejected = self._readable_records(pending)
         try:
             inserted = self._insert(connection, records)
             connection.commit()
-            return inserted, 0
+            return inserted, rejected
         except Exception as exc:
             if not is_content_error(exc):
                 raise
             connection.rollback()
-        inserted = rejected = 0
+        inserted = 0
         for data, row in zip(pending, records, strict=True):
             try:
                 inserted += self._insert(connection, [row])
@@ -642,6 +642,28 @@ class TraceStore:
                 self._dead_letter([data], first_line(exc))
                 rejected += 1
         return inserted, rejected
+
+    def _readable_records(
+        self, pending: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+        """
+        (spooled data, rows) of the records that convert to rows, and how many did not: a value no
+        database can take (e.g. `created_at: "never"`) goes to the dead-letter file with the reason
+        instead of failing the replay, which would stop every later record at the same line.
+        """
+        kept: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
+        rejected = 0
+        for data in pending:
+            try:
+                row = {**from_jsonable(without_nul(data)), "trace_status": TRACE_REPLAYED}
+            except (TypeError, ValueError) as exc:
+                self._dead_letter([data], f"unreadable spooled record: {first_line(exc)}")
+                rejected += 1
+                continue
+            kept.append(data)
+            rows.append(row)
+        return kept, rows, rejected
 
     def _remember_foreign_spool(self) -> None:
         try:
