@@ -145,6 +145,7 @@ class ServeConfig:
     workers: int = MISSING
     max_concurrent_lookups: int | None = MISSING
     cors_origins: list[str] = MISSING
+    health_timeout_s: float = MISSING
 
 
 @dataclass

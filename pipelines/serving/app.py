@@ -56,12 +56,15 @@ def _configure_hayhooks(cfg: DictConfig, overrides: list[str]) -> None:
 
 
 def _health_route(health):
-    from starlette.concurrency import run_in_threadpool
+    import anyio
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
+    # Threads of its own: a health request never waits for a slot behind lookups or other requests.
+    limiter = anyio.CapacityLimiter(4)
+
     async def health_endpoint(request: Request) -> JSONResponse:
-        report = await run_in_threadpool(health.report)
+        report = await anyio.to_thread.run_sync(health.report, limiter=limiter)
         return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
 
     return health_endpoint
@@ -183,7 +186,7 @@ def build_app(cfg: DictConfig, mcp: bool = False):
     from pipelines.serving.health import HealthCheck
 
     api_key = resolve_api_key(cfg)
-    health = HealthCheck(cfg, trace_store=None, auth=api_key is not None)
+    health = HealthCheck(cfg, trace_store=None, auth=api_key is not None, timeout_s=cfg.serve.health_timeout_s)
     service = shared_service(cfg)  # the wrapper's setup() gets this same warmed service
     health.trace_store = service.trace_writer.store if service.trace_writer else None
     return build_mcp_app(cfg, health, api_key) if mcp else build_rest_app(cfg, health, api_key)

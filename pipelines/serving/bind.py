@@ -76,6 +76,8 @@ def check_workers(cfg: DictConfig, workers: int, mcp: bool) -> None:
     limit = cfg.serve.max_concurrent_lookups
     if limit is not None and limit < 1:
         raise ServeError(f"serve.max_concurrent_lookups must be at least 1 (or null: one per CPU), not {limit}")
+    if cfg.serve.health_timeout_s <= 0:
+        raise ServeError(f"serve.health_timeout_s must be above 0 (seconds), not {cfg.serve.health_timeout_s}")
     if workers == 1:
         return
     if is_local_uri(cfg.milvus.uri):
