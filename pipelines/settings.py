@@ -146,6 +146,7 @@ class ServeConfig:
     max_concurrent_lookups: int | None = MISSING
     cors_origins: list[str] = MISSING
     health_timeout_s: float = MISSING
+    read_timeout_s: float = MISSING
 
 
 @dataclass

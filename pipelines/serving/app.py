@@ -17,6 +17,7 @@ from pipelines.serving.bind import (
     ServeError,
     check_bind,
     check_cors,
+    check_port_free,
     check_workers,
     cors_allowed,
     lookup_slots,
@@ -28,8 +29,11 @@ logger = logging.getLogger(__name__)
 
 WRAPPERS_DIR = Path(__file__).resolve().parent / "wrappers"
 RUN_PATH = f"/{TOOL_NAME}/run"
-# hayhooks routes that deploy code into the process: a lookup server does not offer them.
-DEPLOY_ROUTE_PREFIXES = ("/deploy", "/undeploy")
+# hayhooks routes a lookup server does not offer: deploying code into the process, and routes that
+# cannot work for this wrapper (drawing needs the internet; it has no chat, responses or files API).
+UNSERVED_PREFIXES = ("/deploy", "/undeploy", "/draw", "/v1", "/models", "/chat", "/responses", "/files", "/traces")
+# What OpenAPI lists: the routes that answer.
+SERVED_PATHS = (RUN_PATH, "/health", "/status", "/status/{pipeline_name}")
 
 
 def check_ready(report: dict[str, Any]) -> None:
@@ -88,13 +92,27 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
         body = exc.detail if isinstance(exc.detail, dict) else {"error": "http_error", "detail": str(exc.detail)}
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
+    _list_only_served_routes(app)
     return RequestGuard(
         app,
         api_key=api_key,
         max_body_bytes=cfg.serve.max_body_bytes,
         validated_paths=(RUN_PATH,),
-        blocked_prefixes=DEPLOY_ROUTE_PREFIXES,
+        blocked_prefixes=UNSERVED_PREFIXES,
+        read_timeout_s=cfg.serve.read_timeout_s,
     )
+
+
+def _list_only_served_routes(app) -> None:
+    """OpenAPI without hayhooks' routes the guard answers 404 for (client generators would offer them)."""
+    full_schema = app.openapi
+
+    def served_schema() -> dict[str, Any]:
+        schema = full_schema()
+        schema["paths"] = {path: item for path, item in schema["paths"].items() if path in SERVED_PATHS}
+        return schema
+
+    app.openapi = served_schema
 
 
 def _deploy_run_route(app, wrapper, max_concurrent: int | None = None) -> None:
@@ -178,7 +196,9 @@ def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
             allow_headers=["Authorization", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
             expose_headers=["Mcp-Session-Id"],
         )
-    return RequestGuard(app, api_key=api_key, max_body_bytes=cfg.serve.max_body_bytes)
+    return RequestGuard(
+        app, api_key=api_key, max_body_bytes=cfg.serve.max_body_bytes, read_timeout_s=cfg.serve.read_timeout_s
+    )
 
 
 def build_app(cfg: DictConfig, mcp: bool = False):
@@ -213,6 +233,7 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
     check_bind(host, api_key)
     check_cors(list(cfg.serve.cors_origins), api_key)
     check_workers(cfg, workers, mcp)
+    check_port_free(host, port)
     _configure_hayhooks(cfg, overrides)
     check_ready(HealthCheck(cfg, trace_store=None, auth=False).report())  # before the model loads: fails in a second
     kind = "MCP (streamable HTTP /mcp, SSE /sse)" if mcp else f"REST (POST {RUN_PATH})"

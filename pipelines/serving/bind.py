@@ -17,9 +17,25 @@ class ServeError(BadInputError):
 
 
 def resolve_api_key(cfg: DictConfig) -> str | None:
-    """The API key: `KNOWLEDGE_API_KEY`, else `serve.api_key`; None when neither is set."""
+    """
+    The API key: `KNOWLEDGE_API_KEY`, else `serve.api_key`; None when neither is set. A key of
+    only whitespace counts as none (it would guard nothing), so off loopback it is refused as such.
+    """
     key = os.environ.get(API_KEY_ENV) or cfg.serve.api_key
-    return key or None
+    return key.strip() if key and key.strip() else None
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a port another process holds, before anything loads (uvicorn would say so only after)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no obstacle
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ServeError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from exc
 
 
 def is_loopback(host: str) -> bool:

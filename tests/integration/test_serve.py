@@ -129,6 +129,12 @@ def test_requests_without_the_key_get_401(server, headers):
     assert API_KEY not in response.text
 
 
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "Bearer"])
+def test_the_auth_scheme_is_case_insensitive(server, scheme):
+    response = run(server, {"query": "disk full"}, headers={"Authorization": f"{scheme} {API_KEY}"})
+    assert response.status_code == 200
+
+
 def test_only_a_listed_origin_gets_a_cors_grant(server):
     def preflight(origin: str) -> httpx.Response:
         headers = {"Origin": origin, "Access-Control-Request-Method": "POST"}
