@@ -684,7 +684,7 @@ def cmd_traces(args: argparse.Namespace) -> int:
     if args.traces == "list" and args.last < 0:
         raise UsageError(f"--last {args.last} must be 0 (all) or more")
     cfg = _load(args.overrides)
-    store = traces.open_store(cfg)
+    store = traces.open_store(cfg, reading=args.traces != "replay")  # reading never creates a database
     if args.traces == "list":
         print(traces.format_list(store.latest(last=args.last or None, status=status)))
     elif args.traces == "show":

@@ -155,6 +155,15 @@ def target_key(db_url: str) -> str:
     return url._replace(username=None, password=None).render_as_string(hide_password=False)
 
 
+def sqlite_path(db_url: str) -> Path | None:
+    """The file of a SQLite database URL (None for other databases, in-memory and `file:` URIs)."""
+    url = make_url(normalize_url(db_url))
+    database = url.database or ""
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database).expanduser()
+
+
 def make_engine(db_url: str, connect_timeout: float = DEFAULT_TIMEOUT_S) -> Engine:
     """
     An engine for the trace database. SQLite: the parent folder is created, WAL journal, 30 s
@@ -164,9 +173,9 @@ def make_engine(db_url: str, connect_timeout: float = DEFAULT_TIMEOUT_S) -> Engi
     """
     url = make_url(normalize_url(db_url))
     if url.get_backend_name() == "sqlite":
-        database = url.database or ""
-        if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        path = sqlite_path(db_url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
