@@ -8,11 +8,11 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from omegaconf import DictConfig
 
-from pipelines.agent import TOOL_DESCRIPTION, TOOL_NAME
+from pipelines.agent import TOOL_NAME, agent_view
 from pipelines.serving.bind import (
     ServeError,
     check_bind,
@@ -77,6 +77,7 @@ def _health_route(health):
 def build_rest_app(cfg: DictConfig, health, api_key: str | None):
     """hayhooks' FastAPI app with the wrapper deployed at start-up, `/health`, and the guard in front."""
     from fastapi import HTTPException
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from hayhooks import create_app
 
@@ -85,6 +86,14 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
     app = create_app()
     app.add_api_route("/health", _health_route(health), methods=["GET"], tags=["status"], include_in_schema=True)
     _deploy_run_route(app, _load_wrapper(), cfg.serve.max_concurrent_lookups)
+
+    @app.exception_handler(RequestValidationError)
+    async def documented_validation_error(_request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own shape echoes the input back; answer the documented one with the first reason.
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()) if part not in ("body", "query"))
+        detail = f"{where}: {first.get('msg', 'invalid request')}" if where else first.get("msg", "invalid request")
+        return JSONResponse({"error": "invalid_request", "detail": detail}, status_code=422)
 
     @app.exception_handler(HTTPException)
     async def structured_http_error(_request, exc: HTTPException) -> JSONResponse:
@@ -123,6 +132,8 @@ def _deploy_run_route(app, wrapper, max_concurrent: int | None = None) -> None:
     lookups run at once (`lookup_limiter`); the others wait for a free slot.
     """
     import anyio
+    from fastapi import Query
+    from fastapi.responses import JSONResponse
     from hayhooks.server.pipelines.models import create_pipeline_metadata
     from hayhooks.server.pipelines.registry import registry
 
@@ -135,10 +146,16 @@ def _deploy_run_route(app, wrapper, max_concurrent: int | None = None) -> None:
 
     limiter = lookup_limiter(max_concurrent)
 
-    async def run_lookup(run_request: request_model) -> LookupResponse:  # type: ignore[valid-type]
+    async def run_lookup(
+        run_request: request_model,  # type: ignore[valid-type]
+        view: Literal["full", "agent"] = Query("full", description="full result, or `agent`: context + citations"),
+    ) -> LookupResponse:
         # The pipeline is synchronous: it runs in a worker thread, at most `max_concurrent` at once.
         call = functools.partial(wrapper.run_api, **run_request.model_dump())
-        return await anyio.to_thread.run_sync(call, limiter=limiter)
+        result = await anyio.to_thread.run_sync(call, limiter=limiter)
+        if view == "agent":
+            return JSONResponse(agent_view(result.model_dump()))
+        return result
 
     app.add_api_route(
         RUN_PATH,
@@ -171,19 +188,16 @@ def _load_wrapper():
 
 def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
     """
-    hayhooks' MCP app (streamable HTTP at `/mcp`, SSE at `/sse`) serving `lookup_knowledge` only:
-    a fixed registry, so the deploy/undeploy tools of hayhooks are not offered.
+    The MCP app (streamable HTTP at `/mcp`, SSE at `/sse`, hayhooks' transports) serving the one
+    tool of `pipelines/serving/mcp_tool.py`: no hayhooks status or deploy tools.
     """
-    from hayhooks.server.pipelines.models import create_pipeline_metadata
-    from hayhooks.server.pipelines.registry import ImmutablePipelineRegistry, PipelineRegistration
-    from hayhooks.server.utils.mcp_utils import create_mcp_server, create_starlette_app
+    from hayhooks.server.utils.mcp_utils import create_starlette_app
 
     from pipelines.serving.guard import RequestGuard
+    from pipelines.serving.mcp_tool import create_lookup_mcp_server
 
-    wrapper = _load_wrapper()
-    metadata = {**create_pipeline_metadata(TOOL_NAME, wrapper), "description": TOOL_DESCRIPTION}
-    registry = ImmutablePipelineRegistry([PipelineRegistration(name=TOOL_NAME, wrapper=wrapper, metadata=metadata)])
-    app = create_starlette_app(create_mcp_server(name="lookup-knowledge", registry=registry))
+    server = create_lookup_mcp_server(shared_service(cfg), cfg.serve.max_concurrent_lookups)
+    app = create_starlette_app(server)
     app.add_route("/health", _health_route(health), methods=["GET"])
     origins = cors_allowed(list(cfg.serve.cors_origins))
     if origins:  # hayhooks' MCP app grants no origin; the allow-list applies to it as to REST

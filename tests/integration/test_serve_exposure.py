@@ -111,3 +111,23 @@ def test_a_blank_key_is_refused_off_loopback_like_no_key(key, tmp_path):
     done = run_cli("serve", "--host", "0.0.0.0", f"paths.state_dir={tmp_path}", "mlflow=off", KNOWLEDGE_API_KEY=key)
     assert done.returncode == 2
     assert "refusing to serve on 0.0.0.0 without an API key" in done.stderr
+
+
+def test_the_agent_view_is_the_packed_context_with_citations(default_server):
+    url = f"{default_server}/lookup_knowledge/run"
+    full = httpx.post(url, json={"query": "disk almost full"}, timeout=60.0).json()
+    slim = httpx.post(url, params={"view": "agent"}, json={"query": "disk almost full"}, timeout=60.0)
+    assert slim.status_code == 200
+    view = slim.json()
+    assert view["found"] is True and view["context"] == full["contextPack"]["text"]
+    assert [c["source"] for c in view["citations"]] == [b["source"] for b in full["evidenceBlocks"]]
+    assert not {"retrievalTrace", "rerankTrace", "evidenceBlocks"} & set(view)
+    assert len(slim.content) < len(json.dumps(full))
+
+
+def test_an_unknown_view_gets_the_documented_422(default_server):
+    response = httpx.post(
+        f"{default_server}/lookup_knowledge/run", params={"view": "tiny"}, json={"query": "disk full"}, timeout=60.0
+    )
+    assert response.status_code == 422
+    assert response.json()["error"] == "invalid_request" and "view" in response.json()["detail"]
