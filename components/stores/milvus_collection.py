@@ -20,6 +20,26 @@ from components.errors import BadInputError, KnowledgeFailure, first_line
 
 logger = logging.getLogger(__name__)
 
+# pymilvus' query iterator warns on every iteration over Milvus Lite, which has no server-side
+# session timestamp; the client-side one it falls back to is what a one-process store needs.
+_ITERATOR_LOGGER = "pymilvus.client.iterator.query_iterator"
+_KNOWN_NOISE = "failed to get mvccTs from milvus server"
+
+
+class _DropKnownIteratorNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_KNOWN_NOISE)
+
+
+def _quiet_known_iterator_noise() -> None:
+    """Install the filter once on pymilvus' iterator logger (importing this module twice adds nothing)."""
+    iterator_logger = logging.getLogger(_ITERATOR_LOGGER)
+    if not any(isinstance(f, _DropKnownIteratorNoise) for f in iterator_logger.filters):
+        iterator_logger.addFilter(_DropKnownIteratorNoise())
+
+
+_quiet_known_iterator_noise()
+
 ID_FIELD = "id"
 CONTENT_FIELD = "content"
 VECTOR_FIELD = "vector"
