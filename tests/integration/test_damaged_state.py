@@ -21,3 +21,15 @@ def test_a_truncated_l0_index_is_named_and_knowledge_index_repairs_it(served_ind
     assert repaired.returncode == 0, repaired.stderr
     again = run_cli("lookup", "--compact", "disk almost full", *overrides)
     assert again.returncode == 0, again.stderr
+
+
+def test_a_damaged_milvus_lite_collection_is_one_line_without_a_traceback(served_index, tmp_path_factory):
+    state = copy_state(served_index, tmp_path_factory, "damaged-milvus")
+    collection = state / "milvus.db" / "collections" / "knowledge"
+    for name in ("manifest.json", "manifest.json.prev"):
+        (collection / name).write_text("garbage{", encoding="utf-8")
+    done = run_cli("lookup", "--compact", "disk almost full", f"paths.state_dir={state}", "mlflow=off")
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    [line] = stderr_lines(done)
+    assert str(collection) in line
