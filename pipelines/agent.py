@@ -41,6 +41,41 @@ TOOL_PARAMETERS: dict[str, Any] = {
 }
 
 
+# `view`: `full` is the whole result (REST and CLI default); `agent` is what an agent quotes from.
+VIEWS = ("full", "agent")
+# The keys of the agent view, taken as they are from the full result.
+_AGENT_KEYS = ("found", "evidenceStatus", "message", "relevanceLevel", "completenessHint")
+# The keys of one citation: where a packed block comes from and how strongly it matched.
+_CITATION_KEYS = ("source", "title", "breadcrumb", "score", "scoreLabel")
+
+
+def agent_view(result: dict[str, Any]) -> dict[str, Any]:
+    """
+    The slim result for an agent (`view=agent`): the decision, the packed context to quote and one
+    citation per evidence block, without the retrieval and rerank traces or a second copy of the
+    evidence text. The trace row of the call keeps everything.
+
+    Usage example:
+
+    ```python
+    agent_view(service.lookup("disk almost full").to_dict())["context"]  # the text to quote
+    ```
+    """
+    view = {key: result[key] for key in _AGENT_KEYS if key in result}
+    pack = result.get("contextPack") or {}
+    view["context"] = pack.get("text", "")
+    view["citations"] = [
+        {key: block[key] for key in _CITATION_KEYS if block.get(key) is not None}
+        for block in result.get("evidenceBlocks") or []
+    ]
+    if pack.get("truncated"):
+        view["contextTruncated"] = True
+    if "error" in result:
+        view["error"] = result["error"]
+    view["invocationId"] = result.get("invocationId")
+    return view
+
+
 def lookup_knowledge_tool(service: LookupService) -> Tool:
     """
     `lookup_knowledge` as a Haystack `Tool`: one required string parameter, `query`, answered by

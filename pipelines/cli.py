@@ -98,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     lookup.add_argument("--compact", action="store_true", help="one-line JSON")
     lookup.add_argument(
+        "--view", choices=("full", "agent"), default="full", help="agent: packed context and citations only"
+    )
+    lookup.add_argument(
         "--url", metavar="URL", help="ask a running `knowledge serve` (e.g. http://127.0.0.1:1416) instead"
     )
     lookup.add_argument("--cfg", action="store_true", help="print the composed config (YAML) and exit")
@@ -497,6 +500,7 @@ def _json_query(line: str) -> tuple[str | None, str | None]:
 def cmd_lookup(args: argparse.Namespace) -> int:
     from components.common.text import printable
     from components.contracts import STATUS_ERROR, InvalidQueryError
+    from pipelines.agent import agent_view
     from pipelines.lookup import LookupService
 
     overrides = list(args.overrides)
@@ -521,7 +525,7 @@ def cmd_lookup(args: argparse.Namespace) -> int:
                 continue
             try:
                 result = service.lookup(query)
-                line = result.to_dict()
+                line = result.to_dict() if args.view == "full" else agent_view(result.to_dict())
                 if result.evidence_status == STATUS_ERROR:
                     errors += 1
                     _report_failure(result)
@@ -534,7 +538,8 @@ def cmd_lookup(args: argparse.Namespace) -> int:
         raise UsageError("give a QUERY, or --batch FILE")
     cfg = _load(overrides)
     result = LookupService(cfg).lookup(args.query)
-    print(json.dumps(result.to_dict(), ensure_ascii=False, indent=None if args.compact else 2))
+    shown = result.to_dict() if args.view == "full" else agent_view(result.to_dict())
+    print(json.dumps(shown, ensure_ascii=False, indent=None if args.compact else 2))
     if result.evidence_status == STATUS_ERROR:
         _report_failure(result)
         return EXIT_FAILURE
@@ -552,6 +557,10 @@ def _lookup_remote(args: argparse.Namespace) -> int:
         if exc.bad_input:
             raise UsageError(str(exc)) from exc
         raise
+    if args.view == "agent" and status == 200:
+        from pipelines.agent import agent_view
+
+        result = agent_view(result)
     print(json.dumps(result, ensure_ascii=False, indent=None if args.compact else 2))
     if status != 200:
         print(f"knowledge: error: {result.get('message')} (invocation {result.get('invocationId')})", file=sys.stderr)
@@ -934,7 +943,7 @@ def cmd_traces(args: argparse.Namespace) -> int:
     cfg = _load(args.overrides)
     if args.traces == "rerun":
         return _traces_rerun(args, cfg)
-    store = traces.open_store(cfg)
+    store = traces.open_store(cfg, reading=args.traces != "replay")  # reading never creates a database
     if args.traces == "list":
         print(traces.format_list(store.latest(last=args.last or None, status=status)))
     elif args.traces == "show":

@@ -77,9 +77,14 @@ class Ranked:
 def load_queries(path: str | Path) -> list[EvalQuery]:
     queries = []
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise EvaluationInputError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise EvaluationInputError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x})") from exc
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

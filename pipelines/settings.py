@@ -144,6 +144,9 @@ class ServeConfig:
     max_body_bytes: int = MISSING
     workers: int = MISSING
     max_concurrent_lookups: int | None = MISSING
+    cors_origins: list[str] = MISSING
+    health_timeout_s: float = MISSING
+    read_timeout_s: float = MISSING
 
 
 @dataclass
@@ -231,6 +234,19 @@ def _check_milvus_uri(uri: str) -> None:
         )
 
 
+# The databases the trace store can write (SQLAlchemy URL schemes, before any `+driver`).
+TRACE_DB_SCHEMES = ("sqlite", "postgresql", "postgres")
+
+
+def _check_trace_url(url: str) -> None:
+    """A trace database URL the store can open; anything else would fail only at the first write or read."""
+    scheme, separator, _rest = url.partition("://")
+    if not separator or scheme.split("+", 1)[0] not in TRACE_DB_SCHEMES:
+        raise ConfigError(
+            f"trace.db_url={url!r} is not a database URL: give sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
+        )
+
+
 def _validate_values(cfg: DictConfig) -> None:
     for key in _UNIT_INTERVAL:
         value = OmegaConf.select(cfg, key)
@@ -241,6 +257,7 @@ def _validate_values(cfg: DictConfig) -> None:
         if value < lowest:
             raise ConfigError(f"{key}={value} must be at least {lowest}")
     _check_milvus_uri(str(cfg.milvus.uri or ""))
+    _check_trace_url(str(cfg.trace.db_url or ""))
     for key in ("serve.port", "serve.mcp_port"):
         if OmegaConf.select(cfg, key) > MAX_PORT:
             raise ConfigError(f"{key}={OmegaConf.select(cfg, key)} is not a TCP port (1-{MAX_PORT})")

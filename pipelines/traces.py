@@ -10,7 +10,8 @@ from typing import Any, TextIO
 
 from omegaconf import DictConfig
 
-from components.tracing.trace_store import ReplayReport, TraceStore, redact, to_jsonable
+from components.errors import BadInputError
+from components.tracing.trace_store import ReplayReport, TraceStore, redact, sqlite_path, to_jsonable
 
 EXPORT_FORMATS = ("jsonl",)
 STATUSES = ("ok", "error")
@@ -21,8 +22,21 @@ def redact_url(db_url: str) -> str:
     return redact(db_url)
 
 
-def open_store(cfg: DictConfig) -> TraceStore:
-    """The trace store of a config, without building the lookup pipeline."""
+class NoTraceDatabaseError(BadInputError):
+    """A read of a SQLite trace database that does not exist (CLI exit status 2): reading never creates it."""
+
+
+def open_store(cfg: DictConfig, reading: bool = False) -> TraceStore:
+    """
+    The trace store of a config, without building the lookup pipeline. `reading`: for list, show
+    and export, which must not create a database (or its folder) where none was recorded.
+    """
+    if reading:
+        path = sqlite_path(cfg.trace.db_url)
+        if path is not None and not path.is_file():
+            raise NoTraceDatabaseError(
+                f"no trace database at {path}: nothing has been recorded there (check trace.db_url / paths.state_dir)"
+            )
     return TraceStore(
         cfg.trace.db_url,
         cfg.trace.spool_path,

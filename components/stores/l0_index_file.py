@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from components.errors import BadInputError
+from components.errors import BadInputError, first_line
 from components.stores.l0_index import L0Entry, L0Index
 
 logger = logging.getLogger(__name__)
@@ -21,6 +21,10 @@ L0_FORMAT_VERSION = 1
 
 class L0IndexMissingError(BadInputError, FileNotFoundError):
     """The query side found no L0 index: the knowledge base has not been indexed yet."""
+
+
+class L0IndexDamagedError(BadInputError):
+    """The L0 index file cannot be read (cut short by a crash or a full disk, or edited by hand)."""
 
 
 def summary_vectors_path(index_path: str | Path) -> Path:
@@ -53,8 +57,13 @@ def load_l0_index(path: str | Path) -> L0Index:
     path = Path(path)
     if not path.is_file():
         raise L0IndexMissingError(f"no L0 index at {path}: run `knowledge index` first")
-    payload = json.loads(path.read_text(encoding="utf-8"))
-    entries = [L0Entry.from_dict(e) for e in payload["entries"]]
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        entries = [L0Entry.from_dict(e) for e in payload["entries"]]
+    except (ValueError, KeyError, TypeError) as exc:  # truncated or edited: JSON, UTF-8 or shape errors
+        raise L0IndexDamagedError(
+            f"the L0 index {path} is damaged ({first_line(exc)}): run `knowledge index` to write it again"
+        ) from exc
     vectors_path = summary_vectors_path(path)
     vectors = np.load(vectors_path) if vectors_path.is_file() else None
     if vectors is not None and len(vectors) != len(entries):

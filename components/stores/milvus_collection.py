@@ -20,6 +20,35 @@ from components.errors import BadInputError, KnowledgeFailure, first_line
 
 logger = logging.getLogger(__name__)
 
+# Log records of pymilvus that are known noise here, by logger: the query iterator warns on every
+# iteration over Milvus Lite, which has no server-side session timestamp (the client-side one it
+# falls back to is what a one-process store needs); and every failed call is logged with a
+# traceback although the exception reaches the caller, which reports it in one line.
+_KNOWN_NOISE = {
+    "pymilvus.client.iterator.query_iterator": "failed to get mvccTs from milvus server",
+    "pymilvus.decorators": "RPC error: [",
+}
+
+
+class _DropKnownNoise(logging.Filter):
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(self.prefix)
+
+
+def _quiet_known_pymilvus_noise() -> None:
+    """Install the filters once (importing this module again adds nothing)."""
+    for name, prefix in _KNOWN_NOISE.items():
+        noisy = logging.getLogger(name)
+        if not any(isinstance(f, _DropKnownNoise) for f in noisy.filters):
+            noisy.addFilter(_DropKnownNoise(prefix))
+
+
+_quiet_known_pymilvus_noise()
+
 ID_FIELD = "id"
 CONTENT_FIELD = "content"
 VECTOR_FIELD = "vector"

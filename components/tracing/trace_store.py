@@ -155,6 +155,15 @@ def target_key(db_url: str) -> str:
     return url._replace(username=None, password=None).render_as_string(hide_password=False)
 
 
+def sqlite_path(db_url: str) -> Path | None:
+    """The file of a SQLite database URL (None for other databases, in-memory and `file:` URIs)."""
+    url = make_url(normalize_url(db_url))
+    database = url.database or ""
+    if url.get_backend_name() != "sqlite" or not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database).expanduser()
+
+
 def make_engine(db_url: str, connect_timeout: float = DEFAULT_TIMEOUT_S) -> Engine:
     """
     An engine for the trace database. SQLite: the parent folder is created, WAL journal, 30 s
@@ -164,9 +173,9 @@ def make_engine(db_url: str, connect_timeout: float = DEFAULT_TIMEOUT_S) -> Engi
     """
     url = make_url(normalize_url(db_url))
     if url.get_backend_name() == "sqlite":
-        database = url.database or ""
-        if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        path = sqlite_path(db_url)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
 
         @event.listens_for(engine, "connect")
@@ -621,16 +630,16 @@ class TraceStore:
 
     def _insert_replayed(self, connection, pending: list[dict[str, Any]]) -> tuple[int, int]:
         """(rows new, records dead-lettered): in one transaction, or one by one when a record is refused."""
-        records = [{**from_jsonable(without_nul(data)), "trace_status": TRACE_REPLAYED} for data in pending]
+        pending, records, rejected = self._readable_records(pending)
         try:
             inserted = self._insert(connection, records)
             connection.commit()
-            return inserted, 0
+            return inserted, rejected
         except Exception as exc:
             if not is_content_error(exc):
                 raise
             connection.rollback()
-        inserted = rejected = 0
+        inserted = 0
         for data, row in zip(pending, records, strict=True):
             try:
                 inserted += self._insert(connection, [row])
@@ -642,6 +651,28 @@ class TraceStore:
                 self._dead_letter([data], first_line(exc))
                 rejected += 1
         return inserted, rejected
+
+    def _readable_records(
+        self, pending: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+        """
+        (spooled data, rows) of the records that convert to rows, and how many did not: a value no
+        database can take (e.g. `created_at: "never"`) goes to the dead-letter file with the reason
+        instead of failing the replay, which would stop every later record at the same line.
+        """
+        kept: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
+        rejected = 0
+        for data in pending:
+            try:
+                row = {**from_jsonable(without_nul(data)), "trace_status": TRACE_REPLAYED}
+            except (TypeError, ValueError) as exc:
+                self._dead_letter([data], f"unreadable spooled record: {first_line(exc)}")
+                rejected += 1
+                continue
+            kept.append(data)
+            rows.append(row)
+        return kept, rows, rejected
 
     def _remember_foreign_spool(self) -> None:
         try:

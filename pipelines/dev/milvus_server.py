@@ -3,6 +3,11 @@ A local Milvus standalone server (PyPI `milvus`, embedded etcd and storage) in i
 group, for tests and trials of the server path: started on a free loopback port with its data in a
 folder of your choice, ready when it answers, always stopped as a group (see docs/milvus.md).
 
+The Milvus 2.3 binary listens on every interface (`:port`) for its gRPC, metrics and internal
+ports, whatever its config says. So it runs in a network namespace of its own, whose only
+interface is its own loopback, and a relay in that namespace forwards the one client port from a
+socket the parent bound to 127.0.0.1: nothing of the server is reachable from another host.
+
 Usage example:
 
 ```python
@@ -12,11 +17,16 @@ with MilvusServerProcess(tmp_path / "milvus") as server:
 """
 
 import argparse
+import asyncio
 import contextlib
+import fcntl
+import functools
 import logging
 import os
+import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -63,15 +73,22 @@ class MilvusServerProcess:
             raise MilvusServerUnavailableError(
                 "the `milvus` package is not installed (pip install milvus==2.3.5)"
             ) from exc
+        isolate = network_namespace_command()
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        listener = _loopback_listener(self.port)
+        child = [sys.executable, "-m", "pipelines.dev.milvus_server", "--child", str(self.data_dir), str(self.port)]
         log = open(self.data_dir / "server-child.log", "ab")  # noqa: SIM115 (kept open for the child)
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.dev.milvus_server", "--child", str(self.data_dir), str(self.port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: stop() kills the server binary with it
-        )
-        log.close()
+        try:
+            self._process = subprocess.Popen(
+                [*isolate, *child, "--listen-fd", str(listener.fileno())],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(listener.fileno(),),
+                start_new_session=True,  # its own process group: stop() kills the server binary with it
+            )
+        finally:
+            log.close()
+            listener.close()  # the child's relay owns it now: the port closes when the server goes
         self._wait_ready(timeout_s)
         return self
 
@@ -136,6 +153,81 @@ class MilvusServerProcess:
         self.stop()
 
 
+@functools.cache
+def network_namespace_command() -> tuple[str, ...]:
+    """
+    The command prefix that runs the server in a network namespace of its own (an unprivileged
+    user namespace maps the caller to root there). Raises when this machine does not allow it: a
+    server listening on every interface without auth is not started.
+    """
+    unshare = shutil.which("unshare")
+    command = (unshare, "--net", "--map-root-user") if unshare else ()
+    if command:
+        probe = subprocess.run([*command, "true"], capture_output=True, text=True, check=False)
+        if probe.returncode == 0:
+            return command
+        reason = probe.stderr.strip().splitlines()[-1] if probe.stderr.strip() else f"exit {probe.returncode}"
+    else:
+        reason = "the `unshare` command (util-linux) is not installed"
+    raise MilvusServerUnavailableError(
+        "cannot keep the Milvus server off the network: Milvus 2.3 listens on every interface, so it runs in a "
+        f"network namespace of its own (unshare --net --map-root-user), which failed here: {reason}"
+    )
+
+
+def _loopback_listener(port: int) -> socket.socket:
+    """The client port, bound to 127.0.0.1 in the caller's network (SO_REUSEADDR: restarts keep it)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise MilvusServerUnavailableError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def _loopback_up() -> None:
+    """Bring up `lo` of a new network namespace (it starts down): SIOCGIFFLAGS, then SIOCSIFFLAGS | IFF_UP."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        answer = fcntl.ioctl(sock, siocgifflags, struct.pack("16sH22x", b"lo", 0))
+        flags = struct.unpack("16sH22x", answer)[1]
+        fcntl.ioctl(sock, siocsifflags, struct.pack("16sH22x", b"lo", flags | iff_up))
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(ConnectionError, OSError):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+
+async def _relay(listener: socket.socket, port: int, server_alive) -> None:
+    """Forward each connection of `listener` (127.0.0.1 of the caller's network) to the server's port here."""
+
+    async def forward(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        try:
+            server_reader, server_writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            client_writer.close()
+            return
+        try:
+            await asyncio.gather(_pipe(client_reader, server_writer), _pipe(server_reader, client_writer))
+        finally:
+            for writer in (client_writer, server_writer):
+                writer.close()
+
+    relay = await asyncio.start_server(forward, sock=listener)
+    async with relay:
+        while server_alive():
+            await asyncio.sleep(0.5)
+
+
 def _bind_probe_reusing_address(port: int) -> socket.socket | None:
     """
     The `milvus` package's free-port probe, with SO_REUSEADDR as the server binary itself binds.
@@ -153,17 +245,19 @@ def _bind_probe_reusing_address(port: int) -> socket.socket | None:
     return sock
 
 
-def _run_child(data_dir: str, port: int) -> None:
+def _run_child(data_dir: str, port: int, listen_fd: int) -> None:
+    """In the server's own network namespace: start Milvus, then relay the caller's loopback port to it."""
     from milvus import MilvusServer
 
+    listener = socket.socket(fileno=listen_fd)
+    _loopback_up()
     server = MilvusServer()
     server.config.try_bind_port = _bind_probe_reusing_address
     server.set_base_dir(data_dir)
     server.listen_port = port
     server.start()
     signal.signal(signal.SIGTERM, lambda *_: (server.stop(), sys.exit(0)))
-    while server.server_proc is not None and server.server_proc.poll() is None:
-        time.sleep(0.5)
+    asyncio.run(_relay(listener, port, lambda: server.server_proc is not None and server.server_proc.poll() is None))
 
 
 def serve_until_interrupted(data_dir: Path, port: int | None) -> int:
@@ -184,5 +278,6 @@ def serve_until_interrupted(data_dir: Path, port: int | None) -> int:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--child", nargs=2, metavar=("DATA_DIR", "PORT"), required=True)
+    parser.add_argument("--listen-fd", type=int, required=True)
     args = parser.parse_args()
-    _run_child(args.child[0], int(args.child[1]))
+    _run_child(args.child[0], int(args.child[1]), args.listen_fd)

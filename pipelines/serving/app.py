@@ -8,20 +8,32 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from omegaconf import DictConfig
 
-from pipelines.agent import TOOL_DESCRIPTION, TOOL_NAME
-from pipelines.serving.bind import ServeError, check_bind, check_workers, lookup_slots, resolve_api_key
+from pipelines.agent import TOOL_NAME, agent_view
+from pipelines.serving.bind import (
+    ServeError,
+    check_bind,
+    check_cors,
+    check_port_free,
+    check_workers,
+    cors_allowed,
+    lookup_slots,
+    resolve_api_key,
+)
 from pipelines.serving.service import OVERRIDES_ENV, overrides_from_env, served_config, shared_service
 
 logger = logging.getLogger(__name__)
 
 WRAPPERS_DIR = Path(__file__).resolve().parent / "wrappers"
 RUN_PATH = f"/{TOOL_NAME}/run"
-# hayhooks routes that deploy code into the process: a lookup server does not offer them.
-DEPLOY_ROUTE_PREFIXES = ("/deploy", "/undeploy")
+# hayhooks routes a lookup server does not offer: deploying code into the process, and routes that
+# cannot work for this wrapper (drawing needs the internet; it has no chat, responses or files API).
+UNSERVED_PREFIXES = ("/deploy", "/undeploy", "/draw", "/v1", "/models", "/chat", "/responses", "/files", "/traces")
+# What OpenAPI lists: the routes that answer.
+SERVED_PATHS = (RUN_PATH, "/health", "/status", "/status/{pipeline_name}")
 
 
 def check_ready(report: dict[str, Any]) -> None:
@@ -32,7 +44,7 @@ def check_ready(report: dict[str, Any]) -> None:
             raise ServeError(f"cannot serve: {check['detail']}")
 
 
-def _configure_hayhooks(overrides: list[str]) -> None:
+def _configure_hayhooks(cfg: DictConfig, overrides: list[str]) -> None:
     os.environ[OVERRIDES_ENV] = json.dumps(overrides)
     from hayhooks.settings import settings
 
@@ -40,15 +52,23 @@ def _configure_hayhooks(overrides: list[str]) -> None:
     # so that the route answers the result itself rather than hayhooks' `{"result": ...}` envelope.
     settings.pipelines_dir = ""
     settings.show_tracebacks = False
+    # hayhooks grants every origin by default (`*`), which lets any web page the user opens read the
+    # lookups of a local server: grant only the configured allow-list (none by default).
+    settings.cors_allow_origins = cors_allowed(list(cfg.serve.cors_origins))
+    settings.cors_allow_methods = ["GET", "POST"]
+    settings.cors_allow_headers = ["Authorization", "Content-Type"]
 
 
 def _health_route(health):
-    from starlette.concurrency import run_in_threadpool
+    import anyio
     from starlette.requests import Request
     from starlette.responses import JSONResponse
 
+    # Threads of its own: a health request never waits for a slot behind lookups or other requests.
+    limiter = anyio.CapacityLimiter(4)
+
     async def health_endpoint(request: Request) -> JSONResponse:
-        report = await run_in_threadpool(health.report)
+        report = await anyio.to_thread.run_sync(health.report, limiter=limiter)
         return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
 
     return health_endpoint
@@ -57,6 +77,7 @@ def _health_route(health):
 def build_rest_app(cfg: DictConfig, health, api_key: str | None):
     """hayhooks' FastAPI app with the wrapper deployed at start-up, `/health`, and the guard in front."""
     from fastapi import HTTPException
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from hayhooks import create_app
 
@@ -66,19 +87,41 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
     app.add_api_route("/health", _health_route(health), methods=["GET"], tags=["status"], include_in_schema=True)
     _deploy_run_route(app, _load_wrapper(), cfg.serve.max_concurrent_lookups)
 
+    @app.exception_handler(RequestValidationError)
+    async def documented_validation_error(_request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own shape echoes the input back; answer the documented one with the first reason.
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()) if part not in ("body", "query"))
+        detail = f"{where}: {first.get('msg', 'invalid request')}" if where else first.get("msg", "invalid request")
+        return JSONResponse({"error": "invalid_request", "detail": detail}, status_code=422)
+
     @app.exception_handler(HTTPException)
     async def structured_http_error(_request, exc: HTTPException) -> JSONResponse:
         # The wrapper raises with a dict: the refusal reason, or the failed lookup's result.
         body = exc.detail if isinstance(exc.detail, dict) else {"error": "http_error", "detail": str(exc.detail)}
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
+    _list_only_served_routes(app)
     return RequestGuard(
         app,
         api_key=api_key,
         max_body_bytes=cfg.serve.max_body_bytes,
         validated_paths=(RUN_PATH,),
-        blocked_prefixes=DEPLOY_ROUTE_PREFIXES,
+        blocked_prefixes=UNSERVED_PREFIXES,
+        read_timeout_s=cfg.serve.read_timeout_s,
     )
+
+
+def _list_only_served_routes(app) -> None:
+    """OpenAPI without hayhooks' routes the guard answers 404 for (client generators would offer them)."""
+    full_schema = app.openapi
+
+    def served_schema() -> dict[str, Any]:
+        schema = full_schema()
+        schema["paths"] = {path: item for path, item in schema["paths"].items() if path in SERVED_PATHS}
+        return schema
+
+    app.openapi = served_schema
 
 
 def _deploy_run_route(app, wrapper, max_concurrent: int | None = None) -> None:
@@ -89,6 +132,8 @@ def _deploy_run_route(app, wrapper, max_concurrent: int | None = None) -> None:
     lookups run at once (`lookup_limiter`); the others wait for a free slot.
     """
     import anyio
+    from fastapi import Query
+    from fastapi.responses import JSONResponse
     from hayhooks.server.pipelines.models import create_pipeline_metadata
     from hayhooks.server.pipelines.registry import registry
 
@@ -101,10 +146,16 @@ def _deploy_run_route(app, wrapper, max_concurrent: int | None = None) -> None:
 
     limiter = lookup_limiter(max_concurrent)
 
-    async def run_lookup(run_request: request_model) -> LookupResponse:  # type: ignore[valid-type]
+    async def run_lookup(
+        run_request: request_model,  # type: ignore[valid-type]
+        view: Literal["full", "agent"] = Query("full", description="full result, or `agent`: context + citations"),
+    ) -> LookupResponse:
         # The pipeline is synchronous: it runs in a worker thread, at most `max_concurrent` at once.
         call = functools.partial(wrapper.run_api, **run_request.model_dump())
-        return await anyio.to_thread.run_sync(call, limiter=limiter)
+        result = await anyio.to_thread.run_sync(call, limiter=limiter)
+        if view == "agent":
+            return JSONResponse(agent_view(result.model_dump()))
+        return result
 
     app.add_api_route(
         RUN_PATH,
@@ -137,21 +188,31 @@ def _load_wrapper():
 
 def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
     """
-    hayhooks' MCP app (streamable HTTP at `/mcp`, SSE at `/sse`) serving `lookup_knowledge` only:
-    a fixed registry, so the deploy/undeploy tools of hayhooks are not offered.
+    The MCP app (streamable HTTP at `/mcp`, SSE at `/sse`, hayhooks' transports) serving the one
+    tool of `pipelines/serving/mcp_tool.py`: no hayhooks status or deploy tools.
     """
-    from hayhooks.server.pipelines.models import create_pipeline_metadata
-    from hayhooks.server.pipelines.registry import ImmutablePipelineRegistry, PipelineRegistration
-    from hayhooks.server.utils.mcp_utils import create_mcp_server, create_starlette_app
+    from hayhooks.server.utils.mcp_utils import create_starlette_app
 
     from pipelines.serving.guard import RequestGuard
+    from pipelines.serving.mcp_tool import create_lookup_mcp_server
 
-    wrapper = _load_wrapper()
-    metadata = {**create_pipeline_metadata(TOOL_NAME, wrapper), "description": TOOL_DESCRIPTION}
-    registry = ImmutablePipelineRegistry([PipelineRegistration(name=TOOL_NAME, wrapper=wrapper, metadata=metadata)])
-    app = create_starlette_app(create_mcp_server(name="lookup-knowledge", registry=registry))
+    server = create_lookup_mcp_server(shared_service(cfg), cfg.serve.max_concurrent_lookups)
+    app = create_starlette_app(server)
     app.add_route("/health", _health_route(health), methods=["GET"])
-    return RequestGuard(app, api_key=api_key, max_body_bytes=cfg.serve.max_body_bytes)
+    origins = cors_allowed(list(cfg.serve.cors_origins))
+    if origins:  # hayhooks' MCP app grants no origin; the allow-list applies to it as to REST
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Mcp-Session-Id", "Mcp-Protocol-Version"],
+            expose_headers=["Mcp-Session-Id"],
+        )
+    return RequestGuard(
+        app, api_key=api_key, max_body_bytes=cfg.serve.max_body_bytes, read_timeout_s=cfg.serve.read_timeout_s
+    )
 
 
 def build_app(cfg: DictConfig, mcp: bool = False):
@@ -159,7 +220,7 @@ def build_app(cfg: DictConfig, mcp: bool = False):
     from pipelines.serving.health import HealthCheck
 
     api_key = resolve_api_key(cfg)
-    health = HealthCheck(cfg, trace_store=None, auth=api_key is not None)
+    health = HealthCheck(cfg, trace_store=None, auth=api_key is not None, timeout_s=cfg.serve.health_timeout_s)
     service = shared_service(cfg)  # the wrapper's setup() gets this same warmed service
     health.trace_store = service.trace_writer.store if service.trace_writer else None
     return build_mcp_app(cfg, health, api_key) if mcp else build_rest_app(cfg, health, api_key)
@@ -171,8 +232,9 @@ def worker_app():
     config comes from the parent's overrides in `KNOWLEDGE_SERVE_OVERRIDES`.
     """
     overrides = overrides_from_env()
-    _configure_hayhooks(overrides)
-    return build_app(served_config(), mcp=False)
+    cfg = served_config()
+    _configure_hayhooks(cfg, overrides)
+    return build_app(cfg, mcp=False)
 
 
 def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool = False, workers: int = 1) -> None:
@@ -183,8 +245,10 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
 
     api_key = resolve_api_key(cfg)
     check_bind(host, api_key)
+    check_cors(list(cfg.serve.cors_origins), api_key)
     check_workers(cfg, workers, mcp)
-    _configure_hayhooks(overrides)
+    check_port_free(host, port)
+    _configure_hayhooks(cfg, overrides)
     check_ready(HealthCheck(cfg, trace_store=None, auth=False).report())  # before the model loads: fails in a second
     kind = "MCP (streamable HTTP /mcp, SSE /sse)" if mcp else f"REST (POST {RUN_PATH})"
     logger.warning(

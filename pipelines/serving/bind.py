@@ -2,6 +2,7 @@
 
 import ipaddress
 import os
+from urllib.parse import urlsplit
 
 from omegaconf import DictConfig
 
@@ -16,9 +17,25 @@ class ServeError(BadInputError):
 
 
 def resolve_api_key(cfg: DictConfig) -> str | None:
-    """The API key: `KNOWLEDGE_API_KEY`, else `serve.api_key`; None when neither is set."""
+    """
+    The API key: `KNOWLEDGE_API_KEY`, else `serve.api_key`; None when neither is set. A key of
+    only whitespace counts as none (it would guard nothing), so off loopback it is refused as such.
+    """
     key = os.environ.get(API_KEY_ENV) or cfg.serve.api_key
-    return key or None
+    return key.strip() if key and key.strip() else None
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a port another process holds, before anything loads (uvicorn would say so only after)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no obstacle
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise ServeError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from exc
 
 
 def is_loopback(host: str) -> bool:
@@ -38,6 +55,31 @@ def check_bind(host: str, api_key: str | None) -> None:
         )
 
 
+def check_cors(origins: list[str], api_key: str | None) -> None:
+    """
+    Refuse a CORS allow-list that is not one: origins are `scheme://host[:port]`, and `*` (every web
+    page) is never granted together with an API key, which it would hand to any page a user opens.
+    """
+    for origin in origins:
+        if origin == "*":
+            if api_key:
+                raise ServeError(
+                    'refusing serve.cors_origins=["*"] with an API key: any web page could then call the server '
+                    "with the user's browser; list the origins that need it, e.g. serve.cors_origins=[http://localhost:3000]"
+                )
+            continue
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path not in ("", "/") or parts.query:
+            raise ServeError(
+                f"serve.cors_origins: {origin!r} is not an origin: give scheme://host[:port], e.g. http://localhost:3000"
+            )
+
+
+def cors_allowed(origins: list[str]) -> list[str]:
+    """The origins as the browser sends them (no trailing slash)."""
+    return [origin.rstrip("/") for origin in origins]
+
+
 def lookup_slots(max_concurrent_lookups: int | None) -> int:
     """The lookups one worker runs at once: `serve.max_concurrent_lookups`, or one per CPU (null)."""
     return max_concurrent_lookups or os.cpu_count() or 1
@@ -50,6 +92,8 @@ def check_workers(cfg: DictConfig, workers: int, mcp: bool) -> None:
     limit = cfg.serve.max_concurrent_lookups
     if limit is not None and limit < 1:
         raise ServeError(f"serve.max_concurrent_lookups must be at least 1 (or null: one per CPU), not {limit}")
+    if cfg.serve.health_timeout_s <= 0:
+        raise ServeError(f"serve.health_timeout_s must be above 0 (seconds), not {cfg.serve.health_timeout_s}")
     if workers == 1:
         return
     if is_local_uri(cfg.milvus.uri):

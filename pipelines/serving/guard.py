@@ -36,6 +36,8 @@ def check_lookup_body(body: bytes, fields: Iterable[str] = ("query",)) -> None:
         raise RequestRefused(
             422, "invalid_json", f"body is not JSON: {exc.msg if hasattr(exc, 'msg') else exc}"
         ) from exc
+    except RecursionError as exc:  # thousands of nested arrays: the parser's stack, not a server fault
+        raise RequestRefused(422, "invalid_json", 'body is nested too deeply: send {"query": "..."}') from exc
     if not isinstance(payload, dict):
         raise RequestRefused(422, "invalid_body", 'body must be a JSON object: {"query": "..."}')
     unknown = sorted(set(payload) - set(fields))
@@ -46,6 +48,16 @@ def check_lookup_body(body: bytes, fields: Iterable[str] = ("query",)) -> None:
     query = payload["query"]
     if not isinstance(query, str):
         raise RequestRefused(422, "invalid_query", f"query must be a string, not {type(query).__name__}")
+
+
+def check_json_content_type(scope: Scope) -> None:
+    """Refuse (422) a lookup body not declared as JSON, in the documented shape rather than FastAPI's."""
+    declared = (_header(scope, b"content-type") or b"").split(b";", 1)[0].strip().lower()
+    if declared != b"application/json" and not declared.endswith(b"+json"):
+        shown = declared.decode("latin-1") or "none"
+        raise RequestRefused(
+            422, "invalid_content_type", f"Content-Type is {shown}: send the body as Content-Type: application/json"
+        )
 
 
 class RequestGuard:
@@ -68,12 +80,14 @@ class RequestGuard:
         max_body_bytes: int,
         validated_paths: Iterable[str] = (),
         blocked_prefixes: Iterable[str] = (),
+        read_timeout_s: float | None = None,
     ) -> None:
         self.app = app
         self.blocked_prefixes = tuple(blocked_prefixes)
-        self._expected = f"Bearer {api_key}".encode() if api_key else None
+        self._expected = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
         self.validated_paths = tuple(validated_paths)
+        self.read_timeout_s = read_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -83,8 +97,9 @@ class RequestGuard:
             if self.blocked_prefixes and scope["path"].startswith(self.blocked_prefixes):
                 raise RequestRefused(404, "not_found", f"{scope['path']} is not served here")
             self._authorize(scope)
-            body = await self._read_body(scope, receive)
+            body = await self._read_body_in_time(scope, receive)
             if body is not None and scope["method"] == "POST" and scope["path"] in self.validated_paths:
+                check_json_content_type(scope)
                 check_lookup_body(body)
         except RequestRefused as refused:
             logger.info("refused %s %s: %s %s", scope["method"], scope["path"], refused.status, refused.error)
@@ -93,11 +108,24 @@ class RequestGuard:
         await self.app(scope, _replay(body, receive) if body is not None else receive, send)
 
     def _authorize(self, scope: Scope) -> None:
-        if self._expected is None or scope["path"] in OPEN_PATHS:
+        if self._expected is None or scope["path"] in OPEN_PATHS or _is_cors_preflight(scope):
             return
-        given = _header(scope, b"authorization") or b""
-        if not hmac.compare_digest(given, self._expected):
+        scheme, _, given = (_header(scope, b"authorization") or b"").strip().partition(b" ")
+        # Auth schemes are case-insensitive (RFC 9110 11.1): `bearer K` is `Bearer K`.
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._expected):
             raise RequestRefused(401, "unauthorized", "missing or wrong API key: send Authorization: Bearer <key>")
+
+    async def _read_body_in_time(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The body, or 408 when the client stops sending it for `read_timeout_s` (it would hold a connection)."""
+        if not self.read_timeout_s:
+            return await self._read_body(scope, receive)
+        import anyio
+
+        with anyio.move_on_after(self.read_timeout_s) as scope_timer:
+            return await self._read_body(scope, receive)
+        if scope_timer.cancelled_caught:
+            raise RequestRefused(408, "body_timeout", f"the body did not arrive within {self.read_timeout_s:g} s")
+        return None
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole body of a request that has one (buffered, bounded), else None."""
@@ -120,6 +148,14 @@ class RequestGuard:
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+
+def _is_cors_preflight(scope: Scope) -> bool:
+    """
+    A browser's CORS preflight carries no credentials by design; the app's CORS middleware answers
+    it (granting only the configured origins) without running any route.
+    """
+    return scope["method"] == "OPTIONS" and _header(scope, b"access-control-request-method") is not None
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

@@ -1,11 +1,18 @@
 """
 The `/health` report: whether the vector store, the L0 index and the trace store answer, and
 which config is loaded. Paths and thresholds only: never credentials or the API key.
+
+Each check has a deadline (`serve.health_timeout_s`): a store that stalls (a stopped Milvus server
+accepts connections and never answers) makes its check "degraded" with `timedOut`, instead of
+holding the health request for as long as the store's own timeout, or forever.
 """
 
 import logging
 import os
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from omegaconf import DictConfig
@@ -30,21 +37,32 @@ class HealthCheck:
     """
     Probes the three stores a lookup needs. One Milvus client is kept and reopened after a failure.
 
+    With `timeout_s`, the checks run at once in threads of their own (never the lookups' slots) and
+    the report waits at most `timeout_s` for them; a check still running from an earlier report is
+    waited for again rather than started twice, so a stalled store holds one thread, not one per
+    request.
+
     Usage example:
 
     ```python
-    report = HealthCheck(cfg, trace_store=service.trace_writer.store, auth=False).report()
-    report["status"]  # "ok", or "degraded" when a store does not answer
+    report = HealthCheck(cfg, trace_store=service.trace_writer.store, auth=False, timeout_s=2.0).report()
+    report["status"]  # "ok", or "degraded" when a store does not answer (in time)
     ```
     """
 
-    def __init__(self, cfg: DictConfig, trace_store: TraceStore | None, auth: bool) -> None:
+    def __init__(
+        self, cfg: DictConfig, trace_store: TraceStore | None, auth: bool, timeout_s: float | None = None
+    ) -> None:
         self.cfg = cfg
         self.trace_store = trace_store
         self.auth = auth
+        self.timeout_s = timeout_s
         self._l0 = L0IndexHandle(cfg.l0.index_path)
         self._client: Any = None
         self._lock = threading.Lock()
+        self._running: dict[str, Future] = {}
+        self._running_lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
 
     def vector_store(self) -> dict[str, Any]:
         collection = self.cfg.milvus.collection
@@ -104,10 +122,40 @@ class HealthCheck:
             "auth": self.auth,
             "maxBodyBytes": cfg.serve.max_body_bytes,
             "maxConcurrentLookups": lookup_slots(cfg.serve.max_concurrent_lookups),
+            "healthTimeoutS": cfg.serve.health_timeout_s,
         }
 
+    def _checks(self) -> dict[str, Callable[[], dict[str, Any]]]:
+        return {"vectorStore": self.vector_store, "l0Index": self.l0_index, "traceStore": self.trace}
+
+    def _start(self, name: str, check: Callable[[], dict[str, Any]]) -> Future:
+        with self._running_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=len(self._checks()), thread_name_prefix="health")
+            future = self._running.get(name)
+            if future is None or future.done():
+                future = self._running[name] = self._executor.submit(check)
+            return future
+
+    def _bounded(self) -> dict[str, dict[str, Any]]:
+        """Every check's answer, or `timedOut` for those with none within `timeout_s` (all started at once)."""
+        futures = {name: self._start(name, check) for name, check in self._checks().items()}
+        results: dict[str, dict[str, Any]] = {}
+        for name, future in futures.items():
+            try:
+                # The checks run in parallel, so each wait is at most the shared deadline.
+                results[name] = future.result(timeout=self.timeout_s)
+            except FutureTimeout:
+                logger.warning("health check %s: no answer within %g s", name, self.timeout_s)
+                detail = f"no answer within {self.timeout_s:g} s (serve.health_timeout_s)"
+                results[name] = {"ok": False, "timedOut": True, "detail": detail}
+        return results
+
     def report(self) -> dict[str, Any]:
-        checks = {"vectorStore": self.vector_store(), "l0Index": self.l0_index(), "traceStore": self.trace()}
+        if self.timeout_s:
+            checks = self._bounded()
+        else:
+            checks = {name: check() for name, check in self._checks().items()}
         status = "ok" if all(check["ok"] for check in checks.values()) else "degraded"
         # The pid tells apart the worker processes of `knowledge serve --workers N` behind one port.
         return {"status": status, "pid": os.getpid(), "checks": checks, "config": self.config()}

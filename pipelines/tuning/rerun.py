@@ -123,7 +123,7 @@ def recorded_rows(cfg: DictConfig, since: datetime | None = None, last: int | No
     """The successful lookup rows to rerun, oldest first (`last`: only the newest N)."""
     from pipelines.traces import open_store
 
-    rows = open_store(cfg).latest(last=None, status="ok")  # newest first
+    rows = open_store(cfg, reading=True).latest(last=None, status="ok")  # newest first
     rows = [row for row in rows if row.get("tool_name") == TOOL_NAME and _query_of(row) is not None]
     if since is not None:
         rows = [row for row in rows if _aware(row["created_at"]) >= since]

@@ -128,3 +128,11 @@ def test_knowledge_eval_smoke(sample_cfg, tmp_path, capsys):
     assert set(by_style) == {"alert", "engineer"}
     assert by_style["alert"][:2] == ["pipeline", "1.000"]
     assert by_style["alert"][2::2] == ["unfiltered", "dense", "hybrid"]
+
+
+def test_cli_lookup_agent_view_prints_context_and_citations_only(topics_cfg, capsys):
+    assert main(["lookup", "--view", "agent", "--compact", TOMATO_QUERY, *_state(topics_cfg)]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert set(view) >= {"found", "evidenceStatus", "relevanceLevel", "completenessHint", "context", "citations"}
+    assert not {"retrievalTrace", "rerankTrace", "evidenceBlocks", "queryTransform"} & set(view)
+    assert view["invocationId"]

@@ -17,6 +17,7 @@ from tests.integration.serving_helpers import concurrent_lookups, copy_state, fr
 API_KEY = "test-key-5f1c9a"  # not a secret: a throwaway key of this test server
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 MAX_CONCURRENT = 2
+ALLOWED_ORIGIN = "http://tool.example"
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def server(served_index, tmp_path_factory):
     log_path = state.parent / "server.log"
     command = cli_command("serve", "--port", str(port))
     command += [f"paths.state_dir={state}", "mlflow=off", "query.on_overlong=error", "query.max_chars=300"]
-    command += [f"serve.max_concurrent_lookups={MAX_CONCURRENT}"]
+    command += [f"serve.max_concurrent_lookups={MAX_CONCURRENT}", f"serve.cors_origins=[{ALLOWED_ORIGIN}]"]
     with running(command, f"{url}/health", log_path, child_env(KNOWLEDGE_API_KEY=API_KEY)):
         yield {"url": url, "state": state, "log": log_path}
 
@@ -126,6 +127,35 @@ def test_requests_without_the_key_get_401(server, headers):
     assert response.status_code == 401
     assert response.json()["error"] == "unauthorized"
     assert API_KEY not in response.text
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "Bearer"])
+def test_the_auth_scheme_is_case_insensitive(server, scheme):
+    response = run(server, {"query": "disk full"}, headers={"Authorization": f"{scheme} {API_KEY}"})
+    assert response.status_code == 200
+
+
+def test_only_a_listed_origin_gets_a_cors_grant(server):
+    def preflight(origin: str) -> httpx.Response:
+        headers = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+        return httpx.options(f"{server['url']}/lookup_knowledge/run", headers=headers)
+
+    granted = preflight(ALLOWED_ORIGIN)  # no key: browsers send none with a preflight
+    assert granted.status_code == 200
+    assert granted.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
+    refused = preflight("http://evil.example")
+    assert "access-control-allow-origin" not in refused.headers
+    posted = run(server, {"query": "disk full"}, headers={**AUTH, "Origin": "http://evil.example"})
+    assert posted.status_code == 200 and "access-control-allow-origin" not in posted.headers
+
+
+def test_every_origin_together_with_a_key_is_refused_at_start_up(tmp_path):
+    done = run_cli(
+        "serve", f"paths.state_dir={tmp_path}", "mlflow=off", "serve.cors_origins=[*]", KNOWLEDGE_API_KEY="k1"
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert 'refusing serve.cors_origins=["*"] with an API key' in done.stderr
 
 
 def test_deploy_routes_are_not_served(server):

@@ -37,7 +37,7 @@ async def _session(url: str, calls):
 
 def test_list_tools_shows_lookup_knowledge_with_its_schema(mcp_server):
     tools = asyncio.run(_session(mcp_server, lambda s: s.list_tools())).tools
-    assert [tool.name for tool in tools if not tool.name.startswith("get_")] == ["lookup_knowledge"]
+    assert [tool.name for tool in tools] == ["lookup_knowledge"]  # no hayhooks status or deploy tools
     tool = next(tool for tool in tools if tool.name == "lookup_knowledge")
     assert tool.inputSchema["required"] == ["query"]
     assert tool.inputSchema["properties"]["query"]["type"] == "string"
@@ -51,9 +51,37 @@ def test_call_tool_returns_evidence(mcp_server):
     outcome = asyncio.run(_session(mcp_server, call))
     assert not outcome.isError
     result = json.loads(outcome.content[0].text)
-    assert result["found"] is True
-    assert result["evidenceBlocks"][0]["source"].startswith("disk/")
+    # The agent view by default: the packed context and its citations, no traces.
+    assert result["found"] is True and result["relevanceLevel"] and result["completenessHint"]
+    assert result["citations"][0]["source"].startswith("disk/") and result["context"]
+    assert not {"retrievalTrace", "rerankTrace", "evidenceBlocks", "queryTransform"} & set(result)
     assert result["invocationId"]
+
+
+def test_call_tool_with_the_full_view_returns_everything(mcp_server):
+    async def call(session):
+        return await session.call_tool("lookup_knowledge", {"query": "disk almost full", "view": "full"})
+
+    result = json.loads(asyncio.run(_session(mcp_server, call)).content[0].text)
+    assert result["evidenceBlocks"][0]["source"].startswith("disk/") and "retrievalTrace" in result
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ({"query": "disk full", "top_k": 3}, "unknown argument(s) top_k"),
+        ({}, "query is missing"),
+        ({"query": 42}, "query must be a string"),
+        ({"query": "disk full", "view": "tiny"}, "view must be one of full, agent"),
+    ],
+)
+def test_a_bad_call_is_a_tool_error_with_its_reason(mcp_server, arguments, reason):
+    async def call(session):
+        return await session.call_tool("lookup_knowledge", arguments)
+
+    outcome = asyncio.run(_session(mcp_server, call))
+    assert outcome.isError
+    assert reason in outcome.content[0].text and "General unhandled error" not in outcome.content[0].text
 
 
 def test_an_empty_query_is_a_tool_error(mcp_server):
@@ -63,6 +91,7 @@ def test_an_empty_query_is_a_tool_error(mcp_server):
     outcome = asyncio.run(_session(mcp_server, call))
     assert outcome.isError
     assert "query is empty" in outcome.content[0].text
+    assert "General unhandled error" not in outcome.content[0].text
 
 
 def test_mcp_requests_without_the_key_get_401(mcp_server):

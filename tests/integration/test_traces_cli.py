@@ -10,6 +10,7 @@ import pytest
 from components.tracing.trace_store import TraceStore
 from pipelines.cli import main
 from tests.conftest import state_overrides
+from tests.helpers import run_cli, stderr_lines
 
 T0 = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 
@@ -127,3 +128,19 @@ def test_replay_through_the_cli(tmp_path, capsys):
     code, out, _ = run(capsys, "traces", "list", *overrides)
     assert all(i in out for i in ids)
     assert spool.read_text() == ""
+
+
+@pytest.mark.parametrize("action", [["list"], ["show", "abcdef12"], ["export"]])
+def test_reading_a_missing_database_creates_nothing_and_exits_2(action, tmp_path):
+    missing = tmp_path / "MISSING"
+    done = run_cli("traces", *action, f"trace.db_url=sqlite:///{missing}/x.db", *state_overrides(tmp_path / "s"))
+    assert done.returncode == 2
+    assert len(stderr_lines(done)) == 1
+    assert f"no trace database at {missing}/x.db" in done.stderr
+    assert not missing.exists()
+
+
+def test_a_trace_db_url_that_is_not_a_url_exits_2(tmp_path):
+    done = run_cli("traces", "list", "trace.db_url=notaurl", *state_overrides(tmp_path / "s"))
+    assert done.returncode == 2
+    assert len(stderr_lines(done)) == 1 and "trace.db_url='notaurl' is not a database URL" in done.stderr

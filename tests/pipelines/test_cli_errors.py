@@ -292,7 +292,8 @@ def test_serve_bad_override_exit_2(capsys, tmp_path):
 # --- traces -----------------------------------------------------------------------------------------
 
 
-def test_traces_exit_0(capsys, sample_cfg):
+def test_traces_exit_0(capsys, sample_cfg, sample_service):
+    sample_service.lookup("disk full")  # one recorded call: reading never creates the database
     code, _, err = run(capsys, "traces", "list", "--last", "1", *sample_args(sample_cfg))
     assert code == 0 and err == []
 
@@ -303,11 +304,11 @@ def test_traces_bad_status_exit_2(capsys, sample_cfg):
     assert_one_error_line(err, "--status 'bogus' is not one of ok, error")
 
 
-def test_traces_unreadable_store_exit_1(capsys, sample_cfg, a_file):
+def test_traces_store_under_a_file_is_no_database_exit_2(capsys, sample_cfg, a_file):
     url = f"sqlite:///{a_file}/t.db"
     code, out, err = run(capsys, "traces", "list", *sample_args(sample_cfg, f"trace.db_url={url}"))
-    assert code == 1 and out == ""
-    assert_one_error_line(err, f"cannot read traces from {url}: [Errno 17] File exists: '{a_file}'")
+    assert code == 2 and out == ""
+    assert len(err) == 1 and f"no trace database at {a_file}/t.db" in err[0]
 
 
 def test_dev_milvus_server_bad_port_exit_2(capsys, tmp_path):

@@ -1,0 +1,83 @@
+"""
+The MCP server of `knowledge serve --mcp`: one tool, `lookup_knowledge`, and nothing else (no
+hayhooks status or deploy tools). Its arguments are checked here, so a bad call is a tool error
+that says what is wrong; its result is the agent view by default (`view: "full"` for everything).
+"""
+
+import functools
+import json
+from typing import Any
+
+from pipelines.agent import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETERS, VIEWS, agent_view
+
+MCP_DEFAULT_VIEW = "agent"
+MCP_TOOL_SCHEMA: dict[str, Any] = {
+    **TOOL_PARAMETERS,
+    "properties": {
+        **TOOL_PARAMETERS["properties"],
+        "view": {
+            "type": "string",
+            "enum": list(VIEWS),
+            "default": MCP_DEFAULT_VIEW,
+            "description": "agent (default): the packed context with citations; full: every trace too.",
+        },
+    },
+}
+MCP_TOOL_DESCRIPTION = (
+    TOOL_DESCRIPTION + " By default the result is slim: found, relevanceLevel, completenessHint, the packed "
+    "context to quote and its citations (source, breadcrumb, score); view=full adds the evidence blocks and traces."
+)
+
+
+class ToolCallRefused(ValueError):
+    """Arguments of a tool call that cannot be looked up: the message is the reason the agent sees."""
+
+
+def check_arguments(arguments: dict[str, Any] | None) -> tuple[str, str]:
+    """(query, view) of a `lookup_knowledge` call, or `ToolCallRefused` with the reason."""
+    arguments = arguments or {}
+    unknown = sorted(set(arguments) - set(MCP_TOOL_SCHEMA["properties"]))
+    if unknown:
+        raise ToolCallRefused(f"unknown argument(s) {', '.join(unknown)}; the arguments are query and view")
+    if "query" not in arguments:
+        raise ToolCallRefused("query is missing: give the question or alert text to look up")
+    query, view = arguments["query"], arguments.get("view", MCP_DEFAULT_VIEW)
+    if not isinstance(query, str):
+        raise ToolCallRefused(f"query must be a string, not {type(query).__name__}")
+    if view not in VIEWS:
+        raise ToolCallRefused(f"view must be one of {', '.join(VIEWS)}, not {view!r}")
+    return query, view
+
+
+def create_lookup_mcp_server(service, max_concurrent: int | None = None):
+    """An MCP `Server` offering `lookup_knowledge` on `service`, at most `max_concurrent` lookups at once."""
+    import anyio
+    from mcp.server import Server
+    from mcp.types import TextContent, Tool
+
+    from components.contracts import STATUS_ERROR
+    from pipelines.serving.bind import lookup_slots
+
+    server = Server("lookup-knowledge")
+    tool = Tool(name=TOOL_NAME, description=MCP_TOOL_DESCRIPTION, inputSchema=MCP_TOOL_SCHEMA)
+    limiter = anyio.CapacityLimiter(lookup_slots(max_concurrent))
+
+    @server.list_tools()
+    async def list_tools() -> list[Tool]:
+        return [tool]
+
+    # The arguments are checked by `check_arguments`: its reasons are clearer than a schema error.
+    @server.call_tool(validate_input=False)
+    async def call_tool(name: str, arguments: dict[str, Any]) -> list[TextContent]:
+        if name != TOOL_NAME:
+            raise ToolCallRefused(f"no tool {name!r}: the one tool is {TOOL_NAME}")
+        query, view = check_arguments(arguments)
+        # An empty query raises InvalidQueryError (after its trace row): its message is the tool error.
+        result = await anyio.to_thread.run_sync(functools.partial(service.lookup, query), limiter=limiter)
+        body = result.to_dict()
+        if result.evidence_status == STATUS_ERROR:
+            raise RuntimeError(f"{result.message} (invocation {result.invocation_id})")
+        shown = agent_view(body) if view == "agent" else body
+        return [TextContent(type="text", text=json.dumps(shown, ensure_ascii=False))]
+
+    return server

@@ -1,0 +1,133 @@
+"""
+What a default `knowledge serve` exposes beyond its lookup clients, against a real keyless server
+process on loopback: no web page of another origin may read a lookup (no CORS grant by default),
+refusals keep the documented JSON shape, OpenAPI lists only routes that answer, a stalled client
+body is cut off, and start-up refuses a busy port or a blank key before loading anything.
+"""
+
+import json
+import socket
+
+import httpx
+import pytest
+
+from tests.helpers import child_env, cli_command, run_cli
+from tests.integration.serving_helpers import copy_state, free_port, running
+
+EVIL = "http://evil.example"
+READ_TIMEOUT_S = 1
+
+
+@pytest.fixture(scope="module")
+def default_server(served_index, tmp_path_factory):
+    """A REST server with the default serve config: no key, no CORS allow-list."""
+    state = copy_state(served_index, tmp_path_factory, "exposure")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = cli_command("serve", "--port", str(port), f"paths.state_dir={state}", "mlflow=off")
+    command.append(f"serve.read_timeout_s={READ_TIMEOUT_S}")
+    with running(command, f"{url}/health", state.parent / "server.log", child_env()):
+        yield url
+
+
+def test_a_preflight_from_another_origin_is_not_granted(default_server):
+    response = httpx.options(
+        f"{default_server}/lookup_knowledge/run",
+        headers={
+            "Origin": EVIL,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type",
+        },
+    )
+    assert response.status_code >= 400
+    assert "access-control-allow-origin" not in response.headers
+
+
+def test_a_lookup_posted_from_another_origin_carries_no_grant(default_server):
+    response = httpx.post(
+        f"{default_server}/lookup_knowledge/run", json={"query": "disk full"}, headers={"Origin": EVIL}, timeout=60.0
+    )
+    assert response.status_code == 200  # answered, but a browser keeps the body from the page
+    assert "access-control-allow-origin" not in response.headers
+    assert "access-control-allow-credentials" not in response.headers
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_json_body_not_sent_as_json_gets_the_documented_422(default_server, content_type):
+    headers = {"Content-Type": content_type} if content_type else {}
+    body = json.dumps({"query": "disk full"}).encode()
+    response = httpx.post(f"{default_server}/lookup_knowledge/run", content=body, headers=headers)
+    if content_type is None:
+        assert "content-type" not in response.request.headers
+    assert response.status_code == 422
+    assert response.json()["error"] == "invalid_content_type"
+    assert "disk full" not in response.text  # the body is not echoed back
+
+
+def test_a_deeply_nested_body_gets_422_not_500(default_server):
+    body = b"[" * 5000 + b"]" * 5000
+    response = httpx.post(
+        f"{default_server}/lookup_knowledge/run", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert response.json()["error"] == "invalid_json" and "nested" in response.json()["detail"]
+
+
+def test_a_client_that_stops_mid_body_gets_408(default_server):
+    host, port = default_server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as client:
+        client.sendall(
+            b"POST /lookup_knowledge/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"query": '
+        )
+        answer = client.recv(4096).decode()
+    assert answer.startswith("HTTP/1.1 408")
+    assert '"error": "body_timeout"' in answer
+
+
+@pytest.mark.parametrize("path", ["/draw/lookup_knowledge", "/v1/models", "/v1/chat/completions", "/traces"])
+def test_routes_that_cannot_answer_are_not_served(default_server, path):
+    response = httpx.request("POST" if "chat" in path else "GET", f"{default_server}{path}", json={})
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+
+
+def test_openapi_lists_only_the_routes_that_answer(default_server):
+    paths = set(httpx.get(f"{default_server}/openapi.json").json()["paths"])
+    assert "/lookup_knowledge/run" in paths and "/health" in paths
+    assert not [p for p in paths if p.startswith(("/draw", "/deploy", "/undeploy", "/v1", "/chat", "/models"))]
+
+
+def test_serving_on_a_busy_port_exits_2_before_loading(default_server, tmp_path):
+    port = default_server.rsplit(":", 1)[1]
+    done = run_cli("serve", "--port", port, f"paths.state_dir={tmp_path}", "mlflow=off", timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0, done.stderr
+    assert f"cannot serve on 127.0.0.1:{port}" in done.stderr
+
+
+@pytest.mark.parametrize("key", [" ", "\t "])
+def test_a_blank_key_is_refused_off_loopback_like_no_key(key, tmp_path):
+    done = run_cli("serve", "--host", "0.0.0.0", f"paths.state_dir={tmp_path}", "mlflow=off", KNOWLEDGE_API_KEY=key)
+    assert done.returncode == 2
+    assert "refusing to serve on 0.0.0.0 without an API key" in done.stderr
+
+
+def test_the_agent_view_is_the_packed_context_with_citations(default_server):
+    url = f"{default_server}/lookup_knowledge/run"
+    full = httpx.post(url, json={"query": "disk almost full"}, timeout=60.0).json()
+    slim = httpx.post(url, params={"view": "agent"}, json={"query": "disk almost full"}, timeout=60.0)
+    assert slim.status_code == 200
+    view = slim.json()
+    assert view["found"] is True and view["context"] == full["contextPack"]["text"]
+    assert [c["source"] for c in view["citations"]] == [b["source"] for b in full["evidenceBlocks"]]
+    assert not {"retrievalTrace", "rerankTrace", "evidenceBlocks"} & set(view)
+    assert len(slim.content) < len(json.dumps(full))
+
+
+def test_an_unknown_view_gets_the_documented_422(default_server):
+    response = httpx.post(
+        f"{default_server}/lookup_knowledge/run", params={"view": "tiny"}, json={"query": "disk full"}, timeout=60.0
+    )
+    assert response.status_code == 422
+    assert response.json()["error"] == "invalid_request" and "view" in response.json()["detail"]
