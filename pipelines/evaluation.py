@@ -36,7 +36,7 @@ from components.common.text import unique
 from components.contracts import InvalidQueryError
 from components.errors import BadInputError
 from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD, connect, ensure_loaded
-from pipelines.settings import milvus_auth
+from pipelines.settings import embedder_params, milvus_auth
 
 logger = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ class DenseSystem:
 
         self.cfg = cfg
         self.clean = clean
-        self.embedder = KnowledgeQueryEmbedder(model=cfg.embedder.model, device=cfg.embedder.device)
+        self.embedder = KnowledgeQueryEmbedder(**embedder_params(cfg))
         self.embedder.warm_up()
         self.search = SdkVectorSearch(cfg.milvus.uri, cfg.milvus.collection, dict(cfg.milvus.search_params))
 

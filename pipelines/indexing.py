@@ -14,6 +14,7 @@ import time
 from haystack import Pipeline
 from omegaconf import DictConfig
 
+from components.common.embedding_models import vector_space
 from components.contracts import IndexReport
 from components.indexing.markdown_reader import check_knowledge_base
 from pipelines.errors import unwrap_pipeline_error
@@ -29,7 +30,7 @@ def index_fingerprint(cfg: DictConfig) -> str:
     """Everything besides file content that changes chunks or vectors."""
     chunking = cfg.chunking
     return (
-        f"model={cfg.embedder.model};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
+        f"model={vector_space(cfg.embedder.model, cfg.embedder.backend)};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
         f"format={CHUNK_FORMAT_VERSION}"
     )
 

@@ -9,6 +9,7 @@ sentence-transformers as is (a local directory or a model name).
 from functools import lru_cache
 from pathlib import Path
 
+from components.common.choices import EmbeddingBackend
 from components.errors import BadInputError
 
 PACKAGED_PREFIX = "packaged:"
@@ -32,6 +33,35 @@ def resolve_model(spec: str) -> str:
     except ImportError as exc:
         raise ModelNotFoundError(f"packaged model {name!r} needs the package {module_name}") from exc
     return str(module.get_model_path())
+
+
+def check_backend(backend: str) -> None:
+    if backend not in EmbeddingBackend.values():
+        raise ValueError(f"unknown embedding backend {backend!r}: one of {', '.join(EmbeddingBackend.values())}")
+
+
+def vector_space(spec: str, backend: str) -> str:
+    """
+    The name of the space a model's vectors live in: the model spec, plus `+int8` for the quantized
+    backend. torch and float32 ONNX give the same vectors (cosine >= 0.9999), so switching between
+    them re-embeds nothing; int8 vectors differ a little and are not mixed with them.
+    """
+    return f"{spec}+int8" if backend == EmbeddingBackend.onnx_int8 else spec
+
+
+@lru_cache(maxsize=4)
+def load_onnx_encoder(spec: str, backend: str, cache_dir: str | None = None):
+    """
+    The ONNX Runtime encoder of a configured model (exported on first use, see onnx_export.py).
+    Cached per model: the query embedder, the document embedder and the L0 writer of one process
+    share one session (sessions are thread-safe) instead of holding the weights three times.
+    """
+    from components.common.onnx_encoder import OnnxSentenceEncoder
+
+    check_backend(backend)
+    return OnnxSentenceEncoder.load(
+        resolve_model(spec), cache_dir=cache_dir, quantized=backend == EmbeddingBackend.onnx_int8
+    )
 
 
 @lru_cache(maxsize=8)
