@@ -385,18 +385,27 @@ def _json_query(line: str) -> tuple[str | None, str | None]:
     return query, None
 
 
-def cmd_lookup(args: argparse.Namespace) -> int:
-    from components.common.text import printable
-    from components.contracts import STATUS_ERROR, InvalidQueryError
-    from pipelines.lookup import LookupService
+def _lookup_config(overrides: Sequence[str]):
+    """The config of a lookup or serve process; with an ONNX backend, torch is kept out before Haystack loads."""
+    from components.common.embedding_models import keep_torch_out
 
+    cfg = _load(overrides)
+    keep_torch_out(cfg.embedder.backend)
+    return cfg
+
+
+def cmd_lookup(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.url:
         return _lookup_remote(args)
     if args.batch:
         if args.query is not None:
             overrides.insert(0, args.query)
-        cfg = _load(overrides)
+        cfg = _lookup_config(overrides)
+        from components.common.text import printable
+        from components.contracts import STATUS_ERROR, InvalidQueryError
+        from pipelines.lookup import LookupService
+
         try:
             queries = _read_batch(args.batch)
         except OSError as exc:
@@ -421,7 +430,10 @@ def cmd_lookup(args: argparse.Namespace) -> int:
         return EXIT_FAILURE if errors else EXIT_BAD_INPUT if invalid else EXIT_OK
     if args.query is None:
         raise UsageError("give a QUERY, or --batch FILE")
-    cfg = _load(overrides)
+    cfg = _lookup_config(overrides)
+    from components.contracts import STATUS_ERROR
+    from pipelines.lookup import LookupService
+
     result = LookupService(cfg).lookup(args.query)
     print(json.dumps(result.to_dict(), ensure_ascii=False, indent=None if args.compact else 2))
     if result.evidence_status == STATUS_ERROR:
@@ -449,10 +461,10 @@ def _lookup_remote(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    _check_port(args.port)
+    cfg = _lookup_config(args.overrides)
     from pipelines.serving.bind import check_bind, check_workers, resolve_api_key
 
-    _check_port(args.port)
-    cfg = _load(args.overrides)
     host = args.host or cfg.serve.host
     workers = args.workers if args.workers is not None else cfg.serve.workers
     check_bind(host, resolve_api_key(cfg))  # before the slow imports and long before binding

@@ -6,6 +6,7 @@ serialized pipelines stay machine-independent; any other value is passed to
 sentence-transformers as is (a local directory or a model name).
 """
 
+import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -47,6 +48,21 @@ def vector_space(spec: str, backend: str) -> str:
     them re-embeds nothing; int8 vectors differ a little and are not mixed with them.
     """
     return f"{spec}+int8" if backend == EmbeddingBackend.onnx_int8 else spec
+
+
+def keep_torch_out(backend: str) -> bool:
+    """
+    In a process that embeds with an ONNX backend, make `import torch` fail from now on, so the
+    libraries that import torch only when it is installed (Haystack's device utilities import it
+    with every pipeline) skip it: 2-5 s of start-up and a few hundred MB per process. For process
+    entry points only (the one-shot CLI, a serving worker), before anything imports Haystack;
+    returns whether torch is kept out (False for the torch backend, or when torch is loaded already).
+    """
+    if backend == EmbeddingBackend.torch or sys.modules.get("torch") is not None:
+        return False
+    # The documented way to make an import fail: a None entry (importlib then finds no spec either).
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    return True
 
 
 @lru_cache(maxsize=4)
