@@ -8,7 +8,7 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge serve [--host H] [--port P] [--mcp] [--workers N] [key=value ...]
     knowledge eval --queries FILE [-m] [--search NAME --trials N] [key=value ...]
     knowledge compare --queries FILE [--top-k K] [--json] [key=value ...]
-    knowledge bench index|lookup|serve|all [options] [key=value ...]
+    knowledge bench index|lookup|serve|backends|all [options] [key=value ...]
     knowledge traces list [--last N] [--status ok|error] [key=value ...]
     knowledge traces show ID [--json] [key=value ...]
     knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
@@ -214,6 +214,33 @@ def _parser() -> argparse.ArgumentParser:
         "--duration", type=float, default=30.0, help="with --workers: seconds of load per worker count"
     )
     bench_serve.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+    bench_backends = bench_sub.add_parser(
+        "backends",
+        help="the embedding backends side by side: vectors, query embedding, indexing, cold start, serving",
+        description="torch, onnx and onnx_int8 in one run, alternating: cosine of each backend's vectors to "
+        "torch's over the eval queries and sample chunks, query embedding p50 (1 and 2 texts), indexing "
+        "embedder chunks/s, one-shot lookup cold start against the bare imports it needs, and a one-worker "
+        "`knowledge serve` per backend (peak RSS, single-client p50, req/s at --clients).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench_backends.add_argument(
+        "--backends", default="torch,onnx,onnx_int8", metavar="B[,B...]", help="backends to compare (torch first)"
+    )
+    bench_backends.add_argument("--rounds", type=int, default=5, help="alternating rounds of 20 embeddings each")
+    bench_backends.add_argument("--cold-runs", type=int, default=3, help="one-shot lookups per backend")
+    bench_backends.add_argument("--serve-seconds", type=float, default=10.0, help="seconds per serve load phase")
+    bench_backends.add_argument("--clients", type=int, default=8, help="concurrent clients of the serve part")
+    bench_backends.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="PART",
+        help="leave a part out (repeatable): " + ", ".join(("vectors", "embed", "index", "cold_start", "serve")),
+    )
+    bench_backends.add_argument("--output", metavar="FILE", help="also write the figures as JSON")
+    bench_backends.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
     bench_all = bench_sub.add_parser(
         "all",
@@ -625,6 +652,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "all":
         _load(args.overrides)  # bad overrides exit 2 before any work; each benchmark composes its own config
         return _bench_all(args)
+    if args.bench == "backends":
+        return _bench_backends(args)
     _check_bench_options(args)
     cfg = _load(args.overrides)
     if args.bench == "index":
@@ -648,6 +677,36 @@ def cmd_bench(args: argparse.Namespace) -> int:
             queries=args.queries,
             tracing_lookups=args.tracing_lookups,
         )
+    return EXIT_OK
+
+
+def _bench_backends(args: argparse.Namespace) -> int:
+    from components.common.choices import EmbeddingBackend
+    from pipelines.bench.backends import PARTS, bench_backends
+
+    _load(args.overrides)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = sorted(set(backends) - set(EmbeddingBackend.values()))
+    if unknown or not backends:
+        raise UsageError(f"--backends {args.backends!r}: choose among {', '.join(EmbeddingBackend.values())}")
+    skipped = sorted(set(args.skip) - set(PARTS))
+    if skipped:
+        raise UsageError(f"--skip {', '.join(skipped)}: parts are {', '.join(PARTS)}")
+    if min(args.rounds, args.cold_runs, args.clients) < 1 or args.serve_seconds <= 0:
+        raise UsageError("--rounds, --cold-runs and --clients must be 1 or more, --serve-seconds above 0")
+    if args.output and not Path(args.output).resolve().parent.is_dir():
+        raise UsageError(f"cannot write {args.output}: its folder does not exist")
+    report = bench_backends(
+        args.overrides,
+        backends,
+        rounds=args.rounds,
+        cold_runs=args.cold_runs,
+        serve_seconds=args.serve_seconds,
+        clients=args.clients,
+        skip=args.skip,
+    )
+    if args.output:
+        Path(args.output).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return EXIT_OK
 
 
