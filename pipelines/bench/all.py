@@ -142,6 +142,18 @@ def _lookup_rows(f: dict[str, Any]) -> list[dict[str, Any]]:
                 p["meets_target"],
             )
         )
+        if "hybrid_floor" in p:
+            rows.append(
+                _row(
+                    "lookup",
+                    f"{path} p50 vs the hybrid floor",
+                    f"{p['pipeline']['p50_ms']:.1f} ms",
+                    f"embedding + dense + BM25 {p['hybrid_floor']['p50_ms']:.1f} ms",
+                    p["hybrid_p50_ratio"],
+                    f"<= {p['hybrid_target_p50_ratio']}",
+                    p["meets_hybrid_target"],
+                )
+            )
     tracing = f.get("tracing")
     if tracing:
         rows.append(
