@@ -237,9 +237,9 @@ def _cold_rows(f: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         _row(
             "cold_start",
-            "one-shot knowledge lookup",
+            f"one-shot knowledge lookup ({f.get('backend', 'torch')})",
             f"{f['lookup_median_s']:.2f} s",
-            f"import torch + sentence_transformers {f['bare_import_median_s']:.2f} s",
+            f"{f.get('bare_import_label', 'bare imports')} {f['bare_import_median_s']:.2f} s",
             f["ratio"],
             f"<= {f['target_ratio']}",
             f["meets_target"],
@@ -342,7 +342,7 @@ def _run_parts(
             grow_collection(bench_cfg, options.base_chunks)
             parts["sidecar"] = sidecar_part(bench_cfg)
     if "cold_start" in wanted:
-        parts["cold_start"] = bench_cold_start(options.cold_runs, echo=echo)
+        parts["cold_start"] = bench_cold_start(options.cold_runs, echo=echo, backend=cfg.embedder.backend)
     return parts
 
 

@@ -23,19 +23,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipelines.bench.cold_start import COLD_QUERY, REPO, run_seconds
+from pipelines.bench.cold_start import COLD_QUERY, REPO, bare_imports_of, run_seconds
 from pipelines.bench.machine import OtherCpu, format_other_cpu, percentile
 from pipelines.settings import embedder_params, load_config
 
 BACKENDS = ("torch", "onnx", "onnx_int8")
 PARTS = ("vectors", "embed", "index", "cold_start", "serve")
 COSINE_TARGET = 0.9999
-# The imports each backend's one-shot lookup cannot do without: its embedding libraries, Haystack and pymilvus.
-_STACK = "import haystack, pymilvus, milvus_lite"
-BARE_IMPORTS = {
-    "torch": f"import torch, sentence_transformers; {_STACK}",
-    "onnx": f"import sys; sys.modules['torch'] = None; import onnxruntime, tokenizers; {_STACK}",
-}
 SECOND_QUERY = "the worker node root volume has no space left"
 
 
@@ -163,8 +157,7 @@ def bench_cold(state_overrides: list[str], backends: Sequence[str], runs: int) -
     for backend in backends:
         lookup = ["-m", "pipelines.cli", "lookup", COLD_QUERY, "--compact", *state_overrides]
         sides.append((backend, "lookup", [*lookup, f"embedder.backend={backend}"]))
-        bare = BARE_IMPORTS["torch" if backend == "torch" else "onnx"]
-        sides.append((backend, "bare_imports", ["-c", bare]))
+        sides.append((backend, "bare_imports", ["-c", bare_imports_of(backend)]))
     times: dict[tuple[str, str], list[float]] = {(b, s): [] for b, s, _ in sides}
     for number in range(runs):
         for backend, side, args in sides if number % 2 == 0 else list(reversed(sides)):
