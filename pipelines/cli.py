@@ -12,7 +12,7 @@ The `knowledge` command line: one thin entry point over the pipelines.
     knowledge compare --queries FILE [--top-k K] [--json] [key=value ...]
     knowledge compare --a "k=v ..." --b "k=v ..." --queries FILE [--report FILE] [--json] [key=value ...]
     knowledge adapt [--kb DIR] [--epochs N] [--output DIR] [--seed S] [key=value ...]
-    knowledge bench index|lookup|serve|all [options] [key=value ...]
+    knowledge bench index|lookup|serve|backends|all [options] [key=value ...]
     knowledge traces list [--last N] [--status ok|error] [key=value ...]
     knowledge traces show ID [--json] [key=value ...]
     knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
@@ -303,6 +303,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench_serve.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
+    bench_backends = bench_sub.add_parser(
+        "backends",
+        help="the embedding backends side by side: vectors, query embedding, indexing, cold start, serving",
+        description="torch, onnx and onnx_int8 in one run, alternating: cosine of each backend's vectors to "
+        "torch's over the eval queries and sample chunks, query embedding p50 (1 and 2 texts), indexing "
+        "embedder chunks/s, one-shot lookup cold start against the bare imports it needs, and a one-worker "
+        "`knowledge serve` per backend (peak RSS, single-client p50, req/s at --clients).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench_backends.add_argument(
+        "--backends", default="torch,onnx,onnx_int8", metavar="B[,B...]", help="backends to compare (torch first)"
+    )
+    bench_backends.add_argument("--rounds", type=int, default=5, help="alternating rounds of 20 embeddings each")
+    bench_backends.add_argument("--cold-runs", type=int, default=3, help="one-shot lookups per backend")
+    bench_backends.add_argument("--serve-seconds", type=float, default=10.0, help="seconds per serve load phase")
+    bench_backends.add_argument("--clients", type=int, default=8, help="concurrent clients of the serve part")
+    bench_backends.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="PART",
+        help="leave a part out (repeatable): " + ", ".join(("vectors", "embed", "index", "cold_start", "serve")),
+    )
+    bench_backends.add_argument("--output", metavar="FILE", help="also write the figures as JSON")
+    bench_backends.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
     bench_all = bench_sub.add_parser(
         "all",
         help="every benchmark, one table (also --output JSON and an MLflow run)",
@@ -497,12 +524,26 @@ def _json_query(line: str) -> tuple[str | None, str | None]:
     return query, None
 
 
-def cmd_lookup(args: argparse.Namespace) -> int:
-    from components.common.text import printable
-    from components.contracts import STATUS_ERROR, InvalidQueryError
-    from pipelines.agent import agent_view
-    from pipelines.lookup import LookupService
+def _lookup_config(overrides: Sequence[str]):
+    """The config of a lookup or serve process; with an ONNX backend, torch is kept out before Haystack loads."""
+    from components.common.embedding_models import keep_torch_out
 
+    cfg = _load(overrides)
+    keep_torch_out(cfg.embedder.backend)
+    return cfg
+
+
+def _shown(result, view: str) -> dict:
+    """The result as `--view` shows it: the full result, or the agent view (packed context and citations)."""
+    data = result.to_dict()
+    if view == "full":
+        return data
+    from pipelines.agent import agent_view
+
+    return agent_view(data)
+
+
+def cmd_lookup(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.cfg:  # an override given first lands in QUERY
         return _print_config([args.query, *overrides] if args.query is not None else overrides)
@@ -511,7 +552,11 @@ def cmd_lookup(args: argparse.Namespace) -> int:
     if args.batch:
         if args.query is not None:
             overrides.insert(0, args.query)
-        cfg = _load(overrides)
+        cfg = _lookup_config(overrides)
+        from components.common.text import printable
+        from components.contracts import STATUS_ERROR, InvalidQueryError
+        from pipelines.lookup import LookupService
+
         try:
             queries = _read_batch(args.batch)
         except OSError as exc:
@@ -525,7 +570,7 @@ def cmd_lookup(args: argparse.Namespace) -> int:
                 continue
             try:
                 result = service.lookup(query)
-                line = result.to_dict() if args.view == "full" else agent_view(result.to_dict())
+                line = _shown(result, args.view)
                 if result.evidence_status == STATUS_ERROR:
                     errors += 1
                     _report_failure(result)
@@ -536,10 +581,12 @@ def cmd_lookup(args: argparse.Namespace) -> int:
         return EXIT_FAILURE if errors else EXIT_BAD_INPUT if invalid else EXIT_OK
     if args.query is None:
         raise UsageError("give a QUERY, or --batch FILE")
-    cfg = _load(overrides)
+    cfg = _lookup_config(overrides)
+    from components.contracts import STATUS_ERROR
+    from pipelines.lookup import LookupService
+
     result = LookupService(cfg).lookup(args.query)
-    shown = result.to_dict() if args.view == "full" else agent_view(result.to_dict())
-    print(json.dumps(shown, ensure_ascii=False, indent=None if args.compact else 2))
+    print(json.dumps(_shown(result, args.view), ensure_ascii=False, indent=None if args.compact else 2))
     if result.evidence_status == STATUS_ERROR:
         _report_failure(result)
         return EXIT_FAILURE
@@ -569,12 +616,12 @@ def _lookup_remote(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from pipelines.serving.bind import check_bind, check_workers, resolve_api_key
-
     _check_port(args.port)
     if args.cfg:
         return _print_config(args.overrides)
-    cfg = _load(args.overrides)
+    cfg = _lookup_config(args.overrides)
+    from pipelines.serving.bind import check_bind, check_workers, resolve_api_key
+
     host = args.host or cfg.serve.host
     workers = args.workers if args.workers is not None else cfg.serve.workers
     check_bind(host, resolve_api_key(cfg))  # before the slow imports and long before binding
@@ -870,6 +917,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.bench == "all":
         _load(args.overrides)  # bad overrides exit 2 before any work; each benchmark composes its own config
         return _bench_all(args)
+    if args.bench == "backends":
+        return _bench_backends(args)
     _check_bench_options(args)
     cfg = _load(args.overrides)
     if args.bench == "index":
@@ -893,6 +942,36 @@ def cmd_bench(args: argparse.Namespace) -> int:
             queries=args.queries,
             tracing_lookups=args.tracing_lookups,
         )
+    return EXIT_OK
+
+
+def _bench_backends(args: argparse.Namespace) -> int:
+    from components.common.choices import EmbeddingBackend
+    from pipelines.bench.backends import PARTS, bench_backends
+
+    _load(args.overrides)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = sorted(set(backends) - set(EmbeddingBackend.values()))
+    if unknown or not backends:
+        raise UsageError(f"--backends {args.backends!r}: choose among {', '.join(EmbeddingBackend.values())}")
+    skipped = sorted(set(args.skip) - set(PARTS))
+    if skipped:
+        raise UsageError(f"--skip {', '.join(skipped)}: parts are {', '.join(PARTS)}")
+    if min(args.rounds, args.cold_runs, args.clients) < 1 or args.serve_seconds <= 0:
+        raise UsageError("--rounds, --cold-runs and --clients must be 1 or more, --serve-seconds above 0")
+    if args.output and not Path(args.output).resolve().parent.is_dir():
+        raise UsageError(f"cannot write {args.output}: its folder does not exist")
+    report = bench_backends(
+        args.overrides,
+        backends,
+        rounds=args.rounds,
+        cold_runs=args.cold_runs,
+        serve_seconds=args.serve_seconds,
+        clients=args.clients,
+        skip=args.skip,
+    )
+    if args.output:
+        Path(args.output).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return EXIT_OK
 
 

@@ -215,13 +215,14 @@ def compare_paths(cfg: DictConfig, items: Sequence[dict[str, str]], top_k: int) 
     """Embed each query once (the pipeline's query embedder) and search both paths with it."""
     from components.lookup.query_embedder import KnowledgeQueryEmbedder
     from components.stores.vector_search import make_search
+    from pipelines.settings import embedder_params
 
     milvus = cfg.milvus
     searches = {
         path: make_search(path, milvus.uri, milvus.collection, milvus.index_type, dict(milvus.search_params))
         for path in PATHS
     }
-    embedder = KnowledgeQueryEmbedder(model=cfg.embedder.model, device=cfg.embedder.device)
+    embedder = KnowledgeQueryEmbedder(**embedder_params(cfg))
     embedder.warm_up()
     details = []
     for item in items:

@@ -37,7 +37,7 @@ from components.contracts import InvalidQueryError
 from components.errors import BadInputError
 from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD, connect, ensure_loaded
 from pipelines.manifest import check_sources_indexed
-from pipelines.settings import milvus_auth
+from pipelines.settings import embedder_params, milvus_auth
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class DenseSystem:
 
         self.cfg = cfg
         self.clean = clean
-        self.embedder = KnowledgeQueryEmbedder(model=cfg.embedder.model, device=cfg.embedder.device)
+        self.embedder = KnowledgeQueryEmbedder(**embedder_params(cfg))
         self.embedder.warm_up()
         self.search = SdkVectorSearch(cfg.milvus.uri, cfg.milvus.collection, dict(cfg.milvus.search_params))
 

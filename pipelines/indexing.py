@@ -14,7 +14,7 @@ import time
 from haystack import Pipeline
 from omegaconf import DictConfig
 
-from components.common.embedding_models import model_revision
+from components.common.embedding_models import model_revision, vector_space
 from components.contracts import IndexReport
 from components.indexing.markdown_reader import check_knowledge_base
 from pipelines.errors import unwrap_pipeline_error
@@ -33,7 +33,7 @@ def index_fingerprint(cfg: DictConfig) -> str:
     revision = model_revision(cfg.embedder.model)
     model = f"{cfg.embedder.model}@{revision}" if revision else cfg.embedder.model
     return (
-        f"model={model};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
+        f"model={vector_space(model, cfg.embedder.backend)};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
         f"format={CHUNK_FORMAT_VERSION}"
     )
 

@@ -15,7 +15,14 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from components.common.choices import RERANK_SIGNALS, IndexType, OnOverlong, SidecarPath, VectorStoreMode
+from components.common.choices import (
+    RERANK_SIGNALS,
+    EmbeddingBackend,
+    IndexType,
+    OnOverlong,
+    SidecarPath,
+    VectorStoreMode,
+)
 from components.errors import BadInputError, first_line
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -61,6 +68,8 @@ class EmbedderConfig:
     model: str = MISSING
     batch_size: int = MISSING
     device: str = MISSING
+    backend: EmbeddingBackend = MISSING
+    onnx_cache_dir: str | None = MISSING
 
 
 @dataclass
@@ -343,6 +352,17 @@ def _plain_values(cfg: DictConfig) -> DictConfig:
 def to_container(cfg: DictConfig) -> dict[str, Any]:
     """The resolved config as plain dicts, for logging and MLflow params."""
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def embedder_params(cfg: DictConfig) -> dict[str, Any]:
+    """The init parameters every embedding component takes from `embedder.*` (batch size aside)."""
+    embedder = cfg.embedder
+    return {
+        "model": embedder.model,
+        "device": embedder.device,
+        "backend": embedder.backend,
+        "onnx_cache_dir": embedder.onnx_cache_dir,
+    }
 
 
 # Config keys that hold secrets: masked wherever the config is shown or logged (MLflow params).

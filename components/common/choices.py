@@ -51,6 +51,17 @@ class RetrievalLeg(Choice):
     bm25 = "bm25"
 
 
+class EmbeddingBackend(Choice):
+    """
+    What runs the embedding model: sentence-transformers on torch, or the same model exported to
+    ONNX and run by ONNX Runtime (no torch in the process), in float32 or int8-quantized weights.
+    """
+
+    torch = "torch"
+    onnx = "onnx"
+    onnx_int8 = "onnx_int8"
+
+
 class OnOverlong(Choice):
     truncate = "truncate"
     error = "error"

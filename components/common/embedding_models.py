@@ -7,9 +7,11 @@ sentence-transformers as is (a local directory or a model name).
 """
 
 import hashlib
+import sys
 from functools import lru_cache
 from pathlib import Path
 
+from components.common.choices import EmbeddingBackend
 from components.errors import BadInputError
 
 PACKAGED_PREFIX = "packaged:"
@@ -50,6 +52,50 @@ def model_revision(spec: str) -> str:
         return hashlib.sha256(record.read_bytes()).hexdigest()[:12]
     except OSError:
         return ""
+
+
+def check_backend(backend: str) -> None:
+    if backend not in EmbeddingBackend.values():
+        raise ValueError(f"unknown embedding backend {backend!r}: one of {', '.join(EmbeddingBackend.values())}")
+
+
+def vector_space(spec: str, backend: str) -> str:
+    """
+    The name of the space a model's vectors live in: the model spec, plus `+int8` for the quantized
+    backend. torch and float32 ONNX give the same vectors (cosine >= 0.9999), so switching between
+    them re-embeds nothing; int8 vectors differ a little and are not mixed with them.
+    """
+    return f"{spec}+int8" if backend == EmbeddingBackend.onnx_int8 else spec
+
+
+def keep_torch_out(backend: str) -> bool:
+    """
+    In a process that embeds with an ONNX backend, make `import torch` fail from now on, so the
+    libraries that import torch only when it is installed (Haystack's device utilities import it
+    with every pipeline) skip it: 2-5 s of start-up and a few hundred MB per process. For process
+    entry points only (the one-shot CLI, a serving worker), before anything imports Haystack;
+    returns whether torch is kept out (False for the torch backend, or when torch is loaded already).
+    """
+    if backend == EmbeddingBackend.torch or sys.modules.get("torch") is not None:
+        return False
+    # The documented way to make an import fail: a None entry (importlib then finds no spec either).
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    return True
+
+
+@lru_cache(maxsize=4)
+def load_onnx_encoder(spec: str, backend: str, cache_dir: str | None = None):
+    """
+    The ONNX Runtime encoder of a configured model (exported on first use, see onnx_export.py).
+    Cached per model: the query embedder, the document embedder and the L0 writer of one process
+    share one session (sessions are thread-safe) instead of holding the weights three times.
+    """
+    from components.common.onnx_encoder import OnnxSentenceEncoder
+
+    check_backend(backend)
+    return OnnxSentenceEncoder.load(
+        resolve_model(spec), cache_dir=cache_dir, quantized=backend == EmbeddingBackend.onnx_int8
+    )
 
 
 @lru_cache(maxsize=8)

@@ -5,6 +5,7 @@ from typing import Any
 import numpy as np
 from haystack import Document, component
 
+from components.common.embedding_models import vector_space
 from components.common.l0_words import joined_words
 from components.common.markdown_sections import split_sections
 from components.common.text import contains_phrase, fold, terms
@@ -37,16 +38,29 @@ class L0IndexWriter:
     ```
     """
 
-    def __init__(self, index_path: str, model: str = "packaged:all-MiniLM-L6-v2", device: str = "cpu") -> None:
+    def __init__(
+        self,
+        index_path: str,
+        model: str = "packaged:all-MiniLM-L6-v2",
+        device: str = "cpu",
+        backend: str = "torch",
+        onnx_cache_dir: str | None = None,
+    ) -> None:
         """
         :param index_path: Where to save the index (JSON; the title vectors go beside it as .npy).
         :param model: Embedding model for the summaries: the same as the chunks'.
         :param device: Torch device.
+        :param backend: The chunks' embedding backend: "torch", "onnx" or "onnx_int8".
+        :param onnx_cache_dir: Where ONNX exports are cached (default: the user cache folder).
         """
         self.index_path = index_path
         self.model = model
         self.device = device
-        self._embedder = KnowledgeDocumentEmbedder(model=model, device=device, meta_fields_to_embed=[])
+        self.backend = backend
+        self.onnx_cache_dir = onnx_cache_dir
+        self._embedder = KnowledgeDocumentEmbedder(
+            model=model, device=device, meta_fields_to_embed=[], backend=backend, onnx_cache_dir=onnx_cache_dir
+        )
 
     def warm_up(self) -> None:
         self._embedder.warm_up()
@@ -70,7 +84,7 @@ class L0IndexWriter:
         index = L0Index(
             entries,
             vectors,
-            self.model,
+            vector_space(self.model, self.backend),
             _document_frequencies(entries),
             _domain_precision(documents),
             _joined_words(documents),
@@ -106,7 +120,7 @@ class L0IndexWriter:
             previous = load_l0_index(self.index_path)
         except Exception:  # none yet, or unreadable: every summary comes from this run
             return {}
-        if previous.model != self.model or previous.summary_vectors is None:
+        if previous.model != vector_space(self.model, self.backend) or previous.summary_vectors is None:
             return {}
         return {
             (entry.source, entry.doc_hash): vector

@@ -3,10 +3,9 @@ from typing import Any
 
 import numpy as np
 from haystack import component
-from haystack.utils import ComponentDevice
-from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersTextEmbedder
 
-from components.common.embedding_models import resolve_model
+from components.common.choices import EmbeddingBackend
+from components.common.embedding_models import check_backend, load_onnx_encoder, resolve_model
 
 logger = logging.getLogger(__name__)
 
@@ -17,7 +16,9 @@ class KnowledgeQueryEmbedder:
     Embeds the query variants produced by `QueryTransformer` (usually one, two when entity
     aliases were expanded) into unit-length vectors, with the same model as the chunks.
 
-    A thin wrapper of `SentenceTransformersTextEmbedder` that resolves `packaged:` model names.
+    With `backend="torch"` a thin wrapper of `SentenceTransformersTextEmbedder` (imported on warm-up
+    only: it imports torch); with `backend="onnx"` (or `"onnx_int8"`) the same model exported to
+    ONNX and run by ONNX Runtime, with no torch in the process (docs/embedding-backends.md).
     The embeddings leave it as one float32 array (a row per text), not as nested lists: Haystack
     deep-copies every socket value for each receiver, element by element for lists, with a slow
     protocol check per element, which cost about 5 ms per 384-d vector and receiver (three of
@@ -26,31 +27,55 @@ class KnowledgeQueryEmbedder:
     Usage example:
 
     ```python
-    embedder = KnowledgeQueryEmbedder(model="packaged:all-MiniLM-L6-v2")
+    embedder = KnowledgeQueryEmbedder(model="packaged:all-MiniLM-L6-v2", backend="onnx")
     embedder.warm_up()
     embedder.run(texts=["disk almost full"])["embeddings"][0][:3]
     ```
     """
 
-    def __init__(self, model: str = "packaged:all-MiniLM-L6-v2", device: str = "cpu") -> None:
+    def __init__(
+        self,
+        model: str = "packaged:all-MiniLM-L6-v2",
+        device: str = "cpu",
+        backend: str = "torch",
+        onnx_cache_dir: str | None = None,
+    ) -> None:
         """
-        :param model: `packaged:<name>`, a local model folder, or a sentence-transformers model name.
-        :param device: Torch device, e.g. "cpu".
+        :param model: `packaged:<name>`, a local model folder, or a sentence-transformers model name
+            (the ONNX backends need a local folder or a packaged model).
+        :param device: Torch device, e.g. "cpu" (the ONNX backends run on the CPU).
+        :param backend: "torch", "onnx" or "onnx_int8".
+        :param onnx_cache_dir: Where ONNX exports are cached (default: the user cache folder).
         """
+        check_backend(backend)
         self.model = model
         self.device = device
-        self._embedder: SentenceTransformersTextEmbedder | None = None
+        self.backend = backend
+        self.onnx_cache_dir = onnx_cache_dir
+        self._embed = None
 
     def warm_up(self) -> None:
-        if self._embedder is None:
-            self._embedder = SentenceTransformersTextEmbedder(
-                model=resolve_model(self.model),
-                device=ComponentDevice.from_str(self.device),
-                normalize_embeddings=True,
-                progress_bar=False,
-            )
-            self._embedder.warm_up()
-            logger.info("Query embedder ready: %s on %s", self.model, self.device)
+        if self._embed is not None:
+            return
+        if self.backend == EmbeddingBackend.torch:
+            self._embed = self._torch_embed()
+        else:
+            encoder = load_onnx_encoder(self.model, self.backend, self.onnx_cache_dir)
+            self._embed = encoder.encode
+        logger.info("Query embedder ready: %s, backend %s on %s", self.model, self.backend, self.device)
+
+    def _torch_embed(self):
+        from haystack.utils import ComponentDevice
+        from haystack_integrations.components.embedders.sentence_transformers import SentenceTransformersTextEmbedder
+
+        embedder = SentenceTransformersTextEmbedder(
+            model=resolve_model(self.model),
+            device=ComponentDevice.from_str(self.device),
+            normalize_embeddings=True,
+            progress_bar=False,
+        )
+        embedder.warm_up()
+        return lambda texts: [embedder.run(text=text)["embedding"] for text in texts]
 
     @component.output_types(embeddings=np.ndarray)
     def run(self, texts: list[str]) -> dict[str, Any]:
@@ -60,5 +85,4 @@ class KnowledgeQueryEmbedder:
             model returned, bit for bit).
         """
         self.warm_up()
-        vectors = [self._embedder.run(text=text)["embedding"] for text in texts]
-        return {"embeddings": np.asarray(vectors, dtype=np.float32)}
+        return {"embeddings": np.asarray(self._embed(list(texts)), dtype=np.float32)}

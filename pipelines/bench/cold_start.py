@@ -1,7 +1,8 @@
 """
-Cold start of a one-shot `knowledge lookup` (a fresh process each time) beside the bare import of
-torch + sentence-transformers, the floor any process using the embedding model pays. Both run as
-subprocesses, alternating, so machine load weighs on both alike.
+Cold start of a one-shot `knowledge lookup` (a fresh process each time) beside the bare imports
+its embedding backend cannot do without (`BARE_IMPORTS`): Haystack, pymilvus and Milvus Lite, with
+torch + sentence-transformers for the torch backend, onnxruntime + tokenizers (torch kept out) for the ONNX ones.
+Both run as subprocesses, alternating, so machine load weighs on both alike.
 """
 
 import os
@@ -16,7 +17,21 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 COLD_RATIO_TARGET = 1.3
-BARE_IMPORT = ("-c", "import torch, sentence_transformers")
+_STACK = "import haystack, pymilvus, milvus_lite"
+BARE_IMPORTS = {
+    "torch": f"import torch, sentence_transformers; {_STACK}",
+    "onnx": f"import sys; sys.modules['torch'] = None; import onnxruntime, tokenizers; {_STACK}",
+}
+BARE_IMPORT_LABELS = {
+    "torch": "import torch + sentence_transformers",
+    "onnx": "import onnxruntime + haystack + pymilvus",
+}
+
+
+def bare_imports_of(backend: str) -> str:
+    return BARE_IMPORTS["torch" if backend == "torch" else "onnx"]
+
+
 COLD_QUERY = "disk almost full on a worker node"
 
 
@@ -42,21 +57,24 @@ def run_seconds(args: Sequence[str], timeout_s: float = 600.0) -> float:
     return seconds
 
 
-def bench_cold_start(runs: int = 3, echo: Callable[[str], None] = print) -> dict[str, Any]:
+def bench_cold_start(runs: int = 3, echo: Callable[[str], None] = print, backend: str = "onnx") -> dict[str, Any]:
     """Median wall seconds of `runs` one-shot lookups and `runs` bare imports (sample KB, MLflow off)."""
+    bare_import = ("-c", bare_imports_of(backend))
     with tempfile.TemporaryDirectory(prefix="knowledge-bench-cold-") as tmp:
         state = [f"paths.state_dir={tmp}", "mlflow=off"]
         index_s = run_seconds(["-m", "pipelines.cli", "index", "--kb", str(REPO / "knowledge"), *state])
         echo(f"cold start: sample KB indexed in a subprocess ({index_s:.1f} s); {runs} run(s) of each, alternating")
-        lookup = ["-m", "pipelines.cli", "lookup", COLD_QUERY, "--compact", *state]
+        lookup = ["-m", "pipelines.cli", "lookup", COLD_QUERY, "--compact", *state, f"embedder.backend={backend}"]
         times: dict[str, list[float]] = {"bare_import": [], "lookup": []}
         for number in range(runs):
             order = ("bare_import", "lookup") if number % 2 == 0 else ("lookup", "bare_import")
             for side in order:
-                times[side].append(run_seconds(BARE_IMPORT if side == "bare_import" else lookup))
+                times[side].append(run_seconds(bare_import if side == "bare_import" else lookup))
     medians = {side: statistics.median(values) for side, values in times.items()}
     ratio = medians["lookup"] / medians["bare_import"]
     return {
+        "backend": backend,
+        "bare_import_label": BARE_IMPORT_LABELS["torch" if backend == "torch" else "onnx"],
         "runs": runs,
         "lookup_s": [round(t, 2) for t in times["lookup"]],
         "bare_import_s": [round(t, 2) for t in times["bare_import"]],

@@ -18,7 +18,7 @@ from pipelines.bench.corpus import (
     write_copy,
 )
 from pipelines.bench.machine import OtherCpu, Timing, format_other_cpu, load_average, peak_rss_mb, timed, timed_cpu
-from pipelines.settings import milvus_auth
+from pipelines.settings import embedder_params, milvus_auth
 
 INDEX_RATIO_TARGET = 0.85
 
@@ -39,9 +39,7 @@ def load_pipeline_models(cfg: DictConfig) -> float:
     from components.common.embedding_models import load_tokenizer
     from components.indexing.document_embedder import KnowledgeDocumentEmbedder
 
-    embedder = KnowledgeDocumentEmbedder(
-        model=cfg.embedder.model, device=cfg.embedder.device, batch_size=cfg.embedder.batch_size
-    )
+    embedder = KnowledgeDocumentEmbedder(**embedder_params(cfg), batch_size=cfg.embedder.batch_size)
     _, seconds = timed(lambda: (embedder.warm_up(), load_tokenizer(cfg.embedder.model)))
     return seconds
 

@@ -226,13 +226,13 @@ def build_app(cfg: DictConfig, mcp: bool = False):
     return build_mcp_app(cfg, health, api_key) if mcp else build_rest_app(cfg, health, api_key)
 
 
-def worker_app():
+def worker_app(cfg: DictConfig | None = None):
     """
-    The app of one uvicorn worker process of `knowledge serve --workers N` (an app factory): the
-    config comes from the parent's overrides in `KNOWLEDGE_SERVE_OVERRIDES`.
+    The app of one uvicorn worker process of `knowledge serve --workers N` (started through
+    `pipelines.serving.worker`): the config comes from the parent's overrides in `KNOWLEDGE_SERVE_OVERRIDES`.
     """
     overrides = overrides_from_env()
-    cfg = served_config()
+    cfg = cfg if cfg is not None else served_config()
     _configure_hayhooks(cfg, overrides)
     return build_app(cfg, mcp=False)
 
@@ -265,7 +265,7 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
     # uvicorn binds the port once and hands it to N spawned processes; each builds and warms its own
     # service from the overrides in the environment, and they share the Milvus server and trace database.
     uvicorn.run(
-        f"{__name__}:worker_app",
+        "pipelines.serving.worker:worker_app",
         factory=True,
         workers=workers,
         host=host,

@@ -6,16 +6,19 @@ passes in `KNOWLEDGE_SERVE_OVERRIDES` (a JSON list of Hydra overrides).
 import json
 import os
 import threading
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from pipelines.lookup import LookupService
 from pipelines.settings import load_config
+
+if TYPE_CHECKING:  # imported on first use: a worker keeps torch out before Haystack loads (worker.py)
+    from pipelines.lookup import LookupService
 
 OVERRIDES_ENV = "KNOWLEDGE_SERVE_OVERRIDES"
 
 _lock = threading.Lock()
-_services: dict[str, LookupService] = {}
+_services: dict[str, "LookupService"] = {}
 
 
 def overrides_from_env() -> list[str]:
@@ -33,11 +36,13 @@ def served_config() -> DictConfig:
     return load_config(overrides_from_env())
 
 
-def shared_service(cfg: DictConfig | None = None) -> LookupService:
+def shared_service(cfg: DictConfig | None = None) -> "LookupService":
     """
     The process's LookupService for the served config, built and warmed on first use. Milvus Lite
     lets one process open a db file, so every endpoint of the process (REST, MCP, health) shares it.
     """
+    from pipelines.lookup import LookupService
+
     key = os.environ.get(OVERRIDES_ENV, "")
     with _lock:
         service = _services.get(key)

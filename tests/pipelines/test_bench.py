@@ -130,12 +130,13 @@ def test_bench_lookup_smoke(tiny_corpus):
     assert set(figures["paths"]) <= {"filtered", "fallback"} and figures["paths"]
     for path, p in figures["paths"].items():
         assert p["queries"] == 3
-        for side in ("pipeline", "floor"):
+        for side in ("pipeline", "floor", "hybrid_floor"):
             assert _positive(p[side]["p50_ms"]) and _positive(p[side]["p95_ms"]), (path, side)
-        assert _positive(p["p50_ratio"])
+        assert _positive(p["p50_ratio"]) and _positive(p["hybrid_p50_ratio"])
+        assert isinstance(p["meets_hybrid_target"], bool)
         assert isinstance(p["meets_target"], bool)
         assert p["other_cpu_share"] is None or p["other_cpu_share"] >= 0
-    assert "p50 ratio" in printed[-1]
+    assert "p50 ratio" in printed[-1] and "hybrid floor" in printed[-1]
     tracing = figures["tracing"]  # MLflow tracing off vs on, in the same run
     assert _positive(tracing["off"]["p50_ms"]) and _positive(tracing["on"]["p50_ms"])
     assert tracing["tracking_uri"].startswith("sqlite:///") and isinstance(tracing["within_limit"], bool)
@@ -173,3 +174,37 @@ def test_tracing_bench_config_keeps_the_sample_rate_and_a_tracking_server(tmp_pa
     assert served.paths.state_dir == str(tmp_path / "state") and served.kb.path == str(Path("kb").resolve())
     local = small_kb_config([f"mlflow.tracking_uri=sqlite:///{tmp_path}/user.db"], tmp_path, "kb")
     assert local.mlflow.tracking_uri is None  # the bench points MLflow on at its own store
+
+
+@pytest.mark.slow
+def test_bench_backends_smoke():
+    from pipelines.bench.backends import bench_backends
+
+    printed: list[str] = []
+    report = bench_backends(
+        ["mlflow=off"], ["torch", "onnx"], rounds=1, skip=("cold_start", "serve"), echo=printed.append
+    )
+    assert report["vectors"]["onnx"]["below_target"] == 0 and report["vectors"]["onnx"]["min_cosine"] >= 0.9999
+    assert report["vectors"]["queries"] > 100  # every eval set
+    for backend in ("torch", "onnx"):
+        assert _positive(report["embed"][backend]["p50_1_text_ms"]) and _positive(
+            report["embed"][backend]["p50_2_text_ms"]
+        )
+        assert _positive(report["index"][backend]["chunks_per_s"])
+    assert any("x torch" in line for line in printed)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--backends", "torch,tf"], "choose among torch, onnx, onnx_int8"),
+        (["--skip", "everything"], "parts are vectors, embed, index, cold_start, serve"),
+        (["--rounds", "0"], "must be 1 or more"),
+    ],
+)
+def test_bench_backends_bad_options_are_one_line(capsys, args, message):
+    from pipelines.cli import main
+
+    assert main(["bench", "backends", *args, "mlflow=off"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]

@@ -33,6 +33,7 @@ BAD_OVERRIDES = [
     ("query.max_chars=0", "query.max_chars", "at least 1"),
     ("query.max_chars=-1", "query.max_chars", "at least 1"),
     ("embedder.batch_size=0", "embedder.batch_size", "at least 1"),
+    ("embedder.backend=tensorflow", "embedder.backend", "torch, onnx, onnx_int8"),
     ("retrieval.max_evidence=-2", "retrieval.max_evidence", "at least 1"),
     ("retrieval.per_document_cap=-1", "retrieval.per_document_cap", "at least 1"),
     ("context.budget_tokens=-5", "context.budget_tokens", "at least 16"),
@@ -67,6 +68,7 @@ def test_defaults():
     assert cfg.milvus.uri == ".knowledge/milvus.db"
     assert cfg.milvus.collection == "knowledge"
     assert cfg.embedder.model == "packaged:all-MiniLM-L6-v2"
+    assert cfg.embedder.backend == "onnx" and cfg.embedder.onnx_cache_dir is None
     assert cfg.retrieval.vector_store_mode == "sdk"
     assert cfg.sidecar.enabled is False
     assert cfg.trace.db_url == "sqlite:///.knowledge/traces.db"

@@ -74,3 +74,26 @@ def test_warm_up_is_idempotent(embedder):
 def test_round_trips():
     assert_round_trips(KnowledgeDocumentEmbedder(model=MODEL, batch_size=8, meta_fields_to_embed=["title"]))
     assert KnowledgeDocumentEmbedder().meta_fields_to_embed == ["embed_header"]
+
+
+def test_onnx_backend_embeds_the_same_text_to_the_same_vector_in_input_order(bare):
+    embedder = KnowledgeDocumentEmbedder(model=MODEL, backend="onnx", batch_size=2)
+    chunks = [
+        Document(content="Check the standby.", meta={}),
+        Document(content="Delete old logs. " * 30, meta={"embed_header": "Disk Full > Mitigation"}),
+        Document(content="Restart the pod.", meta={"embed_header": "Pod > Fix"}),
+    ]
+    embedded = embedder.run(documents=chunks)["documents"]
+    assert [d.content for d in embedded] == [c.content for c in chunks]
+    vectors = np.asarray([d.embedding for d in embedded], dtype=np.float32)
+    expected = bare.encode([embedder.embedding_text(c) for c in chunks], normalize_embeddings=True)
+    assert (vectors * expected).sum(axis=1).min() >= 0.9999
+
+
+def test_an_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="unknown embedding backend 'tf'"):
+        KnowledgeDocumentEmbedder(model=MODEL, backend="tf")
+
+
+def test_onnx_round_trips():
+    assert_round_trips(KnowledgeDocumentEmbedder(model=MODEL, backend="onnx", onnx_cache_dir="/tmp/cache"))

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 from sentence_transformers import SentenceTransformer
 
 from components.common.embedding_models import resolve_model
@@ -15,13 +16,26 @@ def test_one_unit_length_row_per_text_in_order():
     assert np.allclose(embeddings, bare, atol=1e-5)
 
 
-def test_warm_up_is_idempotent():
-    embedder = KnowledgeQueryEmbedder(model=MODEL)
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
+def test_warm_up_is_idempotent(backend):
+    embedder = KnowledgeQueryEmbedder(model=MODEL, backend=backend)
     embedder.warm_up()
-    loaded = embedder._embedder
+    loaded = embedder._embed
     embedder.warm_up()
-    assert embedder._embedder is loaded
+    assert embedder._embed is loaded
 
 
 def test_round_trips():
     assert_round_trips(KnowledgeQueryEmbedder(model=MODEL, device="cpu"))
+
+
+def test_onnx_backend_gives_the_torch_backend_vectors():
+    texts = ["disk almost full", "replica lag on the standby"]
+    onnx = KnowledgeQueryEmbedder(model=MODEL, backend="onnx").run(texts=texts)["embeddings"]
+    torch = KnowledgeQueryEmbedder(model=MODEL, backend="torch").run(texts=texts)["embeddings"]
+    assert onnx.shape == (2, 384) and onnx.dtype == np.float32
+    assert (onnx * torch).sum(axis=1).min() >= 0.9999
+
+
+def test_onnx_round_trips():
+    assert_round_trips(KnowledgeQueryEmbedder(model=MODEL, backend="onnx_int8"))

@@ -1,0 +1,99 @@
+"""The ONNX Runtime encoder against sentence-transformers on the same model folder, and its export cache."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.common.embedding_models import load_onnx_encoder, resolve_model
+from components.common.onnx_export import OnnxExportError, ensure_exported, export_dir
+from components.errors import BadInputError
+from components.indexing.markdown_reader import MarkdownKnowledgeReader
+from tests.conftest import EVAL_DIR, SAMPLE_KB
+from tests.helpers import MODEL
+
+# Every eval query file, a few queries of each, and sample chunk-sized texts: short and long inputs.
+SAMPLE_PER_FILE = 6
+
+
+def sample_texts() -> list[str]:
+    texts = []
+    for path in sorted(EVAL_DIR.glob("*.jsonl")):
+        lines = [json.loads(line)["query"] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        texts += lines[:SAMPLE_PER_FILE]
+    documents = MarkdownKnowledgeReader(kb_path=str(SAMPLE_KB)).run()["documents"][:4]
+    texts += [document.content for document in documents]  # longer than max_seq_length: truncated alike
+    return texts
+
+
+@pytest.fixture(scope="module")
+def torch_model():
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(resolve_model(MODEL), device="cpu")
+
+
+def test_onnx_vectors_match_sentence_transformers(torch_model):
+    texts = sample_texts()
+    onnx = load_onnx_encoder(MODEL, "onnx").encode(texts, batch_size=8)
+    bare = torch_model.encode(texts, normalize_embeddings=True, batch_size=8)
+    assert onnx.shape == bare.shape == (len(texts), 384) and onnx.dtype == np.float32
+    cosines = (onnx * bare).sum(axis=1)
+    assert cosines.min() >= 0.9999, texts[int(cosines.argmin())]
+
+
+def test_a_text_gets_the_same_vector_alone_or_padded_in_a_batch():
+    encoder = load_onnx_encoder(MODEL, "onnx")
+    texts = ["disk full", "postgres standby is falling behind the primary after a long vacuum run"]
+    together = encoder.encode(texts)
+    alone = np.vstack([encoder.encode([text]) for text in texts])
+    assert np.allclose(together, alone, atol=1e-5)
+
+
+def test_int8_variant_is_close_but_its_own_export():
+    float32 = load_onnx_encoder(MODEL, "onnx")
+    int8 = load_onnx_encoder(MODEL, "onnx_int8")
+    texts = sample_texts()[:12]
+    cosines = (float32.encode(texts) * int8.encode(texts)).sum(axis=1)
+    assert cosines.min() > 0.95
+    assert cosines.min() < 0.9999  # quantized weights: not the same vectors (why it is a vector space of its own)
+
+
+def _linked_copy(source: Path, target: Path) -> Path:
+    """A model folder whose files link to the packaged model's (no 90 MB copy)."""
+    for path in source.rglob("*"):
+        if path.is_file():
+            link = target / path.relative_to(source)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(path, link)
+    return target
+
+
+def test_export_cache_is_keyed_by_model_content(tmp_path):
+    packaged = Path(resolve_model(MODEL))
+    copy = _linked_copy(packaged, tmp_path / "my-model")
+    folder = ensure_exported(str(packaged))
+    assert export_dir(copy) == folder  # the same content: the same export, wherever the folder is
+    pooling = copy / "1_Pooling" / "config.json"
+    settings = json.loads(pooling.read_text(encoding="utf-8"))
+    pooling.unlink()
+    pooling.write_text(json.dumps({**settings, "pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}))
+    assert export_dir(copy) != folder  # changed in place: a new export
+
+
+def test_cache_folder_setting_is_used(tmp_path):
+    assert export_dir(resolve_model(MODEL), tmp_path / "cache").parent == tmp_path / "cache"
+
+
+def test_a_model_name_without_a_local_folder_is_refused_clearly():
+    with pytest.raises(BadInputError, match="needs a local model folder"):
+        load_onnx_encoder("sentence-transformers/all-MiniLM-L6-v2", "onnx")
+
+
+def test_a_folder_that_is_no_model_fails_with_the_reason(tmp_path):
+    (tmp_path / "not-a-model").mkdir()
+    (tmp_path / "not-a-model" / "README.md").write_text("nothing here")
+    with pytest.raises(OnnxExportError, match="cannot export"):
+        ensure_exported(str(tmp_path / "not-a-model"), tmp_path / "cache")
