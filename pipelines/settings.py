@@ -25,7 +25,8 @@ from components.common.choices import (
 )
 from components.errors import BadInputError, first_line
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# pipelines/conf links to the repository's conf/ and is a copy of it in an installed wheel.
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 SCHEMA_NAME = "knowledge_schema"
 
 

@@ -33,7 +33,7 @@ def check_knowledge_base(kb_path: str) -> Path:
     """
     root = Path(kb_path)
     if not root.exists():
-        raise KnowledgeBaseError(f"knowledge base {kb_path} does not exist")
+        raise KnowledgeBaseError(f"knowledge base {kb_path} does not exist (give one with --kb DIR)")
     if not root.is_dir():
         raise KnowledgeBaseError(f"knowledge base {kb_path} is not a folder")
     for _directory, _dirs, filenames in os.walk(root, followlinks=False):

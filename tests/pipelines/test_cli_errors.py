@@ -93,7 +93,7 @@ def test_index_missing_kb_exit_2(capsys, tmp_path):
     missing = tmp_path / "nope"
     code, out, err = run(capsys, "index", "--kb", str(missing), f"paths.state_dir={tmp_path}", "mlflow=off")
     assert code == 2 and out == ""
-    assert_one_error_line(err, f"knowledge base {missing} does not exist")
+    assert_one_error_line(err, f"knowledge base {missing} does not exist (give one with --kb DIR)")
 
 
 def test_index_unwritable_store_exit_1(capsys, tmp_path, small_kb, a_file):

@@ -107,6 +107,15 @@ def test_config_groups_switch_together():
     assert load_config(["trace=postgres"]).trace.db_url.startswith("postgresql+psycopg://")
 
 
+def test_postgres_trace_url_comes_from_the_environment_else_a_knowledge_database(monkeypatch):
+    monkeypatch.delenv("KNOWLEDGE_TRACE_DB_URL", raising=False)
+    assert load_config(["trace=postgres"]).trace.db_url == "postgresql+psycopg://127.0.0.1:5432/knowledge"
+    url = "postgresql://tracer@db.example:5432/traces?options=-csearch_path%3Dlk"
+    monkeypatch.setenv("KNOWLEDGE_TRACE_DB_URL", url)
+    assert load_config(["trace=postgres"]).trace.db_url == url
+    assert load_config(["trace=postgres", "trace.db_url=sqlite:///x.db"]).trace.db_url == "sqlite:///x.db"
+
+
 def test_cli_bad_override_exits_2_with_one_line(tmp_path):
     result = run_cli(
         "index",
