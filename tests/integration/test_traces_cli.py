@@ -87,6 +87,12 @@ def test_export_jsonl_has_every_row_oldest_first(recorded, overrides, capsys, tm
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    from pipelines.settings import load_config
+    from pipelines.traces import open_store
+
+    open_store(
+        load_config(state_overrides(tmp_path / "state"))
+    ).ensure_schema()  # an empty database: each check is reached
     code, out, err = run(capsys, *argv, *state_overrides(tmp_path / "state"))
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("knowledge: error: ") and message in err

@@ -9,6 +9,8 @@ import json
 import pytest
 
 from pipelines.cli import main
+from pipelines.settings import load_config
+from pipelines.traces import open_store
 from pipelines.tuning.rerun import decision, rerun_traces
 from tests.conftest import EVAL_DIR
 from tests.helpers import derived_config, lookup_with
@@ -91,5 +93,8 @@ def test_rerun_bad_input_is_one_line(sample_cfg, tmp_path, capsys):
     assert main(["traces", "rerun", "--since", "last tuesday", *state]) == 2
     assert capsys.readouterr().err.startswith("knowledge: error: --since 'last tuesday' is not a date")
     empty = f"trace.db_url=sqlite:///{tmp_path}/empty.db"
+    assert main(["traces", "rerun", *state, empty]) == 2  # reading never creates the database
+    assert "no trace database at" in capsys.readouterr().err and not (tmp_path / "empty.db").exists()
+    open_store(load_config([*state, empty])).ensure_schema()
     assert main(["traces", "rerun", *state, empty]) == 2
     assert "no recorded lookup to rerun" in capsys.readouterr().err
