@@ -802,6 +802,10 @@ def _eval_search(args: argparse.Namespace, name: str, overrides: list[str]) -> i
     if result.best is None:
         print("knowledge: error: no trial met the constraints", file=sys.stderr)
         return EXIT_FAILURE
+    if result.recommended is None:
+        breaks = ", ".join(result.held_out_breaks)
+        print(f"knowledge: error: the best trial breaks {breaks} on the held-out queries", file=sys.stderr)
+        return EXIT_FAILURE
     return EXIT_OK
 
 

@@ -165,6 +165,23 @@ class SearchResult:
     def override_line(self) -> str:
         return " ".join(self.best.overrides) if self.best else ""
 
+    @property
+    def held_out_breaks(self) -> list[str]:
+        """The constraints the best setting breaks on the held-out sets ("LABEL on SET"): a best that does not carry over."""
+        judged = self.judged.get("best on held-out")
+        if self.best is None or judged is None:
+            return []
+        return [
+            f"{label} on {name}"
+            for name, values in judged.sets.items()
+            for label in set_violations(self.constraints, name, values)
+        ]
+
+    @property
+    def recommended(self) -> Trial | None:
+        """The best trial, if it also keeps every constraint on the held-out queries; else nothing to recommend."""
+        return self.best if self.best is not None and not self.held_out_breaks else None
+
 
 def study_storage(state_dir: str) -> str:
     folder = Path(state_dir)
@@ -380,8 +397,10 @@ def _log_search(result: SearchResult, study) -> None:
         for name, values in judged.sets.items():
             metrics.update(flatten_metrics(values, f"{prefix}.{who}.set.{name}."))
     runs.log_metrics(parent, metrics)
-    if result.best is not None:
+    if result.recommended is not None:
         client.set_tag(parent, "best.overrides", result.override_line)
+    elif result.best is not None:
+        client.set_tag(parent, "best.rejected", f"{result.override_line}: breaks {', '.join(result.held_out_breaks)}")
     importances = param_importances(study)
     if importances is not None:
         client.log_dict(parent, importances, IMPORTANCES_ARTIFACT)
@@ -428,6 +447,12 @@ def format_search(result: SearchResult) -> str:
         lines.append("the defaults meet the constraints and score better on the tuning queries: keep them")
     if result.best is None:
         lines.append("no trial met the constraints: no best setting (more --trials, a wider space or other bounds)")
+    elif result.held_out_breaks:
+        lines.append(
+            f"no setting to recommend: the best trial ({result.override_line}) breaks "
+            f"{', '.join(result.held_out_breaks)} (held out): it does not carry over "
+            "(more --trials, a wider space or other bounds)"
+        )
     else:
         lines.append(f"best setting: {result.override_line}")
     return "\n".join(lines)

@@ -112,6 +112,17 @@ def test_no_feasible_trial_prints_no_best_and_exits_1(sample_cfg, tmp_path, caps
     assert all(" NO: " in row for row in _trial_rows(out))
 
 
+def test_a_best_that_breaks_a_guard_on_the_held_out_queries_is_not_recommended(sample_cfg, tmp_path, capsys):
+    # Labels that no setting can satisfy: whatever wins on the tuning queries fails hit@1 on these.
+    mislabelled = str(DATA / "heldout-mislabelled.jsonl")
+    extra = ("--trials", "4", "--holdout", mislabelled, "--constraint", "hit@1>=0.5", "mlflow=off")
+    code, out, err = _search(capsys, sample_cfg, tmp_path, *extra)
+    assert code == 1
+    assert any(line.startswith("no setting to recommend: the best trial") for line in out.splitlines()), out
+    assert not any(line.startswith("best setting:") for line in out.splitlines())
+    assert err.count("\n") == 1 and "breaks hit@1>=0.5 on heldout-mislabelled on the held-out queries" in err
+
+
 def test_resume_continues_a_persisted_study(sample_cfg, tmp_path, capsys):
     code, out, _ = _search(capsys, sample_cfg, tmp_path, "--trials", "2", "--study", "s1", "mlflow=off")
     assert code == 0 and out.startswith("2 trials of search=guarded-space (study s1")
