@@ -861,8 +861,7 @@ def _compare_ab(args: argparse.Namespace) -> int:
     a, b = split_overrides(args.a, "--a"), split_overrides(args.b, "--b")
     for side in (a, b):
         _load(args.overrides, side)  # a bad override of either side fails before any work
-    if args.report and not Path(args.report).resolve().parent.is_dir():
-        raise UsageError(f"cannot write {args.report}: its folder does not exist")
+    _check_writable(args.report)
     try:
         queries = load_queries(args.queries)
     except EvaluationInputError as exc:
@@ -898,6 +897,12 @@ def _check_bench_options(args: argparse.Namespace) -> None:
         value = getattr(args, name, None)
         if value is not None and value < least:
             raise UsageError(f"--{name.replace('_', '-')} {value} must be at least {least}")
+
+
+def _check_writable(path: str | None) -> None:
+    """An output file (when given) whose folder exists: a bad path fails before the work, not after it."""
+    if path and not Path(path).resolve().parent.is_dir():
+        raise UsageError(f"cannot write {path}: its folder does not exist")
 
 
 def _check_port(port: int | None) -> None:
@@ -963,8 +968,7 @@ def _bench_backends(args: argparse.Namespace) -> int:
         raise UsageError(f"--skip {', '.join(skipped)}: parts are {', '.join(PARTS)}")
     if min(args.rounds, args.cold_runs, args.clients) < 1 or args.serve_seconds <= 0:
         raise UsageError("--rounds, --cold-runs and --clients must be 1 or more, --serve-seconds above 0")
-    if args.output and not Path(args.output).resolve().parent.is_dir():
-        raise UsageError(f"cannot write {args.output}: its folder does not exist")
+    _check_writable(args.output)
     report = bench_backends(
         args.overrides,
         backends,
@@ -991,8 +995,7 @@ def _bench_all(args: argparse.Namespace) -> int:
         raise UsageError(
             ", ".join(small) + " must be 1 or more" if small else "--scale-chunks must exceed --base-chunks"
         )
-    if args.output and not Path(args.output).resolve().parent.is_dir():
-        raise UsageError(f"cannot write {args.output}: its folder does not exist")
+    _check_writable(args.output)
     options = BenchAllOptions(
         corpus=args.corpus,
         lookup_queries=args.lookup_queries,
