@@ -60,6 +60,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine, make_url
@@ -222,6 +223,10 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
     from alembic import command
 
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Workers starting together would each create the tables (a duplicate-type error in one of
+            # them): the first migrates, the others wait for its commit and find the schema at head.
+            connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('lookup-knowledge schema'))"))
         command.upgrade(alembic_config(connection), revision)
 
 

@@ -137,6 +137,31 @@ def test_postgres_stores_retrieval_details_as_jsonb(pg_schema_url, tmp_path):
     assert count == 3
 
 
+def test_processes_migrating_one_fresh_postgres_schema_at_once_all_reach_head(pg_schema_url):
+    """Serving workers start together: each migrates the fresh schema, none fails on the other's tables."""
+    import threading
+
+    engines = [sa.create_engine(pg_schema_url, poolclass=sa.pool.NullPool) for _ in range(4)]
+    start, failures = threading.Barrier(len(engines)), []
+
+    def migrate(engine) -> None:
+        start.wait()
+        try:
+            upgrade_schema(engine)
+        except Exception as exc:  # what a worker would have spooled its records for
+            failures.append(exc)
+
+    threads = [threading.Thread(target=migrate, args=(engine,)) for engine in engines]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert schema_revision(engines[0]) == head_revision()
+    for engine in engines:
+        engine.dispose()
+
+
 def test_unavailable_database_spools_then_next_write_replays_in_order_exactly_once(tmp_path):
     blocker = tmp_path / "state"
     blocker.write_text("a file where the database folder should be")
