@@ -1,6 +1,6 @@
 """
 `knowledge bench all`: every benchmark in one run, one table of figures against their floors and
-targets, written as JSON (`--output`) and logged as one MLflow run (the README's Benchmarks section says what each part measures).
+targets, written as JSON (`--output`) and logged as one MLflow run (docs/benchmarks.md says what each part measures).
 
     figures = bench_all(["milvus=server"], BenchAllOptions(min_chunks=500, scale_chunks=20_000, skip=("serve",)))
     print(format_table(figures["table"]))

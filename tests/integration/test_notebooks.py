@@ -57,16 +57,16 @@ def test_the_notebook_is_committed_without_outputs_and_paired_with_its_script():
     assert any("parameters" in cell["metadata"].get("tags", []) for cell in code)
 
 
-def readme_commands(prefix: str) -> list[str]:
-    """The README's shell commands that start with `prefix`, continuation lines joined."""
-    text = (NOTEBOOKS.parent / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+def documented_commands(prefix: str) -> list[str]:
+    """The shell commands of docs/tuning.md that start with `prefix`, continuation lines joined."""
+    text = (NOTEBOOKS.parent / "docs" / "tuning.md").read_text(encoding="utf-8").replace("\\\n", " ")
     return [" ".join(line.split()) for line in text.splitlines() if line.startswith(prefix)]
 
 
 @pytest.mark.slow
-def test_the_readme_notebook_commands_run_and_take_the_parent_run_on_the_command_line(tmp_path):
-    """Both papermill lines of the README, as written, in a clean environment (no PYTHONPATH), from the project."""
-    own_sweep, given_sweep = readme_commands(".venv/bin/papermill notebooks/threshold_tuning.ipynb")
+def test_the_documented_notebook_commands_run_and_take_the_parent_run_on_the_command_line(tmp_path):
+    """Both papermill lines of docs/tuning.md, as written, in a clean environment (no PYTHONPATH), from the project."""
+    own_sweep, given_sweep = documented_commands(".venv/bin/papermill notebooks/threshold_tuning.ipynb")
     bin_dir = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(KNOWLEDGE_NOTEBOOK_STATE=str(tmp_path / "state"), HF_HUB_OFFLINE="1")

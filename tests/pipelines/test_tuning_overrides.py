@@ -1,4 +1,4 @@
-"""Every override form the README documents composes, dict-valued keys with plain overrides included."""
+"""Every override form docs/configuration.md documents composes, dict-valued keys with plain overrides included."""
 
 import pytest
 
