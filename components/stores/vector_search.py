@@ -31,6 +31,7 @@ from components.common.scoring import (
     similarity_from_sdk,
 )
 from components.contracts import Candidate
+from components.stores.lite_db import damaged_error
 from components.stores.milvus_collection import (
     BM25_FUNCTION,
     BM25_METRIC,
@@ -111,8 +112,10 @@ def _open_collection(uri: str, collection: str, timeout_ms: int | None, auth: di
             raise LookupError(f"collection {collection} does not exist at {uri}: run `knowledge index`")
         layout = describe_layout(client, collection, timeout=call_timeout(timeout_ms))
         ensure_loaded(client, collection, timeout=call_timeout(timeout_ms))
-    except Exception:
+    except Exception as exc:
         close_quietly(client)
+        if damaged := damaged_error(exc):
+            raise damaged from exc
         raise
     return client, layout
 
