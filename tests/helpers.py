@@ -42,7 +42,9 @@ def ids_by_source(cfg) -> dict[str, set[str]]:
 def child_env(**extra: str) -> dict[str, str]:
     """The environment of a child process of the tests: this checkout's code, offline, no key or debug of the caller."""
     env = {k: v for k, v in os.environ.items() if k not in ("KNOWLEDGE_API_KEY", "KNOWLEDGE_DEBUG")}
-    env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", HAYSTACK_TELEMETRY_ENABLED="False")
+    # This checkout's code first; the caller's own path after it (packages tried out of the venv).
+    paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env.update(PYTHONPATH=os.pathsep.join(paths), HF_HUB_OFFLINE="1", HAYSTACK_TELEMETRY_ENABLED="False")
     env.update(HF_HUB_DISABLE_PROGRESS_BARS="1", **extra)
     return env
 

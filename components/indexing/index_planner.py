@@ -5,6 +5,7 @@ from typing import Any
 from haystack import Document, component
 
 from components.contracts import IndexPlan
+from components.stores.lite_db import damaged_error
 from components.stores.milvus_auth import MilvusAuth
 from components.stores.milvus_collection import ID_FIELD, METADATA_FIELD, connect, ensure_loaded
 
@@ -105,7 +106,13 @@ class IndexPlanner:
     def _stored_state(self) -> dict[str, dict[str, Any]]:
         """Per source: the ids of its chunks and the hashes they were indexed from."""
         client = connect(self.uri, self.timeout_ms, self._auth())
-        if not client.has_collection(self.collection):
+        try:
+            exists = client.has_collection(self.collection)
+        except Exception as exc:
+            if damaged := damaged_error(exc):
+                raise damaged from exc
+            raise
+        if not exists:
             return {}
         ensure_loaded(client, self.collection)
         state: dict[str, dict[str, Any]] = {}

@@ -1,10 +1,12 @@
 import logging
+import shutil
 from collections import Counter
 from typing import Any
 
 from haystack import Document, component
 
 from components.contracts import IndexPlan
+from components.stores.lite_db import collection_folder, damaged_collection
 from components.stores.milvus_auth import MilvusAuth
 from components.stores.milvus_collection import (
     CATEGORY_FIELD,
@@ -111,9 +113,8 @@ class MilvusChunkWriter:
             what the run could not do as configured and how to get it (the full-text field).
         """
         client = connect(self.uri, self.timeout_ms, self._auth())
-        if plan.rebuild and client.has_collection(self.collection):
-            client.drop_collection(self.collection)
-            logger.info("Dropped collection %s for a rebuild", self.collection)
+        if plan.rebuild:
+            self._drop(client)
 
         notes: list[str] = []
         deleted = self._delete(client, plan.stale_ids)
@@ -124,6 +125,25 @@ class MilvusChunkWriter:
         count = row_count(client, self.collection)
         logger.info("Collection %s: %d written, %d deleted, %d rows", self.collection, written, deleted, count)
         return {"written": written, "deleted": deleted, "count": count, "notes": notes}
+
+    def _drop(self, client) -> None:
+        """
+        Drop the collection for a rebuild. A Milvus Lite collection too damaged to load cannot be
+        dropped through Milvus: its folder is removed instead (Milvus Lite then no longer has it).
+        """
+        try:
+            exists = client.has_collection(self.collection)
+        except Exception as exc:
+            folder = collection_folder(self.uri, self.collection)
+            damaged = damaged_collection(exc)
+            if damaged is None or damaged.resolve() != folder.resolve():
+                raise
+            shutil.rmtree(folder)
+            logger.warning("Removed the damaged Milvus Lite collection %s for the rebuild", folder)
+            return
+        if exists:
+            client.drop_collection(self.collection)
+            logger.info("Dropped collection %s for a rebuild", self.collection)
 
     def _full_text_notes(self, client, notes: list[str]) -> list[str]:
         """The hint for a collection that lacks the full-text field asked for (never added silently)."""

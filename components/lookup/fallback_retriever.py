@@ -18,6 +18,7 @@ from components.contracts import (
 )
 from components.errors import first_line
 from components.stores.milvus_auth import MilvusAuth
+from components.stores.milvus_deadline import lookup_deadline
 from components.stores.vector_search import (
     Bm25Hit,
     NoFullTextError,
@@ -142,7 +143,8 @@ class FallbackRetriever:
         :param search_params: Search parameters, e.g. {"nprobe": 16} for IVF_FLAT.
         :param uncovered_evidence_threshold: Minimum similarity of a usable candidate when the query
             names something the knowledge base never mentions (None: `evidence_threshold` always).
-        :param timeout_ms: Limit of a Milvus connection attempt and of one search (None: no limit).
+        :param timeout_ms: Limit of the run's wait on a Milvus server: connecting and every search
+            together (None: no limit).
         :param category_filter: False never filters on the L0 domain (one unfiltered attempt); the
             hints still set the evidence bar. For ablations.
         :param auth: Milvus server credentials and TLS (`MilvusAuth`); never logged.
@@ -202,7 +204,9 @@ class FallbackRetriever:
             return {"candidates": [], "retrieval_trace": trace}
 
         try:
-            return self._attempts(query_transform, hints, embeddings, bar, trace)
+            # One `milvus.timeout_ms` for every search of the lookup together (see milvus_deadline).
+            with lookup_deadline(self.timeout_ms):
+                return self._attempts(query_transform, hints, embeddings, bar, trace)
         except Exception as exc:
             exc.retrieval_trace = trace  # the attempts that ran, for the error's record
             raise

@@ -23,15 +23,16 @@ logger = logging.getLogger(__name__)
 # Log records of pymilvus that are known noise here, by logger: the query iterator warns on every
 # iteration over Milvus Lite, which has no server-side session timestamp (the client-side one it
 # falls back to is what a one-process store needs); and every failed call is logged with a
-# traceback although the exception reaches the caller, which reports it in one line.
+# traceback (a Milvus error, or gRPC's own such as a deadline) although the exception reaches the
+# caller, which reports it in one line.
 _KNOWN_NOISE = {
-    "pymilvus.client.iterator.query_iterator": "failed to get mvccTs from milvus server",
-    "pymilvus.decorators": "RPC error: [",
+    "pymilvus.client.iterator.query_iterator": ("failed to get mvccTs from milvus server",),
+    "pymilvus.decorators": ("RPC error: [", "grpc RpcError: ["),
 }
 
 
 class _DropKnownNoise(logging.Filter):
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: tuple[str, ...]) -> None:
         super().__init__()
         self.prefix = prefix
 
@@ -183,6 +184,10 @@ def connect(uri: str, timeout_ms: int | None = None, auth: dict[str, Any] | None
                 "ask the server instead (`knowledge lookup --url http://127.0.0.1:1416 QUERY`), "
                 "stop it, or use a Milvus server (milvus=server) that several processes can share"
             ) from exc
+        from components.stores.lite_db import read_only_folder, read_only_message
+
+        if is_local_uri(uri) and (folder := read_only_folder(uri)):
+            raise MilvusUnavailableError(read_only_message(uri, folder)) from exc
         reason = str(getattr(exc, "message", None) or exc).strip() or type(exc).__name__
         raise MilvusUnavailableError(f"cannot open Milvus at {uri}: {reason.splitlines()[0]}") from exc
 
@@ -206,12 +211,12 @@ class CollectionLayout:
     category_max_chars: int = MAX_CATEGORY_CHARS
 
 
-def describe_layout(client: MilvusClient, name: str) -> CollectionLayout:
+def describe_layout(client: MilvusClient, name: str, timeout: float | None = None) -> CollectionLayout:
     """
     Read an existing collection's layout. Refuses one without the `id`, `content`, `vector` and
     `metadata` fields, or with a metric the scores cannot be normalized from.
     """
-    description = client.describe_collection(name)
+    description = client.describe_collection(name, timeout=timeout)
     fields = {field["name"]: field for field in description["fields"]}
     missing = [f for f in (ID_FIELD, CONTENT_FIELD, VECTOR_FIELD, METADATA_FIELD) if f not in fields]
     if missing:
@@ -220,8 +225,8 @@ def describe_layout(client: MilvusClient, name: str) -> CollectionLayout:
             f"it needs {ID_FIELD}, {CONTENT_FIELD}, {VECTOR_FIELD} and {METADATA_FIELD}"
         )
     metric, index_type = METRIC, "FLAT"
-    for index_name in client.list_indexes(name, field_name=VECTOR_FIELD) or []:
-        described = client.describe_index(name, index_name)
+    for index_name in client.list_indexes(name, field_name=VECTOR_FIELD, timeout=timeout) or []:
+        described = client.describe_index(name, index_name, timeout=timeout)
         metric = str(described.get("metric_type") or METRIC).upper()
         index_type = str(described.get("index_type") or index_type)
     if metric not in ("L2", "IP", "COSINE"):
@@ -319,11 +324,11 @@ def _create(
     )
 
 
-def ensure_loaded(client: MilvusClient, name: str) -> None:
+def ensure_loaded(client: MilvusClient, name: str, timeout: float | None = None) -> None:
     """A reopened Milvus Lite collection starts released; searching it needs a load first."""
-    state = client.get_load_state(name)
+    state = client.get_load_state(name, timeout=timeout)
     if "Loaded" not in str(state.get("state", "")):
-        client.load_collection(name)
+        client.load_collection(name, timeout=timeout)
 
 
 def row_count(client: MilvusClient, name: str) -> int:

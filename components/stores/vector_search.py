@@ -31,6 +31,7 @@ from components.common.scoring import (
     similarity_from_sdk,
 )
 from components.contracts import Candidate
+from components.stores.lite_db import damaged_error
 from components.stores.milvus_collection import (
     BM25_FUNCTION,
     BM25_METRIC,
@@ -51,6 +52,7 @@ from components.stores.milvus_collection import (
     index_params_for,
     timeout_seconds,
 )
+from components.stores.milvus_deadline import call_timeout, within
 
 PATHS = ("sdk", "haystack")
 
@@ -99,12 +101,22 @@ def bm25_hits(candidates_and_raw: list[tuple[Candidate, float]]) -> list[Bm25Hit
 
 
 def _open_collection(uri: str, collection: str, timeout_ms: int | None, auth: dict | None = None):
-    """A client on an existing, loaded collection and its layout; never creates or alters it."""
-    client = connect(uri, timeout_ms, auth)
-    if not client.has_collection(collection):
-        raise LookupError(f"collection {collection} does not exist at {uri}: run `knowledge index`")
-    layout = describe_layout(client, collection)
-    ensure_loaded(client, collection)
+    """
+    A client on an existing, loaded collection and its layout; never creates or alters it. Each
+    call gets what is left of the lookup's deadline (`milvus_deadline`).
+    """
+    left = call_timeout(timeout_ms)
+    client = connect(uri, max(int(left * 1000), 1) if left else None, auth)
+    try:
+        if not client.has_collection(collection, timeout=call_timeout(timeout_ms)):
+            raise LookupError(f"collection {collection} does not exist at {uri}: run `knowledge index`")
+        layout = describe_layout(client, collection, timeout=call_timeout(timeout_ms))
+        ensure_loaded(client, collection, timeout=call_timeout(timeout_ms))
+    except Exception as exc:
+        close_quietly(client)
+        if damaged := damaged_error(exc):
+            raise damaged from exc
+        raise
     return client, layout
 
 
@@ -201,21 +213,31 @@ class SdkVectorSearch:
         has_column = self._layout.has_category if self._layout is not None else True
         return category_filter(category, has_column)
 
-    def _reconnect_next_time(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            close_quietly(client)
+    def _reconnect_next_time(self, failed) -> None:
+        """Drop the client a call failed on (not a newer one another lookup opened meanwhile)."""
+        if self._client is failed:
+            self._client = None
+        close_quietly(failed)
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
+        return within(self.uri, self.timeout_ms, lambda: self._filtered_dense(embedding, top_k, category))
+
+    def _filtered_dense(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
         self._ready_client()  # the filter depends on the layout
         return self._dense(embedding, top_k, self.describe_filter(category) or "")
 
     def top_similarity(self, embedding: list[float], category: str | None) -> float:
         """The best dense similarity of the query in this scope (one hit, no fields fetched)."""
+        return within(self.uri, self.timeout_ms, lambda: self._top_similarity(embedding, category))
+
+    def _top_similarity(self, embedding: list[float], category: str | None) -> float:
         hits = self._search_vector(embedding, 1, self.describe_filter(category) or "", [ID_FIELD])
         return max((similarity_from_sdk(float(hit["distance"]), self.layout.metric) for hit in hits), default=0.0)
 
     def bm25_search(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]:
+        return within(self.uri, self.timeout_ms, lambda: self._bm25(text, embedding, top_k, category))
+
+    def _bm25(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]:
         client = self._ready_client()
         layout = self.layout
         if not layout.has_sparse:
@@ -231,10 +253,10 @@ class SdkVectorSearch:
                 output_fields=self._fields() + [VECTOR_FIELD],
                 search_params={"metric_type": BM25_METRIC},
                 anns_field=SPARSE_FIELD,
-                timeout=timeout_seconds(self.timeout_ms),
+                timeout=call_timeout(self.timeout_ms),
             )[0]
         except Exception:
-            self._reconnect_next_time()
+            self._reconnect_next_time(client)
             raise
         scored = []
         for hit in hits:
@@ -259,12 +281,12 @@ class SdkVectorSearch:
                 output_fields=fields,
                 search_params={"metric_type": layout.metric, "params": self.search_params},
                 anns_field=VECTOR_FIELD,
-                timeout=timeout_seconds(self.timeout_ms),
+                timeout=call_timeout(self.timeout_ms),
             )[0]
         except Exception:
             # The server may be down or restarted: the next search opens a new client, so lookups
             # succeed again once it is back, without restarting the process.
-            self._reconnect_next_time()
+            self._reconnect_next_time(client)
             raise
 
     def _dense(self, embedding: list[float], limit: int, expression: str) -> list[Candidate]:
@@ -348,9 +370,11 @@ class HaystackVectorSearch:
         """The collection's vector index as Milvus describes it (None before the first search)."""
         return self._layout.index_type if self._layout is not None else None
 
-    def _reconnect_next_time(self) -> None:
-        retriever, self._retriever, self._sparse_retriever = self._retriever, None, None
-        client = getattr(getattr(retriever, "document_store", None), "client", None) if retriever else None
+    def _reconnect_next_time(self, failed) -> None:
+        """Drop the retriever a call failed on (not a newer one another lookup opened meanwhile)."""
+        if self._retriever is failed or self._sparse_retriever is failed:
+            self._retriever, self._sparse_retriever = None, None
+        client = getattr(getattr(failed, "document_store", None), "client", None)
         if client is not None:
             close_quietly(client)
 
@@ -362,6 +386,9 @@ class HaystackVectorSearch:
         return category_filter(category)
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
+        return within(self.uri, self.timeout_ms, lambda: self._search(embedding, top_k, category))
+
+    def _search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
         self._ready_retriever()
         layout = self._layout
         vector = as_float_list(embedding)
@@ -380,16 +407,20 @@ class HaystackVectorSearch:
         return max((candidate.similarity for candidate in self.search(embedding, 1, category)), default=0.0)
 
     def bm25_search(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]:
+        return within(self.uri, self.timeout_ms, lambda: self._bm25(text, embedding, top_k, category))
+
+    def _bm25(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]:
         self._ready_retriever()
-        if self._sparse_retriever is None:
+        sparse = self._sparse_retriever
+        if sparse is None:
             raise NoFullTextError(NO_SPARSE_FIELD)
         query = np.asarray(embedding, dtype=np.float32)  # once, for every document's local score
         check_dimension(self._layout, self.collection, len(query))
         filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
         try:
-            documents = self._sparse_retriever.run(query_text=text, filters=filters, top_k=top_k)["documents"]
+            documents = sparse.run(query_text=text, filters=filters, top_k=top_k)["documents"]
         except Exception:
-            self._reconnect_next_time()
+            self._reconnect_next_time(sparse)
             raise
         metric = self._layout.metric
         # milvus-haystack returns each document with its stored dense embedding.
@@ -400,11 +431,12 @@ class HaystackVectorSearch:
         return bm25_hits(scored)
 
     def _dense(self, vector: list[float], limit: int, filters: dict | None) -> list[Candidate]:
+        retriever = self._retriever
         try:
-            documents = self._retriever.run(query_embedding=vector, filters=filters, top_k=limit)["documents"]
+            documents = retriever.run(query_embedding=vector, filters=filters, top_k=limit)["documents"]
         except Exception:
             # As on the sdk path: a new document store (and connection) on the next search.
-            self._reconnect_next_time()
+            self._reconnect_next_time(retriever)
             raise
         return [self._document_candidate(document, float(document.score)) for document in documents]
 

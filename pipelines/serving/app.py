@@ -23,6 +23,7 @@ from pipelines.serving.bind import (
     lookup_slots,
     resolve_api_key,
 )
+from pipelines.serving.docs_page import serve_docs_locally
 from pipelines.serving.service import OVERRIDES_ENV, overrides_from_env, served_config, shared_service
 
 logger = logging.getLogger(__name__)
@@ -30,8 +31,19 @@ logger = logging.getLogger(__name__)
 WRAPPERS_DIR = Path(__file__).resolve().parent / "wrappers"
 RUN_PATH = f"/{TOOL_NAME}/run"
 # hayhooks routes a lookup server does not offer: deploying code into the process, and routes that
-# cannot work for this wrapper (drawing needs the internet; it has no chat, responses or files API).
-UNSERVED_PREFIXES = ("/deploy", "/undeploy", "/draw", "/v1", "/models", "/chat", "/responses", "/files", "/traces")
+# cannot work for this wrapper (drawing and ReDoc need the internet; it has no chat, responses or files API).
+UNSERVED_PREFIXES = (
+    "/deploy",
+    "/undeploy",
+    "/draw",
+    "/redoc",
+    "/v1",
+    "/models",
+    "/chat",
+    "/responses",
+    "/files",
+    "/traces",
+)
 # What OpenAPI lists: the routes that answer.
 SERVED_PATHS = (RUN_PATH, "/health", "/status", "/status/{pipeline_name}")
 
@@ -102,6 +114,7 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
     _list_only_served_routes(app)
+    serve_docs_locally(app)
     return RequestGuard(
         app,
         api_key=api_key,

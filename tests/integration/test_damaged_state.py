@@ -1,9 +1,16 @@
 """
 Damaged state, through CLI children: a truncated L0 index is named in one line with what to do
-(exit 2), and `knowledge index` writes it again.
+(exit 2), and `knowledge index` writes it again; a Milvus Lite collection that cannot load is
+named with what to do, and `knowledge index --rebuild` removes it and indexes again; a read-only
+state folder is named as read-only.
 """
 
-from tests.helpers import REPO, run_cli, stderr_lines
+import shutil
+import subprocess
+
+import pytest
+
+from tests.helpers import REPO, child_env, cli_command, run_cli, stderr_lines
 from tests.integration.serving_helpers import copy_state
 
 
@@ -23,13 +30,63 @@ def test_a_truncated_l0_index_is_named_and_knowledge_index_repairs_it(served_ind
     assert again.returncode == 0, again.stderr
 
 
-def test_a_damaged_milvus_lite_collection_is_one_line_without_a_traceback(served_index, tmp_path_factory):
-    state = copy_state(served_index, tmp_path_factory, "damaged-milvus")
+@pytest.fixture
+def small_state(tmp_path):
+    """A one-document knowledge base indexed into a fresh state folder (Milvus Lite)."""
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "disk.md").write_text("# Disk full\n\nWhen the disk is almost full, rotate the old logs.\n", encoding="utf-8")
+    state = tmp_path / "state"
+    done = run_cli("index", "--kb", str(kb), f"paths.state_dir={state}", "mlflow=off")
+    assert done.returncode == 0, done.stderr
+    return kb, state
+
+
+def test_a_damaged_milvus_lite_collection_is_named_and_index_rebuild_recovers(small_state):
+    kb, state = small_state
     collection = state / "milvus.db" / "collections" / "knowledge"
     for name in ("manifest.json", "manifest.json.prev"):
         (collection / name).write_text("garbage{", encoding="utf-8")
-    done = run_cli("lookup", "--compact", "disk almost full", f"paths.state_dir={state}", "mlflow=off")
-    assert done.returncode == 1
-    assert "Traceback" not in done.stderr
-    [line] = stderr_lines(done)
-    assert str(collection) in line
+    overrides = [f"paths.state_dir={state}", "mlflow=off"]
+    for broken in (
+        run_cli("lookup", "--compact", "disk almost full", *overrides),
+        run_cli("index", "--kb", str(kb), *overrides),
+    ):
+        assert broken.returncode == 1
+        assert "Traceback" not in broken.stderr
+        [line] = stderr_lines(broken)
+        assert f"the Milvus Lite collection {collection} is damaged" in line
+        assert "run `knowledge index --rebuild`" in line
+    rebuilt = run_cli("index", "--rebuild", "--kb", str(kb), *overrides)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert f"Removed the damaged Milvus Lite collection {collection}" in rebuilt.stderr
+    again = run_cli("lookup", "--compact", "disk almost full", *overrides)
+    assert again.returncode == 0 and '"found": true' in again.stdout, again.stderr
+
+
+def read_only_mount_command(folder, *args: str) -> list[str]:
+    """`knowledge ARGS` in a mount namespace where `folder` is a read-only bind mount (root bypasses chmod)."""
+    mount = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && exec "$@"'
+    return ["unshare", "-m", "sh", "-c", mount, str(folder), *cli_command(*args)]
+
+
+def test_a_read_only_state_folder_is_named_as_read_only(small_state, tmp_path):
+    _, state = small_state
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is needed for a read-only mount")
+    overrides = [f"paths.state_dir={state}", "mlflow=off", f"trace.db_url=sqlite:///{tmp_path / 'traces.db'}"]
+    probe = subprocess.run(read_only_mount_command(state, "--help"), capture_output=True, text=True, env=child_env())
+    if probe.returncode != 0:
+        pytest.skip(f"no mount namespace here: {probe.stderr.strip()[:200]}")
+    for args in (["lookup", "--compact", "disk almost full"], ["index", "--kb", str(state.parent / "kb")]):
+        done = subprocess.run(
+            read_only_mount_command(state, *args, *overrides),
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=300,
+        )
+        assert done.returncode == 1, done.stderr
+        [line] = stderr_lines(done)
+        assert f"{state / 'milvus.db'} is read-only" in line and "give paths.state_dir a writable folder" in line

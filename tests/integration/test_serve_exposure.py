@@ -6,6 +6,7 @@ body is cut off, and start-up refuses a busy port or a blank key before loading 
 """
 
 import json
+import re
 import socket
 
 import httpx
@@ -96,6 +97,18 @@ def test_openapi_lists_only_the_routes_that_answer(default_server):
     paths = set(httpx.get(f"{default_server}/openapi.json").json()["paths"])
     assert "/lookup_knowledge/run" in paths and "/health" in paths
     assert not [p for p in paths if p.startswith(("/draw", "/deploy", "/undeploy", "/v1", "/chat", "/models"))]
+
+
+def test_the_docs_page_loads_swagger_ui_from_the_server_itself(default_server):
+    pytest.importorskip("swagger_ui_bundle", reason="swagger-ui-bundle-v2 (a dependency) is not installed")
+    page = httpx.get(f"{default_server}/docs")
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    # Every script, style sheet, icon and the schema: on this server, none from a CDN.
+    urls = re.findall(r'(?:src|href)="([^"]+)"', page.text) + re.findall(r"url: '([^']+)'", page.text)
+    assert len(urls) >= 4 and all(url.startswith("/") for url in urls), urls
+    for url in urls:
+        assert httpx.get(f"{default_server}{url}").status_code == 200, url
+    assert httpx.get(f"{default_server}/redoc").status_code == 404  # ReDoc has no packaged copy: not served
 
 
 def test_serving_on_a_busy_port_exits_2_before_loading(default_server, tmp_path):
