@@ -1,4 +1,3 @@
-import logging
 import re
 from typing import Any
 
@@ -7,8 +6,6 @@ from haystack import component
 from components.common.embedding_models import load_tokenizer
 from components.common.text import unique
 from components.contracts import ContextPack, EvidenceBlock, PackedBlock
-
-logger = logging.getLogger(__name__)
 
 # Below this many tokens of room for content, a block is omitted rather than packed as a stub.
 _MIN_CONTENT_TOKENS = 24

@@ -1,4 +1,3 @@
-import logging
 from typing import Any
 
 from haystack import component
@@ -15,8 +14,6 @@ from components.contracts import (
     RetrievalTrace,
 )
 from components.lookup.fallback_retriever import usable
-
-logger = logging.getLogger(__name__)
 
 L0_REASON_PREFIX = "l0_"
 

@@ -1,4 +1,3 @@
-import logging
 from collections import Counter
 from pathlib import PurePosixPath
 from typing import Any
@@ -12,8 +11,6 @@ from components.contracts import Candidate, L0Hints, QueryTransform
 from components.stores.l0_index import L0Index
 from components.stores.l0_index_file import L0IndexHandle
 from components.stores.vector_search import QueryEmbeddings
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_WEIGHTS = DEFAULT_RERANK_WEIGHTS
 
