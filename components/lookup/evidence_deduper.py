@@ -2,6 +2,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.evidence import usable
 from components.common.scoring import SIMILARITY_LABEL
 from components.common.text import unique
 from components.contracts import (
@@ -13,7 +14,6 @@ from components.contracts import (
     RerankEntry,
     RetrievalTrace,
 )
-from components.lookup.fallback_retriever import usable
 
 L0_REASON_PREFIX = "l0_"
 
