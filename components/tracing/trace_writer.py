@@ -12,7 +12,9 @@ from haystack import component, default_from_dict, default_to_dict
 from components.contracts import STATUS_ERROR, LookupResult
 from components.tracing import stage_recorder
 from components.tracing.mlflow_sink import MlflowTraceSink, get_sink
-from components.tracing.trace_store import DEFAULT_TIMEOUT_S, STATUS_OK, TRACE_LOST, TraceStore
+from components.tracing.trace_database import DEFAULT_TIMEOUT_S
+from components.tracing.trace_records import STATUS_OK, TRACE_LOST
+from components.tracing.trace_store import TraceStore
 from components.tracing.trace_summary import TraceJob
 
 logger = logging.getLogger(__name__)
