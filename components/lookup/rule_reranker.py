@@ -1,5 +1,7 @@
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import PurePosixPath
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -92,7 +94,10 @@ class RuleReranker:
     """
 
     def __init__(
-        self, l0_index_path: str, weights: dict[str, float] | None = None, evidence_threshold: float = 0.35
+        self,
+        l0_index_path: str,
+        weights: Mapping[str, float] | None = MappingProxyType(DEFAULT_WEIGHTS),
+        evidence_threshold: float = 0.35,
     ) -> None:
         """
         :param l0_index_path: The L0 index (summary vectors, term statistics, document metadata).
