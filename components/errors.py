@@ -40,9 +40,23 @@ def exit_code_of(exc: BaseException) -> int:
     return exc.exit_code if isinstance(exc, KnowledgeError) else EXIT_FAILURE
 
 
-def first_line(exc: BaseException) -> str:
-    """The first nonblank line of an exception's message, or its type name when it has none."""
-    for line in str(exc).splitlines():
-        if line.strip():
-            return line.strip()
-    return type(exc).__name__
+def first_line(exc: BaseException, *, lines: int = 1, typed: bool = False, from_cause: bool = False) -> str:
+    """
+    The first nonblank line of an exception's message, or its type name when it has none: the one
+    form every message, log line and trace uses.
+
+    :param lines: How many nonblank lines to keep, joined by a space (a YAML error names the
+        problem on its first line and where it is on the second).
+    :param typed: Put the type name in front ("TimeoutError: timed out"), for readers that see
+        errors of any kind side by side.
+    :param from_cause: Read the cause instead, when it has a message: wrappers (Haystack's, Hydra's)
+        raise their own error with the useful one as its cause.
+    """
+    cause = exc.__cause__
+    if from_cause and cause is not None and str(cause).strip():
+        exc = cause
+    found = [line.strip() for line in str(exc).splitlines() if line.strip()][:lines]
+    if not found:
+        return type(exc).__name__
+    message = " ".join(found)
+    return f"{type(exc).__name__}: {message}" if typed else message

@@ -21,7 +21,6 @@ result.output  # then: knowledge index embedder.model=/tmp/kb-model
 """
 
 import json
-import logging
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -35,8 +34,6 @@ from transformers import TrainerCallback
 from components.common.embedding_models import ADAPT_RECORD, resolve_model
 from components.errors import BadInputError
 from pipelines.adapt_pairs import MinedPairs, check_training_source, mine_pairs
-
-logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"
 RUN_FILE = "run.json"

@@ -8,7 +8,6 @@ against the Hydra config.
     writer -> l0_writer             (the L0 index is written after the vector store)
 """
 
-import logging
 import time
 
 from haystack import Pipeline
@@ -20,8 +19,6 @@ from components.indexing.markdown_reader import check_knowledge_base
 from pipelines.errors import unwrap_pipeline_error
 from pipelines.manifest import write_manifest
 from pipelines.serialized import derived_values, load_pipeline
-
-logger = logging.getLogger(__name__)
 
 # Bump when chunk text or embedded text changes shape, so every document is re-embedded once.
 CHUNK_FORMAT_VERSION = 4

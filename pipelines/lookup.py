@@ -8,7 +8,6 @@ The `lookup_knowledge` query pipeline (wired in pipelines/yaml/lookup_knowledge.
 loaded from the YAML file the Hydra config names, and `LookupService`, which runs it for one query or many.
 """
 
-import logging
 import threading
 import time
 from typing import Any
@@ -24,8 +23,6 @@ from pipelines.errors import unwrap_pipeline_error
 from pipelines.serialized import ALLOWED_MODULES, load_pipeline
 
 __all__ = ["ALLOWED_MODULES", "LookupService", "build_lookup_pipeline"]
-
-logger = logging.getLogger(__name__)
 
 
 def build_lookup_pipeline(cfg: DictConfig, record: bool = True) -> Pipeline:

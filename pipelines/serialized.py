@@ -21,6 +21,7 @@ from haystack.core.errors import DeserializationError, PipelineError
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from components.errors import first_line
 from pipelines.settings import SECRET_KEYS, ConfigError, load_config
 
 logger = logging.getLogger(__name__)
@@ -151,13 +152,15 @@ def pipeline_data(
     try:
         template = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: cannot read {path}: {_first_line(exc)}") from exc
+        raise ConfigError(
+            f"pipeline.{name}={cfg.pipeline[name]}: cannot read {path}: {first_line(exc, from_cause=True)}"
+        ) from exc
     if not isinstance(template, dict) or not isinstance(template.get("components"), dict):
         raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {path} is not a pipeline (no components mapping)")
     try:
         resolved = resolve_pipeline_data(template, cfg, derived if derived is not None else derived_values(cfg))
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {_first_line(exc)}") from exc
+        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {first_line(exc, from_cause=True)}") from exc
     return _config_secrets(without_components(resolved, left_out_by_config(cfg) | set(leave_out)), cfg)
 
 
@@ -177,7 +180,7 @@ def load_pipeline(
     try:
         pipeline = Pipeline.from_dict(data, allowed_modules=ALLOWED_MODULES)
     except (DeserializationError, PipelineError, TypeError, ValueError) as exc:
-        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {_first_line(exc)}") from exc
+        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {first_line(exc, from_cause=True)}") from exc
     _check_left_out_fed_only_optional_inputs(pipeline, full, leave_out)
     logger.debug("Loaded pipeline %s from %s without %s", name, pipeline_path(cfg, name), sorted(leave_out))
     return pipeline
@@ -220,15 +223,6 @@ def _check_left_out_fed_only_optional_inputs(pipeline: Pipeline, full: Mapping[s
             raise ConfigError(f"cannot leave out {sender}: {receiver}.{socket} needs its output")
 
 
-def _first_line(exc: BaseException) -> str:
-    """The first line of the error, or of its cause when there is one (Haystack wraps the useful one)."""
-    cause = exc.__cause__
-    if cause is not None and str(cause).strip():
-        exc = cause
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.serialized",
@@ -247,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             target.write_text(header + text, encoding="utf-8")
             print(f"wrote {target}")
     except (ConfigError, OSError) as exc:
-        message = str(exc).strip().splitlines()[0] if isinstance(exc, ConfigError) else _first_line(exc)
+        message = first_line(exc, from_cause=not isinstance(exc, ConfigError))
         print(f"error: {message}", file=sys.stderr)
         return 2
     return 0

@@ -284,13 +284,11 @@ def _validate_values(cfg: DictConfig) -> None:
 
 
 def _one_line(exc: Exception) -> str:
-    message = first_line(exc)
-    cause = exc.__cause__
-    if cause is not None and str(cause).strip():
-        message = first_line(cause)
-        full_key = getattr(cause, "full_key", None)
-        if full_key and full_key not in message:
-            message = f"{full_key}: {message}"
+    message = first_line(exc, from_cause=True)
+    # OmegaConf's error names the key it failed on apart from its message.
+    full_key = getattr(exc.__cause__, "full_key", None)
+    if full_key and full_key not in message:
+        message = f"{full_key}: {message}"
     return message
 
 

@@ -11,7 +11,10 @@ from typing import Any, TextIO
 from omegaconf import DictConfig
 
 from components.errors import BadInputError
-from components.tracing.trace_store import ReplayReport, TraceStore, redact, sqlite_path, to_jsonable
+from components.tracing.trace_database import redact, sqlite_path
+from components.tracing.trace_records import to_jsonable
+from components.tracing.trace_replay import ReplayReport
+from components.tracing.trace_store import TraceStore
 
 EXPORT_FORMATS = ("jsonl",)
 STATUSES = ("ok", "error")

@@ -163,7 +163,7 @@ def _pg_schema(pg_url: str):
     try:
         yield f"{pg_url}?options=-csearch_path%3D{schema}"
     finally:
-        from components.tracing.trace_store import dispose_engines
+        from components.tracing.trace_database import dispose_engines
 
         dispose_engines()
         with psycopg.connect(plain, autocommit=True) as connection:

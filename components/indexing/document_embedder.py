@@ -5,7 +5,13 @@ from typing import Any
 from haystack import Document, component
 
 from components.common.choices import EmbeddingBackend
-from components.common.embedding_models import check_backend, load_onnx_encoder, resolve_model
+from components.common.embedding_models import (
+    DEFAULT_BACKEND,
+    DEFAULT_MODEL,
+    check_backend,
+    load_onnx_encoder,
+    resolve_model,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,12 +42,12 @@ class KnowledgeDocumentEmbedder:
 
     def __init__(
         self,
-        model: str = "packaged:all-MiniLM-L6-v2",
+        model: str = DEFAULT_MODEL,
         device: str = "cpu",
         batch_size: int = 32,
         progress_bar: bool = False,
         meta_fields_to_embed: list[str] | None = None,
-        backend: str = "torch",
+        backend: str = DEFAULT_BACKEND,
         onnx_cache_dir: str | None = None,
     ) -> None:
         """

@@ -5,7 +5,7 @@ from typing import Any
 import numpy as np
 from haystack import Document, component
 
-from components.common.embedding_models import vector_space
+from components.common.embedding_models import DEFAULT_BACKEND, DEFAULT_MODEL, vector_space
 from components.common.l0_words import joined_words
 from components.common.markdown_sections import split_sections
 from components.common.text import contains_phrase, fold, terms
@@ -41,9 +41,9 @@ class L0IndexWriter:
     def __init__(
         self,
         index_path: str,
-        model: str = "packaged:all-MiniLM-L6-v2",
+        model: str = DEFAULT_MODEL,
         device: str = "cpu",
-        backend: str = "torch",
+        backend: str = DEFAULT_BACKEND,
         onnx_cache_dir: str | None = None,
     ) -> None:
         """

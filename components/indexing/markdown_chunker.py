@@ -4,7 +4,7 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.common.embedding_models import load_tokenizer
+from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.markdown_sections import Section, section_kind, split_sections
 from components.common.text import is_cjk, terms
 from components.stores.milvus_collection import MAX_CONTENT_CHARS
@@ -49,7 +49,7 @@ class MarkdownChunker:
         max_tokens: int = 200,
         overlap_tokens: int = 32,
         min_tokens: int = 8,
-        tokenizer_model: str = "packaged:all-MiniLM-L6-v2",
+        tokenizer_model: str = DEFAULT_MODEL,
         max_chars: int = MAX_CONTENT_CHARS,
     ) -> None:
         """

@@ -13,7 +13,7 @@ from haystack import Document, component
 from components.common.markdown_sections import first_heading, is_blank_document
 from components.common.text import clean
 from components.contracts import SkippedFile
-from components.errors import BadInputError
+from components.errors import BadInputError, first_line
 from components.stores.milvus_collection import MAX_CATEGORY_CHARS
 
 logger = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ class MarkdownKnowledgeReader:
             post = frontmatter.loads(text)
             problem = _frontmatter_problem(text)
         except yaml.YAMLError as exc:
-            return None, f"invalid YAML frontmatter: {_first_line(exc)}"
+            return None, f"invalid YAML frontmatter: {first_line(exc, lines=2)}"
         if problem or not isinstance(post.metadata, dict):
             return None, f"invalid YAML frontmatter: {problem or 'frontmatter is not a mapping'}"
         body = post.content
@@ -215,11 +215,6 @@ def _is_within(path: Path, root: Path) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _first_line(exc: Exception) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return " ".join(lines[:2]) if lines else type(exc).__name__
 
 
 def _text(value: Any) -> str:

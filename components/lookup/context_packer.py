@@ -1,14 +1,11 @@
-import logging
 import re
 from typing import Any
 
 from haystack import component
 
-from components.common.embedding_models import load_tokenizer
+from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.text import unique
 from components.contracts import ContextPack, EvidenceBlock, PackedBlock
-
-logger = logging.getLogger(__name__)
 
 # Below this many tokens of room for content, a block is omitted rather than packed as a stub.
 _MIN_CONTENT_TOKENS = 24
@@ -41,7 +38,7 @@ class ContextPacker:
     ```
     """
 
-    def __init__(self, budget_tokens: int = 1200, tokenizer_model: str = "packaged:all-MiniLM-L6-v2") -> None:
+    def __init__(self, budget_tokens: int = 1200, tokenizer_model: str = DEFAULT_MODEL) -> None:
         """
         :param budget_tokens: Largest context, in tokens.
         :param tokenizer_model: The model whose tokenizer counts tokens (the embedding model).

@@ -1,8 +1,8 @@
-import logging
 from typing import Any
 
 from haystack import component
 
+from components.common.evidence import usable
 from components.common.scoring import SIMILARITY_LABEL
 from components.common.text import unique
 from components.contracts import (
@@ -14,9 +14,6 @@ from components.contracts import (
     RerankEntry,
     RetrievalTrace,
 )
-from components.lookup.fallback_retriever import usable
-
-logger = logging.getLogger(__name__)
 
 L0_REASON_PREFIX = "l0_"
 

@@ -5,6 +5,7 @@ from typing import Any
 from haystack import component
 
 from components.common.choices import RetrievalLeg, VectorStoreMode
+from components.common.evidence import usable
 from components.contracts import (
     FALLBACK_LOW_QUALITY,
     FALLBACK_NO_EVIDENCE,
@@ -40,11 +41,6 @@ TOP_HITS = 5
 HIT_PREVIEW_CHARS = 200
 # Index types whose dense search is exact: what it did not return scores no higher than what it did.
 EXACT_INDEX_TYPES = frozenset({"FLAT"})
-
-
-def usable(candidates: list[Candidate], evidence_threshold: float) -> list[Candidate]:
-    """Candidates good enough to become evidence: the one rule shared by retrieval and post-processing."""
-    return [c for c in candidates if c.similarity >= evidence_threshold]
 
 
 def top_hits(leg: str, candidates: list[Candidate], bm25: list[Bm25Hit] | None = None) -> tuple[AttemptHit, ...]:

@@ -4,7 +4,7 @@ from typing import Any
 
 from haystack import component
 
-from components.common.embedding_models import load_tokenizer
+from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.text import terms
 from components.contracts import L0Hints
 from components.stores.l0_index_file import L0IndexHandle
@@ -40,9 +40,9 @@ class L0HintExtractor:
         title_min_overlap: float = 0.6,
         domain_from_matches: bool = True,
         domain_min_precision: float = 0.5,
-        tokenizer_model: str | None = None,
-        subject_elsewhere_margin: float = 1.0,
-        passing_mention_df: int = 0,
+        tokenizer_model: str | None = DEFAULT_MODEL,
+        subject_elsewhere_margin: float = 0.15,
+        passing_mention_df: int = 1,
     ) -> None:
         """
         :param l0_index_path: The L0 index written by `knowledge index`.

@@ -5,7 +5,13 @@ import numpy as np
 from haystack import component
 
 from components.common.choices import EmbeddingBackend
-from components.common.embedding_models import check_backend, load_onnx_encoder, resolve_model
+from components.common.embedding_models import (
+    DEFAULT_BACKEND,
+    DEFAULT_MODEL,
+    check_backend,
+    load_onnx_encoder,
+    resolve_model,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -35,9 +41,9 @@ class KnowledgeQueryEmbedder:
 
     def __init__(
         self,
-        model: str = "packaged:all-MiniLM-L6-v2",
+        model: str = DEFAULT_MODEL,
         device: str = "cpu",
-        backend: str = "torch",
+        backend: str = DEFAULT_BACKEND,
         onnx_cache_dir: str | None = None,
     ) -> None:
         """

@@ -1,4 +1,3 @@
-import logging
 from typing import Any
 
 from haystack import component
@@ -7,8 +6,6 @@ from components.common.choices import OnOverlong
 from components.common.text import clean, printable, template_actions_as_words
 from components.contracts import InvalidQueryError, QueryTransform
 from components.stores.l0_index_file import L0IndexHandle
-
-logger = logging.getLogger(__name__)
 
 
 @component

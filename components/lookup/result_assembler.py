@@ -1,4 +1,3 @@
-import logging
 from typing import Any
 
 from haystack import component
@@ -19,8 +18,6 @@ from components.contracts import (
     RetrievalTrace,
     SidecarReport,
 )
-
-logger = logging.getLogger(__name__)
 
 LAYER_L0 = "L0"
 LAYER_NONE = "none"

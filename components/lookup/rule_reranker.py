@@ -1,6 +1,7 @@
-import logging
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import PurePosixPath
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -12,8 +13,6 @@ from components.contracts import Candidate, L0Hints, QueryTransform
 from components.stores.l0_index import L0Index
 from components.stores.l0_index_file import L0IndexHandle
 from components.stores.vector_search import QueryEmbeddings
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_WEIGHTS = DEFAULT_RERANK_WEIGHTS
 
@@ -95,7 +94,10 @@ class RuleReranker:
     """
 
     def __init__(
-        self, l0_index_path: str, weights: dict[str, float] | None = None, evidence_threshold: float = 0.35
+        self,
+        l0_index_path: str,
+        weights: Mapping[str, float] | None = MappingProxyType(DEFAULT_WEIGHTS),
+        evidence_threshold: float = 0.35,
     ) -> None:
         """
         :param l0_index_path: The L0 index (summary vectors, term statistics, document metadata).

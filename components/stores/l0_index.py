@@ -108,36 +108,8 @@ class L0Index:
         for row, entry in enumerate(self.entries):
             for name in document_names(entry):
                 self._names.setdefault(name, []).append(row)
-            forms = unique([entry.title] + entry.headings[:1])
-            title_terms = set()
-            for form in forms:
-                title_terms.update(terms(form))
-            for term in title_terms:
-                self._title_rows.setdefault(term, []).append(row)
-                if term not in self._title_weights:
-                    self._title_weights[term] = self._title_weight(term)
-            document_terms = frozenset(entry.terms) | title_terms
-            for term in document_terms:
-                self._term_rows.setdefault(term, []).append(row)
-            self._entry_terms.append(
-                _EntryTerms(
-                    title_terms=title_terms,
-                    document_terms=document_terms,
-                    title_weight=sum(self._title_weights[t] for t in title_terms),
-                    category_terms=frozenset(terms(entry.category)) & title_terms,
-                )
-            )
-            for keyword in entry.keywords:
-                folded = fold(keyword)
-                if folded:
-                    _, _, rows = self._keywords.setdefault(folded, (keyword, set(terms(keyword)), []))
-                    rows.append(row)
-            for entity in entry.entities:
-                for surface in [entity.name, *entity.aliases]:
-                    folded = fold(surface)
-                    if folded:
-                        _, rows = self._aliases.setdefault(folded, (entity.name, []))
-                        rows.append(row)
+            self._entry_terms.append(self._prepare_terms(row, entry))
+            self._prepare_tags(row, entry)
             if entry.category.strip():
                 self._categories.setdefault(fold(entry.category), entry.category)
         # Terms a document is named or tagged by: never a mention in passing.
@@ -145,6 +117,39 @@ class L0Index:
             *(terms(keyword) for keyword, _, _ in self._keywords.values()),
             *(terms(surface) for surface in self._aliases),
         )
+
+    def _prepare_terms(self, row: int, entry: L0Entry) -> _EntryTerms:
+        """The entry's title and document terms, filed under each term for the row lookups."""
+        title_terms = set()
+        for form in unique([entry.title] + entry.headings[:1]):
+            title_terms.update(terms(form))
+        for term in title_terms:
+            self._title_rows.setdefault(term, []).append(row)
+            if term not in self._title_weights:
+                self._title_weights[term] = self._title_weight(term)
+        document_terms = frozenset(entry.terms) | title_terms
+        for term in document_terms:
+            self._term_rows.setdefault(term, []).append(row)
+        return _EntryTerms(
+            title_terms=title_terms,
+            document_terms=document_terms,
+            title_weight=sum(self._title_weights[t] for t in title_terms),
+            category_terms=frozenset(terms(entry.category)) & title_terms,
+        )
+
+    def _prepare_tags(self, row: int, entry: L0Entry) -> None:
+        """The entry's keywords and entity names and aliases, folded, each with the rows that carry it."""
+        for keyword in entry.keywords:
+            folded = fold(keyword)
+            if folded:
+                _, _, rows = self._keywords.setdefault(folded, (keyword, set(terms(keyword)), []))
+                rows.append(row)
+        for entity in entry.entities:
+            for surface in [entity.name, *entity.aliases]:
+                folded = fold(surface)
+                if folded:
+                    _, rows = self._aliases.setdefault(folded, (entity.name, []))
+                    rows.append(row)
 
     @property
     def categories(self) -> list[str]:
@@ -298,23 +303,46 @@ class L0Index:
         folded = fold(query)
         query_terms = set(terms(query, drop_noise=True))
         named_rows = self._named_rows(query)
-        matched_rows: set[int] = set(named_rows)
+        keywords, keyword_rows = self._matched_keywords(folded, query_terms)
+        entities, entity_rows = self._matched_entities(folded)
+        title_rows = self._matched_title_rows(query_terms, title_min_overlap)
+        matched_rows = sorted(set(named_rows) | keyword_rows | entity_rows | set(title_rows))
+        domains, domain_rules = self._named_domains(folded, query_terms, domain_min_precision, subject_elsewhere_margin)
+        if domain_from_matches:
+            domains.extend(self.entries[row].category for row in matched_rows)
 
-        keywords = []
-        for folded_keyword, (keyword, keyword_terms, rows) in self._keywords.items():
+        return L0Hints(
+            matched_titles=unique(self.entries[row].title for row in [*named_rows, *title_rows]),
+            matched_keywords=unique(keywords),
+            domains=unique(d for d in domains if d.strip()),
+            entities=unique(entities),
+            matched_sources=[self.entries[row].source for row in matched_rows],
+            named_sources=[self.entries[row].source for row in named_rows],
+            domain_rules=domain_rules,
+        )
+
+    def _matched_keywords(self, folded: str, query_terms: set[str]) -> tuple[list[str], set[int]]:
+        """Keywords the query contains as a phrase, or (two terms or more) all of whose terms it has; their rows."""
+        keywords, rows = [], set()
+        for folded_keyword, (keyword, keyword_terms, keyword_rows) in self._keywords.items():
             phrase_hit = folded_keyword in folded and contains_phrase(folded, folded_keyword)
             terms_hit = len(keyword_terms) >= 2 and keyword_terms <= query_terms
             if phrase_hit or terms_hit:
                 keywords.append(keyword)
-                matched_rows.update(rows)
+                rows.update(keyword_rows)
+        return keywords, rows
 
-        entities = []
-        for surface, (name, rows) in self._aliases.items():
+    def _matched_entities(self, folded: str) -> tuple[list[str], set[int]]:
+        """Entity names of the names and aliases the query contains as a phrase; their rows."""
+        entities, rows = [], set()
+        for surface, (name, surface_rows) in self._aliases.items():
             if surface in folded and contains_phrase(folded, surface):
                 entities.append(name)
-                matched_rows.update(rows)
+                rows.update(surface_rows)
+        return entities, rows
 
-        titles = []
+    def _matched_title_rows(self, query_terms: set[str], title_min_overlap: float) -> list[int]:
+        """Rows whose title words (IDF-weighted) mostly occur in the query, in row order."""
         # Only entries sharing at least one term can pass (every rule below needs a shared term):
         # the shared terms' count and weight per entry are summed from the term -> rows lists,
         # and visiting the entries in row order gives the same result as scanning every one.
@@ -324,6 +352,7 @@ class L0Index:
             for row in self._title_rows.get(term, ()):
                 shared_count[row] = shared_count.get(row, 0) + 1
                 shared_weight[row] = shared_weight.get(row, 0.0) + self._title_weights[term]
+        rows = []
         for row in sorted(shared_count):
             entry_terms = self._entry_terms[row]
             if shared_count[row] < min(2, len(entry_terms.title_terms)):
@@ -333,37 +362,25 @@ class L0Index:
             if not entry_terms.category_terms <= query_terms:
                 continue
             if shared_weight[row] >= title_min_overlap * entry_terms.title_weight:
-                titles.append(self.entries[row].title)
-                matched_rows.add(row)
-        titles = [self.entries[row].title for row in named_rows] + titles
+                rows.append(row)
+        return rows
 
+    def _named_domains(
+        self, folded: str, query_terms: set[str], min_precision: float, margin: float
+    ) -> tuple[list[str], list[str]]:
+        """The categories the query names that count as domains, and the domain rules that fired."""
         named_categories = [
             category
             for key, category in self._categories.items()
             # The substring test first: most names are absent, and it spares the boundary checks.
             if key in folded and contains_phrase(folded, key)
         ]
-        named_categories, domain_rules = self._subjects_of_their_own(
-            named_categories, query_terms, subject_elsewhere_margin
-        )
-        domains = [c for c in named_categories if self.domain_precision.get(c, 1.0) >= domain_min_precision]
-        if domains:
+        named_categories, domain_rules = self._subjects_of_their_own(named_categories, query_terms, margin)
+        if any(self.domain_precision.get(c, 1.0) >= min_precision for c in named_categories):
             # A name every document uses says nothing alone, but beside a specific one it makes the
             # query span two subjects ("prometheus isn't talking to any alertmanager"): no single domain.
-            domains = named_categories
-        if domain_from_matches:
-            domains.extend(self.entries[row].category for row in sorted(matched_rows))
-        domains = unique(d for d in domains if d.strip())
-
-        return L0Hints(
-            matched_titles=unique(titles),
-            matched_keywords=unique(keywords),
-            domains=domains,
-            entities=unique(entities),
-            matched_sources=[self.entries[row].source for row in sorted(matched_rows)],
-            named_sources=[self.entries[row].source for row in named_rows],
-            domain_rules=domain_rules,
-        )
+            return named_categories, domain_rules
+        return [], domain_rules
 
     def _subjects_of_their_own(
         self, named_categories: list[str], query_terms: set[str], margin: float

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from components.errors import first_line
 from components.tracing.trace_summary import TraceJob, build_trace
 
 logger = logging.getLogger(__name__)
@@ -44,11 +45,6 @@ def _probe(tracking_uri: str) -> str | None:
             return None
     except OSError as exc:
         return f"cannot connect to {parsed.hostname}:{port} ({exc.strerror or exc})"
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
 def _status(error: str | None) -> Any:
@@ -178,7 +174,7 @@ class MlflowTraceSink:
             if problem is None:
                 problem = self._open_experiment()
         except Exception as exc:
-            problem = _reason(exc)
+            problem = first_line(exc, typed=True)
         with self._lock:
             early, self._early = self._early, []
             if problem:

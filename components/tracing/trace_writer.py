@@ -12,7 +12,9 @@ from haystack import component, default_from_dict, default_to_dict
 from components.contracts import STATUS_ERROR, LookupResult
 from components.tracing import stage_recorder
 from components.tracing.mlflow_sink import MlflowTraceSink, get_sink
-from components.tracing.trace_store import DEFAULT_TIMEOUT_S, STATUS_OK, TRACE_LOST, TraceStore
+from components.tracing.trace_database import DEFAULT_TIMEOUT_S
+from components.tracing.trace_records import STATUS_OK, TRACE_LOST
+from components.tracing.trace_store import TraceStore
 from components.tracing.trace_summary import TraceJob
 
 logger = logging.getLogger(__name__)
@@ -135,7 +137,12 @@ class TraceWriter:
     Usage example:
 
     ```python
-    writer = TraceWriter(db_url="sqlite:///.knowledge/traces.db", spool_path=".knowledge/trace-spool.jsonl")
+    writer = TraceWriter(
+        db_url="sqlite:///.knowledge/traces.db",
+        spool_path=".knowledge/trace-spool.jsonl",
+        tracking_uri=None,  # no MLflow trace
+        artifact_location=None,
+    )
     writer.warm_up()
     out = writer.run(result=lookup_result, arguments={"query": "disk full"}, started_at=time.time())
     out["result"].invocation_id, out["result"].trace_status  # "5f0c…", "recorded"
@@ -146,24 +153,24 @@ class TraceWriter:
         self,
         db_url: str,
         spool_path: str,
+        tracking_uri: str | None,
+        artifact_location: str | None,
         summary_chars: int = 200,
         tool_name: str = "lookup_knowledge",
-        tracking_uri: str | None = None,
         experiment: str = "lookup-knowledge",
-        artifact_location: str | None = None,
         retry_interval: float = 5.0,
         timeout_s: float = DEFAULT_TIMEOUT_S,
-        sample_rate: float = 1.0,
+        sample_rate: float = 0.05,
     ) -> None:
         """
         :param db_url: SQLAlchemy URL of the `tool_invocation` database (SQLite file, PostgreSQL ...).
         :param spool_path: Append-only JSONL file for records the database cannot take.
+        :param tracking_uri: MLflow tracking URI; None: no MLflow.
+        :param artifact_location: Artifact folder of the experiment when it is created (else
+            MLflow would use the current directory); None with no MLflow.
         :param summary_chars: Evidence content kept per block in `retrieval_details` (0: none).
         :param tool_name: The `tool_name` column.
-        :param tracking_uri: MLflow tracking URI; None: no MLflow.
         :param experiment: MLflow experiment of the traces.
-        :param artifact_location: Artifact folder of the experiment when it is created (else
-            MLflow would use the current directory).
         :param retry_interval: Seconds to spool without retrying after the database failed.
         :param timeout_s: Longest wait on a server trace database per call before spooling.
         :param sample_rate: Share of lookups that get an MLflow trace (0 to 1); failed calls always do.

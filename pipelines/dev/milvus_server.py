@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from components.errors import first_line
+
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 180.0
@@ -111,7 +113,7 @@ class MilvusServerProcess:
                     finally:
                         probe.close()
                 except Exception as exc:  # not ready yet: any failure means "try again"
-                    last_error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    last_error = first_line(exc)
                 else:
                     logger.info("Milvus server ready at %s", self.uri)
                     return

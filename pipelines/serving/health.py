@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 from sqlalchemy import text
 
+from components.errors import first_line
 from components.stores.l0_index_file import L0IndexHandle
 from components.stores.milvus_collection import close_quietly, connect, is_local_uri
 from components.tracing.trace_store import TraceStore
@@ -26,11 +27,6 @@ from pipelines.settings import milvus_auth
 from pipelines.traces import redact_url
 
 logger = logging.getLogger(__name__)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 class HealthCheck:
@@ -77,7 +73,7 @@ class HealthCheck:
                 client, self._client = self._client, None
                 if client is not None:
                     close_quietly(client)
-                return {"ok": False, "detail": _first_line(exc)}
+                return {"ok": False, "detail": first_line(exc, typed=True)}
         if rows == 0:
             return {
                 "ok": False,
@@ -90,7 +86,7 @@ class HealthCheck:
         try:
             index = self._l0.get()
         except Exception as exc:
-            return {"ok": False, "detail": _first_line(exc)}
+            return {"ok": False, "detail": first_line(exc, typed=True)}
         return {"ok": True, "documents": len(index.entries)}
 
     def trace(self) -> dict[str, Any]:
@@ -100,7 +96,7 @@ class HealthCheck:
             with self.trace_store.engine.connect() as connection:
                 connection.execute(text("SELECT 1"))
         except Exception as exc:
-            return {"ok": False, "detail": _first_line(exc), "spooling": True}
+            return {"ok": False, "detail": first_line(exc, typed=True), "spooling": True}
         return {"ok": True}
 
     def config(self) -> dict[str, Any]:

@@ -13,7 +13,6 @@ comparison is logged as one MLflow run (experiment `lookup-knowledge-rerun`).
 See docs/tuning.md ("Replay recorded traffic against a new config").
 """
 
-import logging
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,8 +22,6 @@ from omegaconf import DictConfig
 from components.contracts import InvalidQueryError
 from components.errors import BadInputError
 from pipelines.tuning.runs import RunLogger, flatten_params
-
-logger = logging.getLogger(__name__)
 
 RERUN_EXPERIMENT = "lookup-knowledge-rerun"
 RERUN_ARTIFACT = "rerun.json"

@@ -5,7 +5,6 @@ pipeline (unprefixed) and of each baseline (`dense.hit_at_1`), the per-query tab
 MLflow metric names cannot contain `@`, so `hit@1` is logged as `hit_at_1`.
 """
 
-import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,8 +13,6 @@ from omegaconf import DictConfig
 
 from pipelines.evaluation import Evaluation
 from pipelines.settings import SECRET_KEYS, to_container
-
-logger = logging.getLogger(__name__)
 
 EVAL_EXPERIMENT = "lookup-knowledge-eval"
 PER_QUERY_ARTIFACT = "per_query.json"

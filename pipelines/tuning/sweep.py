@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.errors import first_line
 from pipelines.evaluation import EvalQuery, build_systems, index_first
 from pipelines.manifest import indexed_kb
 from pipelines.settings import ConfigError, load_config
@@ -49,7 +50,7 @@ def parse_overrides(overrides: list[str]) -> list[Any]:
     try:
         return OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as exc:
-        raise ConfigError(str(exc).strip().splitlines()[0]) from exc
+        raise ConfigError(first_line(exc)) from exc
 
 
 def has_sweep(overrides: list[str]) -> bool:

@@ -50,7 +50,9 @@ def _problems(caplog) -> list[str]:
 
 
 def test_8_threads_x_200_recorded_calls_leave_exactly_1600_rows(db_url, tmp_path, real_results, caplog):
-    writer = TraceWriter(db_url=db_url, spool_path=str(tmp_path / "spool.jsonl"))
+    writer = TraceWriter(
+        db_url=db_url, spool_path=str(tmp_path / "spool.jsonl"), tracking_uri=None, artifact_location=None
+    )
     writer.warm_up()
 
     def worker(thread: int) -> list[str]:

@@ -9,7 +9,8 @@ import uuid
 
 import pytest
 
-from components.tracing.trace_store import TraceStore, target_key
+from components.tracing.trace_database import target_key
+from components.tracing.trace_store import TraceStore
 from tests.helpers import run_cli
 from tests.integration.serving_helpers import copy_state
 

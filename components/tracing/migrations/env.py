@@ -1,13 +1,13 @@
 """
-Alembic environment of the `tool_invocation` schema, run in code by `components.tracing.trace_store`
+Alembic environment of the `tool_invocation` schema, run in code by `components.tracing.trace_schema`
 (`upgrade_schema`): the caller passes an open connection in `config.attributes["connection"]`.
 
 To add a revision (from the repository root):
 
-    python -c "from components.tracing.trace_store import alembic_config; from alembic import command; \
+    python -c "from components.tracing.trace_schema import alembic_config; from alembic import command; \
 command.revision(alembic_config(None), message='what changes')"
 
-then write its `upgrade()`/`downgrade()` and update the table in `components/tracing/trace_store.py`.
+then write its `upgrade()`/`downgrade()` and update the table in `components/tracing/trace_schema.py`.
 """
 
 from alembic import context
@@ -18,7 +18,7 @@ version_table = config.attributes.get("version_table", "lookup_knowledge_schema_
 
 if connection is None:
     raise RuntimeError(
-        "the tool_invocation migrations run through components.tracing.trace_store.upgrade_schema(engine), "
+        "the tool_invocation migrations run through components.tracing.trace_schema.upgrade_schema(engine), "
         "which passes the connection; there is no alembic.ini"
     )
 

@@ -10,24 +10,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from components.tracing.trace_store import (
-    TRACE_RECORDED,
-    TRACE_REJECTED,
-    TRACE_REPLAYED,
-    TRACE_SPOOLED,
+from components.tracing.trace_database import make_engine
+from components.tracing.trace_records import TRACE_RECORDED, TRACE_REJECTED, TRACE_REPLAYED, TRACE_SPOOLED, to_jsonable
+from components.tracing.trace_replay import ReplayReport
+from components.tracing.trace_schema import (
     VERSION_TABLE,
-    ReplayReport,
-    TraceStore,
-    TraceStoreError,
     head_revision,
-    make_engine,
-    metadata,
     schema_revision,
-    target_key,
-    to_jsonable,
     tool_invocation,
     upgrade_schema,
 )
+from components.tracing.trace_store import TraceStore, TraceStoreError
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -109,18 +102,6 @@ def test_older_schema_is_migrated_and_keeps_its_rows(db_url, tmp_path):
     assert len(rows) == 2
 
 
-def test_table_definition_matches_the_migrations(tmp_path):
-    from alembic.autogenerate import compare_metadata
-    from alembic.runtime.migration import MigrationContext
-
-    engine = make_engine(f"sqlite:///{tmp_path}/t.db")
-    upgrade_schema(engine)
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-        diff = [d for d in compare_metadata(context, metadata) if VERSION_TABLE not in str(d)]
-    assert diff == []
-
-
 def test_postgres_stores_retrieval_details_as_jsonb(pg_schema_url, tmp_path):
     store = TraceStore(pg_schema_url, str(tmp_path / "spool.jsonl"))
     rec = record(3)
@@ -135,31 +116,6 @@ def test_postgres_stores_retrieval_details_as_jsonb(pg_schema_url, tmp_path):
         ).one()
     assert kind == "jsonb"
     assert count == 3
-
-
-def test_processes_migrating_one_fresh_postgres_schema_at_once_all_reach_head(pg_schema_url):
-    """Serving workers start together: each migrates the fresh schema, none fails on the other's tables."""
-    import threading
-
-    engines = [sa.create_engine(pg_schema_url, poolclass=sa.pool.NullPool) for _ in range(4)]
-    start, failures = threading.Barrier(len(engines)), []
-
-    def migrate(engine) -> None:
-        start.wait()
-        try:
-            upgrade_schema(engine)
-        except Exception as exc:  # what a worker would have spooled its records for
-            failures.append(exc)
-
-    threads = [threading.Thread(target=migrate, args=(engine,)) for engine in engines]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert failures == []
-    assert schema_revision(engines[0]) == head_revision()
-    for engine in engines:
-        engine.dispose()
 
 
 def test_unavailable_database_spools_then_next_write_replays_in_order_exactly_once(tmp_path):
@@ -364,7 +320,3 @@ def test_spooled_records_are_replayed_only_into_their_own_database(tmp_path):
     assert own.replay() == ReplayReport(pending=1, inserted=1)
     assert [r["id"] for r in own.iter_all()] == [meant_for_a["id"]]
     assert spool.read_text() == ""
-
-
-def test_target_key_drops_credentials():
-    assert target_key("postgresql://user:secret@db:5432/traces") == "postgresql+psycopg://db:5432/traces"

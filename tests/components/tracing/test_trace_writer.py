@@ -44,7 +44,13 @@ def test_a_sample_rate_outside_zero_to_one_is_refused(tmp_path):
     import pytest
 
     with pytest.raises(ValueError, match="sample_rate must be between 0 and 1"):
-        TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s.jsonl"), sample_rate=1.5)
+        TraceWriter(
+            db_url=f"sqlite:///{tmp_path}/t.db",
+            spool_path=str(tmp_path / "s.jsonl"),
+            sample_rate=1.5,
+            tracking_uri=None,
+            artifact_location=None,
+        )
 
 
 def test_trace_writer_is_the_last_step_fed_by_the_assembler(make_config):
@@ -63,10 +69,20 @@ def test_trace_writer_is_the_last_step_fed_by_the_assembler(make_config):
 
 def test_warm_up_is_idempotent_and_tolerates_a_database_that_is_down(tmp_path):
     (tmp_path / "blocked").write_text("")
-    writer = TraceWriter(db_url=f"sqlite:///{tmp_path}/blocked/t.db", spool_path=str(tmp_path / "s.jsonl"))
+    writer = TraceWriter(
+        db_url=f"sqlite:///{tmp_path}/blocked/t.db",
+        spool_path=str(tmp_path / "s.jsonl"),
+        tracking_uri=None,
+        artifact_location=None,
+    )
     writer.warm_up()
     writer.warm_up()
-    ok = TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s2.jsonl"))
+    ok = TraceWriter(
+        db_url=f"sqlite:///{tmp_path}/t.db",
+        spool_path=str(tmp_path / "s2.jsonl"),
+        tracking_uri=None,
+        artifact_location=None,
+    )
     ok.warm_up()
     assert ok.store._schema_ready
     ok.warm_up()
@@ -75,7 +91,12 @@ def test_warm_up_is_idempotent_and_tolerates_a_database_that_is_down(tmp_path):
 def test_a_long_query_is_stored_as_the_pipeline_used_it_with_its_length_and_hash(sample_service, tmp_path):
     query = "disk full " * 400
     result = sample_service.lookup(query)
-    writer = TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s.jsonl"))
+    writer = TraceWriter(
+        db_url=f"sqlite:///{tmp_path}/t.db",
+        spool_path=str(tmp_path / "s.jsonl"),
+        tracking_uri=None,
+        artifact_location=None,
+    )
     out = writer.run(result=result, arguments={"query": query}, started_at=time.time())["result"]
     row = writer.store.get(out.invocation_id)
     transform = row["retrieval_details"]["query_transform"]
@@ -91,7 +112,12 @@ def test_a_long_query_is_stored_as_the_pipeline_used_it_with_its_length_and_hash
 
 def test_a_record_that_cannot_be_built_never_costs_the_lookup(sample_service, tmp_path, monkeypatch):
     result = sample_service.lookup("certificate expiry")
-    writer = TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s.jsonl"))
+    writer = TraceWriter(
+        db_url=f"sqlite:///{tmp_path}/t.db",
+        spool_path=str(tmp_path / "s.jsonl"),
+        tracking_uri=None,
+        artifact_location=None,
+    )
 
     def broken(_result):
         raise TypeError("unexpected shape")
@@ -104,7 +130,12 @@ def test_a_record_that_cannot_be_built_never_costs_the_lookup(sample_service, tm
 def test_a_megabyte_query_is_stored_within_the_bound(sample_service, tmp_path):
     query = "x" * 1_000_000
     stage_recorder.clear_last_recording()
-    writer = TraceWriter(db_url=f"sqlite:///{tmp_path}/t.db", spool_path=str(tmp_path / "s.jsonl"))
+    writer = TraceWriter(
+        db_url=f"sqlite:///{tmp_path}/t.db",
+        spool_path=str(tmp_path / "s.jsonl"),
+        tracking_uri=None,
+        artifact_location=None,
+    )
     error = writer.record_error(query, RuntimeError("boom"), time.time(), component_name="retriever")
     row = writer.store.get(error.invocation_id)
     assert len(row["arguments"]["query"]) == ARGUMENT_QUERY_CHARS

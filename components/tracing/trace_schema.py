@@ -1,0 +1,92 @@
+"""
+The `tool_invocation` table and its schema migrations.
+
+The schema is created and migrated with Alembic (`components/tracing/migrations`), run in code;
+the revision is recorded in the `lookup_knowledge_schema_version` table (a name of its own, so
+the trace table may share a database with MLflow's store, which has its own `alembic_version`).
+`retrieval_details` is JSON, JSONB on PostgreSQL.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Engine
+
+TABLE_NAME = "tool_invocation"
+VERSION_TABLE = "lookup_knowledge_schema_version"
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+JSON_VARIANT = JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+metadata = MetaData()
+tool_invocation = Table(
+    TABLE_NAME,
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tool_name", String(64), nullable=False),
+    Column("arguments", JSON_VARIANT, nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("found", Boolean, nullable=True),
+    Column("retrieval_layer", String(16), nullable=True),
+    Column("latency_ms", Float, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("error", Text, nullable=True),
+    Column("retrieval_details", JSON_VARIANT, nullable=True),
+    Column("trace_status", String(16), nullable=True),
+    Index("ix_tool_invocation_created_at", "created_at"),
+    Index("ix_tool_invocation_status", "status"),
+)
+COLUMNS = [c.name for c in tool_invocation.columns]
+
+
+def alembic_config(connection) -> "Any":
+    """An Alembic Config built in code (no alembic.ini): our script folder, our version table."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["connection"] = connection
+    config.attributes["version_table"] = VERSION_TABLE
+    return config
+
+
+def upgrade_schema(engine: Engine, revision: str = "head") -> None:
+    """Create or migrate the `tool_invocation` schema to `revision` (idempotent)."""
+    from alembic import command
+
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Workers starting together would each create the tables (a duplicate-type error in one of
+            # them): the first migrates, the others wait for its commit and find the schema at head.
+            connection.execute(text("SELECT pg_advisory_xact_lock(hashtext('lookup-knowledge schema'))"))
+        command.upgrade(alembic_config(connection), revision)
+
+
+def schema_revision(engine: Engine) -> str | None:
+    """The revision recorded in the database (None before the first migration)."""
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+        return context.get_current_revision()
+
+
+def head_revision() -> str:
+    """The newest revision of the migrations shipped with this code."""
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config(None)).get_current_head()  # type: ignore[return-value]

@@ -1,0 +1,101 @@
+"""
+A component built without config behaves as the configured pipeline does: each `__init__` default
+equals the value the default config gives the parameter through the lookup and indexing YAML
+(`${section.key}`), or the parameter has no default.
+"""
+
+import importlib
+import inspect
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from pipelines.serialized import PIPELINE_NAMES, pipeline_path, resolve_pipeline_data
+from pipelines.settings import load_config
+
+# One config value: `${retrieval.top_k}`; not `${derived.*}` (computed per call) nor a resolver (`${milvus_secret:token}`).
+CONF_VALUE = re.compile(r"^\$\{(?!derived\.)[A-Za-z_][\w.]*\}$")
+
+# Components whose defaults differ from conf/, skipped with what differs (their default, then conf/'s value).
+DIFFERING = {
+    "FallbackRetriever": "bm25_top_k 0 vs 20, outscored_check_below 1.0 vs 0.6, outscored_margin 1.0 vs 0.05, "
+    "uncovered_evidence_threshold None vs 0.52, search_params None vs {}, timeout_ms None vs 10000",
+    "SidecarComparator": "search_params None vs {}, timeout_ms None vs 10000, top_k 10 vs 20, "
+    "uri '' vs ${paths.state_dir}/milvus.db",
+    "IndexPlanner": "timeout_ms None vs 10000",
+    "MilvusChunkWriter": "full_text False vs True, index_params None vs {}, timeout_ms None vs 10000",
+}
+
+
+def _components(cfg) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
+    """(pipeline, component name, spec as written, spec resolved) of every component, nested ones included."""
+    found = []
+    for name in PIPELINE_NAMES:
+        template = yaml.safe_load(pipeline_path(cfg, name).read_text(encoding="utf-8"))
+        resolved = resolve_pipeline_data(template, cfg, {"index_fingerprint": "", "progress_bar": False})
+        for component, spec in template["components"].items():
+            found += _with_nested(name, component, spec, resolved["components"][component])
+    return found
+
+
+def _with_nested(pipeline: str, name: str, spec: dict, resolved: dict) -> list:
+    found = [(pipeline, name, spec, resolved)]
+    for key, value in (spec.get("init_parameters") or {}).items():
+        if isinstance(value, dict) and "type" in value:
+            found += _with_nested(pipeline, f"{name}.{key}", value, resolved["init_parameters"][key])
+    return found
+
+
+CFG = load_config()
+COMPONENTS = _components(CFG)
+
+
+def _class(spec: dict) -> type:
+    module, _, name = spec["type"].rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize(
+    ("written", "resolved"),
+    [(spec, resolved) for _, _, spec, resolved in COMPONENTS],
+    ids=[f"{pipeline}:{name}" for pipeline, name, _, _ in COMPONENTS],
+)
+def test_component_defaults_equal_the_config_the_pipeline_passes(written, resolved):
+    cls = _class(written)
+    if cls.__name__ in DIFFERING:
+        pytest.skip(f"{cls.__name__} defaults differ from conf/: {DIFFERING[cls.__name__]}")
+    signature = inspect.signature(cls.__init__).parameters
+    differing = {}
+    for key, value in written.get("init_parameters", {}).items():
+        default = signature[key].default
+        if isinstance(value, str) and CONF_VALUE.match(value) and default is not inspect.Parameter.empty:
+            configured = resolved["init_parameters"][key]
+            if default != configured:
+                differing[key] = (default, configured)
+    assert differing == {}, f"{cls.__name__}: (default, config) of each parameter that differs"
+
+
+def test_every_pipeline_component_is_checked():
+    assert {name for pipeline, name, _, _ in COMPONENTS if pipeline == "lookup"} >= {
+        "query_transformer",
+        "l0_hints",
+        "query_embedder",
+        "retriever",
+        "retriever.auth",
+        "sidecar",
+        "reranker",
+        "deduper",
+        "context_packer",
+        "assembler",
+        "trace_writer",
+    }
+    assert {name for pipeline, name, _, _ in COMPONENTS if pipeline == "indexing"} >= {
+        "reader",
+        "planner",
+        "chunker",
+        "embedder",
+        "writer",
+        "l0_writer",
+    }
