@@ -108,6 +108,7 @@ class RetrievalConfig:
     per_document_cap: int = MISSING
     l1_enabled: bool = MISSING
     vector_store_mode: VectorStoreMode = MISSING
+    category_filter: bool = MISSING
     bm25_top_k: int = MISSING
     outscored_margin: float = MISSING
 
@@ -161,10 +162,11 @@ class ServeConfig:
 
 @dataclass
 class PipelineConfig:
-    """The YAML pipelines to load: names under pipelines/yaml/ or absolute paths."""
+    """The YAML pipelines to load (names under pipelines/yaml/ or absolute paths), and the reranker on or off."""
 
     lookup: str = MISSING
     indexing: str = MISSING
+    rerank: bool = MISSING
 
 
 @dataclass
@@ -368,15 +370,26 @@ def embedder_params(cfg: DictConfig) -> dict[str, Any]:
 
 # Config keys that hold secrets: masked wherever the config is shown or logged (MLflow params).
 SECRET_KEYS = ("milvus.token", "milvus.user", "milvus.password")
+# The `milvus.*` keys a `KnowledgeStore` takes as they are; the credentials and TLS go into its `MilvusAuth`.
+STORE_KEYS = ("uri", "collection", "timeout_ms", "index_type", "index_params", "search_params", "full_text")
 
 
-def milvus_auth(cfg: DictConfig) -> dict[str, Any]:
+def store_parameters(cfg: DictConfig) -> dict[str, Any]:
+    """The `KnowledgeStore` init parameters of a config, `auth` aside."""
+    return {
+        key: OmegaConf.to_object(value) if isinstance(value, DictConfig) else value
+        for key, value in ((key, cfg.milvus[key]) for key in STORE_KEYS)
+    }
+
+
+def knowledge_store(cfg: DictConfig):
     """
-    The Milvus credentials and TLS arguments of a config, resolved: a key the config leaves empty
-    is read from its environment variable (`MILVUS_TOKEN`, ...). Secrets: never log the result.
+    The Milvus store of a config, as every component, evaluation, benchmark and `/health` use it:
+    a credential the config leaves empty is read from its environment variable (`MILVUS_TOKEN`, ...).
     """
     from haystack.utils import Secret
 
+    from components.stores.knowledge_store import KnowledgeStore
     from components.stores.milvus_auth import MilvusAuth, env_secret
 
     milvus = cfg.milvus
@@ -384,4 +397,5 @@ def milvus_auth(cfg: DictConfig) -> dict[str, Any]:
         name: Secret.from_token(milvus[name]) if milvus[name] else env_secret(name)
         for name in ("token", "user", "password")
     }
-    return MilvusAuth(**secrets, secure=bool(milvus.secure), server_pem_path=milvus.server_pem_path).connect_args()
+    auth = MilvusAuth(**secrets, secure=bool(milvus.secure), server_pem_path=milvus.server_pem_path)
+    return KnowledgeStore(**store_parameters(cfg), auth=auth)
