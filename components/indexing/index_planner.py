@@ -6,7 +6,7 @@ from haystack import Document, component
 
 from components.contracts import IndexPlan
 from components.stores.knowledge_store import KnowledgeStore
-from components.stores.milvus_collection import ID_FIELD, METADATA_FIELD, ensure_loaded
+from components.stores.milvus_collection import ID_FIELD, METADATA_FIELD
 
 logger = logging.getLogger(__name__)
 
@@ -89,24 +89,13 @@ class IndexPlanner:
 
     def _stored_state(self) -> dict[str, dict[str, Any]]:
         """Per source: the ids of its chunks and the hashes they were indexed from."""
-        client = self.store.connect()
-        if not client.has_collection(self.collection):
-            return {}
-        ensure_loaded(client, self.collection)
         state: dict[str, dict[str, Any]] = {}
-        iterator = client.query_iterator(
-            self.collection, batch_size=1000, filter="", output_fields=[ID_FIELD, METADATA_FIELD]
-        )
-        try:
-            while rows := iterator.next():
-                for row in rows:
-                    meta = row[METADATA_FIELD] or {}
-                    entry = state.setdefault(meta.get("source", ""), {"ids": [], "hashes": set(), "counts": set()})
-                    entry["ids"].append(row[ID_FIELD])
-                    entry["hashes"].add(meta.get("index_hash"))
-                    entry["counts"].add(meta.get("chunk_count"))
-        finally:
-            iterator.close()
+        for row in self.store.rows([ID_FIELD, METADATA_FIELD]):
+            meta = row[METADATA_FIELD] or {}
+            entry = state.setdefault(meta.get("source", ""), {"ids": [], "hashes": set(), "counts": set()})
+            entry["ids"].append(row[ID_FIELD])
+            entry["hashes"].add(meta.get("index_hash"))
+            entry["counts"].add(meta.get("chunk_count"))
         return state
 
 

@@ -9,6 +9,7 @@ credentials as `MilvusAuth` (environment variable names, never values), so a pip
 loads it back as a nested init parameter. Design notes: docs/milvus.md.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +97,19 @@ class KnowledgeStore:
     def row_count(self, client: MilvusClient | None = None) -> int:
         """Rows of the collection (0 when it does not exist)."""
         return row_count(client or self.connect(), self.collection)
+
+    def rows(self, fields: list[str], client: MilvusClient | None = None) -> Iterator[dict[str, Any]]:
+        """Every row of the existing collection, with `fields`, read in batches (nothing when it does not exist)."""
+        client = client or self.connect()
+        if not client.has_collection(self.collection):
+            return
+        ensure_loaded(client, self.collection)
+        iterator = client.query_iterator(self.collection, batch_size=1000, filter="", output_fields=fields)
+        try:
+            while batch := iterator.next():
+                yield from batch
+        finally:
+            iterator.close()
 
     def vector_search(self, path: str) -> VectorSearch:
         """A search of the collection on one path: `sdk` (pymilvus) or `haystack` (milvus-haystack)."""

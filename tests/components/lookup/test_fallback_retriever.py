@@ -11,6 +11,7 @@ from components.contracts import (
 )
 from components.lookup.fallback_retriever import BM25_CANNOT_CHANGE, BM25_OFF, FallbackRetriever
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
+from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.vector_search import NO_SPARSE_FIELD, SdkVectorSearch
 from pipelines.settings import load_config
@@ -30,8 +31,9 @@ def embed():
     return _embed
 
 
-def retriever(cfg, **params) -> FallbackRetriever:
-    return FallbackRetriever(uri=cfg.milvus.uri, collection=cfg.milvus.collection, **params)
+def retriever(cfg, auth: MilvusAuth | None = None, search_params: dict | None = None, **params) -> FallbackRetriever:
+    store = KnowledgeStore(cfg.milvus.uri, cfg.milvus.collection, auth=auth, search_params=search_params)
+    return FallbackRetriever(store=store, **params)
 
 
 def test_one_domain_gives_a_filtered_attempt_that_stands(topics_cfg, embed):
@@ -110,8 +112,8 @@ def test_the_searches_get_the_resolved_credentials(topics_cfg, monkeypatch):
     monkeypatch.delenv("MILVUS_USER", raising=False)
     searches = retriever(topics_cfg, auth=auth, vector_store_mode="auto")
     for path in ("sdk", "haystack"):
-        assert searches._search(path)._auth == {"token": "tok-3e8a", "secure": True}
-    assert retriever(topics_cfg)._search("sdk")._auth == {}
+        assert searches._search(path).store.credentials() == {"token": "tok-3e8a", "secure": True}
+    assert retriever(topics_cfg)._search("sdk").store.credentials() == {}
 
 
 # the BM25 leg ----------------------------------------------------------------------------------
