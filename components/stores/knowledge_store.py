@@ -131,5 +131,11 @@ class KnowledgeStore:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "KnowledgeStore":
-        """The value `to_dict` wrote, its `auth` deserialized."""
-        return default_from_dict(cls, data)
+        """
+        The value `to_dict` wrote. Its `auth` is read as a `MilvusAuth` here rather than imported by
+        name, so a store loads the same inside and outside a pipeline file's module allowlist.
+        """
+        params = dict(data.get("init_parameters") or {})
+        if isinstance(params.get("auth"), dict):
+            params["auth"] = MilvusAuth.from_dict(params["auth"])
+        return default_from_dict(cls, {**data, "init_parameters": params})
