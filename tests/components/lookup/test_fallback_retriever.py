@@ -13,7 +13,7 @@ from components.lookup.fallback_retriever import BM25_CANNOT_CHANGE, BM25_OFF, F
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
 from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
-from components.stores.vector_search import NO_SPARSE_FIELD, SdkVectorSearch
+from components.stores.vector_search import NO_SPARSE_FIELD
 from pipelines.settings import load_config
 from tests.conftest import state_overrides
 from tests.helpers import MODEL, assert_round_trips
@@ -180,7 +180,7 @@ def test_only_the_bm25_leg_finds_a_document_by_an_exact_rare_word(tiny_cfg, embe
     assert (found.bm25_rank, found.attempt) == (1, 0) and found.bm25_score > 0
     assert found.hit_reasons == ["bm25:sdk attempt 0 (unfiltered) rank 1"]  # not found by the dense leg
     # Its similarity is the dense one, from its stored vector: what a full dense search gives it.
-    every = SdkVectorSearch(cfg.milvus.uri, cfg.milvus.collection).search(vectors[0], 10, None)
+    every = KnowledgeStore(cfg.milvus.uri, cfg.milvus.collection).vector_search("sdk").search(vectors[0], 10, None)
     searched = next(c for c in every if c.evidence_key == found.evidence_key)
     assert found.similarity == pytest.approx(searched.similarity, abs=1e-6)
     assert (found.raw_score, found.raw_score_label) == (
