@@ -130,11 +130,9 @@ class SidecarComparator:
     ```
     """
 
-    def __init__(
-        self, store: KnowledgeStore | None = None, enabled: bool = False, path: str = "other", top_k: int = 10
-    ) -> None:
+    def __init__(self, store: KnowledgeStore, enabled: bool = False, path: str = "other", top_k: int = 10) -> None:
         """
-        :param store: The Milvus collection (`KnowledgeStore`) both paths search; needed when enabled.
+        :param store: The Milvus collection (`KnowledgeStore`) both paths search.
         :param enabled: Run the sidecar at all.
         :param path: The sidecar's vector-store path: "other" (the path the main lookup did not use),
             "haystack" or "sdk".
@@ -142,8 +140,6 @@ class SidecarComparator:
         """
         if path not in (OTHER_PATH, *PATHS):
             raise ValueError(f"sidecar path must be one of {OTHER_PATH}, {', '.join(PATHS)}, not {path!r}")
-        if enabled and store is None:
-            raise ValueError("an enabled sidecar needs the store to search")
         self.store = store
         self.enabled = enabled
         self.path = path

@@ -290,7 +290,7 @@ class HaystackVectorSearch:
             # one with its own default schema.
             probe, layout = self.store.open_collection()
             close_quietly(probe)  # the document store opens its own client
-            store = MilvusDocumentStore(
+            document_store = MilvusDocumentStore(
                 connection_args=self.store.connection_args(),
                 collection_name=self.collection,
                 primary_field=ID_FIELD,
@@ -303,9 +303,9 @@ class HaystackVectorSearch:
                 timeout=self.store.timeout_s,
                 **_full_text_arguments(layout),
             )
-            self._retriever = MilvusEmbeddingRetriever(document_store=store)
+            self._retriever = MilvusEmbeddingRetriever(document_store=document_store)
             if layout.has_sparse:
-                self._sparse_retriever = MilvusSparseEmbeddingRetriever(document_store=store)
+                self._sparse_retriever = MilvusSparseEmbeddingRetriever(document_store=document_store)
             self._layout = layout
         return self._retriever
 

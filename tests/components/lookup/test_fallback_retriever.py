@@ -234,7 +234,8 @@ def test_a_filtered_attempt_retried_on_its_dense_leg_alone_skips_bm25_and_loses_
     assert (retry.legs, retry.bm25_skipped) == (["dense", "bm25"], None) and retry.bm25_count > 0
     assert trace.legs == ["dense", "bm25"] and trace.bm25_skipped is None
     assert trace.to_dict()["attempts"][0]["bm25Skipped"] == BM25_CANNOT_CHANGE
-    reference = AlwaysBm25Retriever(uri=topics_cfg.milvus.uri, collection=topics_cfg.milvus.collection, **params)
+    store = KnowledgeStore(uri=topics_cfg.milvus.uri, collection=topics_cfg.milvus.collection)
+    reference = AlwaysBm25Retriever(store=store, **params)
     assert _outcome(out) == _outcome(reference.run(query_transform=transform, hints=hints, embeddings=vectors))
 
 

@@ -36,12 +36,12 @@ def main_candidates(uri: str, category: str | None = None):
 
 
 def test_disabled_by_default_and_needs_no_inputs():
-    assert SidecarComparator().run()["sidecar"].status == "disabled"
+    assert SidecarComparator(KnowledgeStore(uri="/data/kb.db")).run()["sidecar"].status == "disabled"
 
 
 def test_an_unknown_path_is_refused_at_init():
     with pytest.raises(ValueError, match="sidecar path must be one of other, sdk, haystack, not 'spring'"):
-        SidecarComparator(path="spring")
+        SidecarComparator(KnowledgeStore(uri="/data/kb.db"), path="spring")
 
 
 def test_without_a_selected_attempt_the_sidecar_is_skipped(uri):
