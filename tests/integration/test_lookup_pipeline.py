@@ -123,7 +123,9 @@ def rendered() -> str:
 def test_rendered_yaml_of_the_default_config(rendered):
     data = yaml.safe_load(rendered)
     assert set(data["components"]) == set(COMPONENT_TYPES)  # no sidecar: disabled by default
-    assert data["components"]["retriever"]["init_parameters"]["uri"] == ".knowledge/milvus.db"
+    assert (
+        data["components"]["retriever"]["init_parameters"]["store"]["init_parameters"]["uri"] == ".knowledge/milvus.db"
+    )
     assert data["components"]["l0_hints"]["init_parameters"]["l0_index_path"] == ".knowledge/knowledge.l0.json"
     assert "/work/" not in rendered and "/tmp/" not in rendered
 
@@ -141,8 +143,8 @@ def test_rendered_yaml_loads_and_answers_a_query(rendered, sample_cfg, sample_se
     data = pipeline.to_dict()
     for spec in data["components"].values():
         params = spec["init_parameters"]
-        if "uri" in params:
-            params["uri"] = sample_cfg.milvus.uri
+        if "store" in params:
+            params["store"]["init_parameters"]["uri"] = sample_cfg.milvus.uri
         if "l0_index_path" in params:
             params["l0_index_path"] = sample_cfg.l0.index_path
     recorder = data["components"]["trace_writer"]["init_parameters"]
