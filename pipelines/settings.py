@@ -8,7 +8,7 @@ inside a component. Library code and tests compose with `load_config(overrides)`
 
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -24,6 +24,9 @@ from components.common.choices import (
     VectorStoreMode,
 )
 from components.errors import BadInputError, first_line
+
+if TYPE_CHECKING:
+    from components.stores.knowledge_store import KnowledgeStore
 
 # pipelines/conf links to the repository's conf/ and is a copy of it in an installed wheel.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -382,7 +385,7 @@ def store_parameters(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
-def knowledge_store(cfg: DictConfig):
+def knowledge_store(cfg: DictConfig) -> "KnowledgeStore":
     """
     The Milvus store of a config, as every component, evaluation, benchmark and `/health` use it:
     a credential the config leaves empty is read from its environment variable (`MILVUS_TOKEN`, ...).
@@ -390,12 +393,9 @@ def knowledge_store(cfg: DictConfig):
     from haystack.utils import Secret
 
     from components.stores.knowledge_store import KnowledgeStore
-    from components.stores.milvus_auth import MilvusAuth, env_secret
+    from components.stores.milvus_auth import CREDENTIAL_ENV, MilvusAuth, env_secret
 
     milvus = cfg.milvus
-    secrets = {
-        name: Secret.from_token(milvus[name]) if milvus[name] else env_secret(name)
-        for name in ("token", "user", "password")
-    }
+    secrets = {name: Secret.from_token(milvus[name]) if milvus[name] else env_secret(name) for name in CREDENTIAL_ENV}
     auth = MilvusAuth(**secrets, secure=bool(milvus.secure), server_pem_path=milvus.server_pem_path)
     return KnowledgeStore(**store_parameters(cfg), auth=auth)
