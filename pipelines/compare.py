@@ -214,14 +214,10 @@ def html_report(
 def compare_paths(cfg: DictConfig, items: Sequence[dict[str, str]], top_k: int) -> list[dict[str, Any]]:
     """Embed each query once (the pipeline's query embedder) and search both paths with it."""
     from components.lookup.query_embedder import KnowledgeQueryEmbedder
-    from components.stores.vector_search import make_search
-    from pipelines.settings import embedder_params
+    from pipelines.settings import embedder_params, knowledge_store
 
-    milvus = cfg.milvus
-    searches = {
-        path: make_search(path, milvus.uri, milvus.collection, milvus.index_type, dict(milvus.search_params))
-        for path in PATHS
-    }
+    store = knowledge_store(cfg)
+    searches = {path: store.vector_search(path) for path in PATHS}
     embedder = KnowledgeQueryEmbedder(**embedder_params(cfg))
     embedder.warm_up()
     details = []

@@ -35,16 +35,17 @@ from omegaconf import DictConfig
 from components.common.text import unique
 from components.contracts import InvalidQueryError
 from components.errors import BadInputError
-from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD, connect, ensure_loaded
+from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD
 from pipelines.manifest import check_sources_indexed
-from pipelines.settings import embedder_params, milvus_auth
+from pipelines.settings import embedder_params, knowledge_store
 
 logger = logging.getLogger(__name__)
 
 RRF_K = 60
 DEPTH = 50
 RECALL_DEPTH = 10
-UNFILTERED_PIPELINE = "lookup_no_l0_filter.yml"
+# The `unfiltered` system: the configured pipeline without the L0 category filter.
+UNFILTERED = {"retrieval": {"category_filter": False}}
 
 
 class EvaluationInputError(BadInputError):
@@ -165,7 +166,7 @@ class UnfilteredSystem(PipelineSystem):
     def __init__(self, cfg: DictConfig) -> None:
         from omegaconf import OmegaConf
 
-        super().__init__(OmegaConf.merge(cfg, {"pipeline": {"lookup": UNFILTERED_PIPELINE}}))
+        super().__init__(OmegaConf.merge(cfg, UNFILTERED))
 
 
 def filter_report(queries: list[EvalQuery], answers: dict[str, list[Ranked]], l0_index_path: str) -> dict[str, Any]:
@@ -206,13 +207,12 @@ class DenseSystem:
     def __init__(self, cfg: DictConfig) -> None:
         from components.common.text import clean
         from components.lookup.query_embedder import KnowledgeQueryEmbedder
-        from components.stores.vector_search import SdkVectorSearch
 
         self.cfg = cfg
         self.clean = clean
         self.embedder = KnowledgeQueryEmbedder(**embedder_params(cfg))
         self.embedder.warm_up()
-        self.search = SdkVectorSearch(cfg.milvus.uri, cfg.milvus.collection, dict(cfg.milvus.search_params))
+        self.search = knowledge_store(cfg).vector_search("sdk")
 
     def chunks(self, query: str):
         embedding = self.embedder.run(texts=[self.clean(query)])["embeddings"][0]
@@ -262,19 +262,10 @@ class HybridSystem:
 
 def _all_chunks(cfg: DictConfig):
     """(evidence key, source, embedded text) of every chunk in the collection."""
-    client = connect(cfg.milvus.uri, auth=milvus_auth(cfg))
-    ensure_loaded(client, cfg.milvus.collection)
-    iterator = client.query_iterator(
-        cfg.milvus.collection, batch_size=1000, filter="", output_fields=[CONTENT_FIELD, METADATA_FIELD]
-    )
-    try:
-        while rows := iterator.next():
-            for row in rows:
-                meta = row[METADATA_FIELD] or {}
-                header = " > ".join(filter(None, [meta.get("title"), meta.get("breadcrumb")]))
-                yield meta.get("evidence_key") or row["id"], meta.get("source", ""), f"{header}\n{row[CONTENT_FIELD]}"
-    finally:
-        iterator.close()
+    for row in knowledge_store(cfg).rows([CONTENT_FIELD, METADATA_FIELD]):
+        meta = row[METADATA_FIELD] or {}
+        header = " > ".join(filter(None, [meta.get("title"), meta.get("breadcrumb")]))
+        yield meta.get("evidence_key") or row["id"], meta.get("source", ""), f"{header}\n{row[CONTENT_FIELD]}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,10 +5,11 @@ composed Hydra config (`load_pipeline`), or rendered as a concrete YAML for hayh
 
     python -m pipelines.serialized --output DIR [overrides]
 
-How a file is resolved, how to write an ablation and the shipped variants: docs/pipelines.md.
+How a file is resolved, and the ablations as config keys: docs/pipelines.md.
 """
 
 import argparse
+import dataclasses
 import logging
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from components.errors import first_line
-from pipelines.settings import SECRET_KEYS, ConfigError, load_config
+from pipelines.settings import SECRET_KEYS, ConfigError, knowledge_store, load_config
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +38,12 @@ HAYHOOKS_IO_KEYS = ("inputs", "outputs")
 _PIPELINE_KEY = "__pipeline__"
 
 
-# `${milvus_secret:token}` in a pipeline file: the credential as a Haystack Secret. Empty in the
-# config, it is the environment variable (`MILVUS_TOKEN`, ...), serialized by name only; set in
-# the config, it becomes a token Secret after resolution (`_config_secrets`), which Haystack never
-# writes to a file. Either way the value stays out of the resolved data, logs and traces.
+# `${knowledge_store:}` in a pipeline file: the config's `KnowledgeStore` (`settings.knowledge_store`),
+# the one place the `milvus.*` keys become the store. A credential empty in the config is its
+# environment variable (`MILVUS_TOKEN`, ...), serialized by name only; one set in the config becomes
+# a token Secret after resolution (`_config_secrets`), which Haystack never writes to a file. Either
+# way the value stays out of the resolved data, logs and traces. `${milvus_secret:token}` is one
+# credential alone, for a file that spells the store out.
 _CONFIG_SECRET = "config_secret"
 
 
@@ -52,7 +55,20 @@ def _milvus_secret(name: str, *, _root_: DictConfig) -> dict[str, Any]:
     return env_secret(name).to_dict()
 
 
+def _knowledge_store(*, _root_: DictConfig) -> dict[str, Any]:
+    from components.stores.milvus_auth import CREDENTIAL_ENV
+
+    store = knowledge_store(_root_)
+    unresolved = dataclasses.replace(store.auth, **dict.fromkeys(CREDENTIAL_ENV))
+    data = dataclasses.replace(store, auth=unresolved).to_dict()
+    data["init_parameters"]["auth"]["init_parameters"].update(
+        {name: _milvus_secret(name, _root_=_root_) for name in CREDENTIAL_ENV}
+    )
+    return data
+
+
 OmegaConf.register_new_resolver("milvus_secret", _milvus_secret, replace=True)
+OmegaConf.register_new_resolver("knowledge_store", _knowledge_store, replace=True)
 
 
 def _config_secrets(data: dict[str, Any], cfg: DictConfig) -> dict[str, Any]:
@@ -120,7 +136,7 @@ def without_components(data: Mapping[str, Any], names: Iterable[str]) -> dict[st
 
     For side branches only (the sidecar, the trace writer): what a left-out component sent may
     only have fed optional inputs; `load_pipeline` checks this. A component in the middle of the
-    graph is left out by a variant file instead, which reconnects its neighbours explicitly.
+    graph is bypassed instead (`bypassing`).
     """
     names = set(names)
     return {
@@ -134,9 +150,37 @@ def without_components(data: Mapping[str, Any], names: Iterable[str]) -> dict[st
     }
 
 
+def bypassing(data: Mapping[str, Any], name: str, socket: str) -> dict[str, Any]:
+    """
+    The pipeline data without component `name`, in the middle of the graph: what fed its input
+    `socket` now feeds whatever its output `socket` fed (in that connection's place), and its other
+    connections are dropped. Data without the component is returned as it is.
+    """
+    if name not in data["components"]:
+        return dict(data)
+    connections = data.get("connections", [])
+    feeders = [c["sender"] for c in connections if c["receiver"] == f"{name}.{socket}"]
+    joined = []
+    for connection in connections:
+        if connection["sender"] == f"{name}.{socket}":
+            joined.extend({"sender": feeder, "receiver": connection["receiver"]} for feeder in feeders)
+        elif name not in (connection["sender"].split(".")[0], connection["receiver"].split(".")[0]):
+            joined.append(connection)
+    pruned = without_components(data, [name])
+    return {**pruned, "connections": joined}
+
+
 def left_out_by_config(cfg: DictConfig) -> set[str]:
-    """Components the config turns off: the sidecar, unless `sidecar.enabled`."""
+    """Side branches the config turns off: the sidecar, unless `sidecar.enabled`."""
     return set() if cfg.sidecar.enabled else {"sidecar"}
+
+
+def bypassed_by_config(cfg: DictConfig) -> dict[str, str]:
+    """
+    Components the config takes out of the middle of the graph, each with the socket (an input and
+    an output of one name) its neighbours are joined through: the reranker, unless `pipeline.rerank`.
+    """
+    return {} if cfg.pipeline.rerank else {"reranker": "candidates"}
 
 
 def pipeline_data(
@@ -144,7 +188,7 @@ def pipeline_data(
 ) -> dict[str, Any]:
     """
     The resolved data of pipeline `name` ("lookup" or "indexing") of `cfg`, without the components
-    the config turns off and those in `leave_out`.
+    the config turns off (bypassed or left out) and those in `leave_out`.
 
     :raises ConfigError: The file is missing or no YAML mapping, or a `${...}` names no config key.
     """
@@ -161,6 +205,8 @@ def pipeline_data(
         resolved = resolve_pipeline_data(template, cfg, derived if derived is not None else derived_values(cfg))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {first_line(exc, from_cause=True)}") from exc
+    for component, socket in bypassed_by_config(cfg).items():
+        resolved = bypassing(resolved, component, socket)
     return _config_secrets(without_components(resolved, left_out_by_config(cfg) | set(leave_out)), cfg)
 
 
@@ -229,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write the lookup and indexing pipelines resolved against a config, for hayhooks deploy-yaml.",
     )
     parser.add_argument("--output", required=True, type=Path, help="folder to write the YAML files into")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. pipeline=no_rerank retrieval.top_k=7")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. pipeline.rerank=false retrieval.top_k=7")
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.overrides)

@@ -8,7 +8,7 @@ inside a component. Library code and tests compose with `load_config(overrides)`
 
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
@@ -24,6 +24,9 @@ from components.common.choices import (
     VectorStoreMode,
 )
 from components.errors import BadInputError, first_line
+
+if TYPE_CHECKING:
+    from components.stores.knowledge_store import KnowledgeStore
 
 # pipelines/conf links to the repository's conf/ and is a copy of it in an installed wheel.
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -108,6 +111,7 @@ class RetrievalConfig:
     per_document_cap: int = MISSING
     l1_enabled: bool = MISSING
     vector_store_mode: VectorStoreMode = MISSING
+    category_filter: bool = MISSING
     bm25_top_k: int = MISSING
     outscored_margin: float = MISSING
 
@@ -161,10 +165,11 @@ class ServeConfig:
 
 @dataclass
 class PipelineConfig:
-    """The YAML pipelines to load: names under pipelines/yaml/ or absolute paths."""
+    """The YAML pipelines to load (names under pipelines/yaml/ or absolute paths), and the reranker on or off."""
 
     lookup: str = MISSING
     indexing: str = MISSING
+    rerank: bool = MISSING
 
 
 @dataclass
@@ -366,20 +371,29 @@ def embedder_params(cfg: DictConfig) -> dict[str, Any]:
 
 # Config keys that hold secrets: masked wherever the config is shown or logged (MLflow params).
 SECRET_KEYS = ("milvus.token", "milvus.user", "milvus.password")
+# The `milvus.*` keys a `KnowledgeStore` takes as they are; the credentials and TLS go into its `MilvusAuth`.
+STORE_KEYS = ("uri", "collection", "timeout_ms", "index_type", "index_params", "search_params", "full_text")
 
 
-def milvus_auth(cfg: DictConfig) -> dict[str, Any]:
+def store_parameters(cfg: DictConfig) -> dict[str, Any]:
+    """The `KnowledgeStore` init parameters of a config, `auth` aside."""
+    return {
+        key: OmegaConf.to_object(value) if isinstance(value, DictConfig) else value
+        for key, value in ((key, cfg.milvus[key]) for key in STORE_KEYS)
+    }
+
+
+def knowledge_store(cfg: DictConfig) -> "KnowledgeStore":
     """
-    The Milvus credentials and TLS arguments of a config, resolved: a key the config leaves empty
-    is read from its environment variable (`MILVUS_TOKEN`, ...). Secrets: never log the result.
+    The Milvus store of a config, as every component, evaluation, benchmark and `/health` use it:
+    a credential the config leaves empty is read from its environment variable (`MILVUS_TOKEN`, ...).
     """
     from haystack.utils import Secret
 
-    from components.stores.milvus_auth import MilvusAuth, env_secret
+    from components.stores.knowledge_store import KnowledgeStore
+    from components.stores.milvus_auth import CREDENTIAL_ENV, MilvusAuth, env_secret
 
     milvus = cfg.milvus
-    secrets = {
-        name: Secret.from_token(milvus[name]) if milvus[name] else env_secret(name)
-        for name in ("token", "user", "password")
-    }
-    return MilvusAuth(**secrets, secure=bool(milvus.secure), server_pem_path=milvus.server_pem_path).connect_args()
+    secrets = {name: Secret.from_token(milvus[name]) if milvus[name] else env_secret(name) for name in CREDENTIAL_ENV}
+    auth = MilvusAuth(**secrets, secure=bool(milvus.secure), server_pem_path=milvus.server_pem_path)
+    return KnowledgeStore(**store_parameters(cfg), auth=auth)

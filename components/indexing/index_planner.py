@@ -5,9 +5,8 @@ from typing import Any
 from haystack import Document, component
 
 from components.contracts import IndexPlan
-from components.stores.lite_db import damaged_error
-from components.stores.milvus_auth import MilvusAuth
-from components.stores.milvus_collection import ID_FIELD, METADATA_FIELD, connect, ensure_loaded
+from components.stores.knowledge_store import KnowledgeStore
+from components.stores.milvus_collection import ID_FIELD, METADATA_FIELD
 
 logger = logging.getLogger(__name__)
 
@@ -31,36 +30,21 @@ class IndexPlanner:
     Usage example:
 
     ```python
-    planner = IndexPlanner(uri=".knowledge/milvus.db", collection="knowledge", fingerprint="minilm/200/32")
+    store = KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge")
+    planner = IndexPlanner(store=store, fingerprint="minilm/200/32")
     result = planner.run(documents=reader_output["documents"])
     result["plan"].unchanged, result["documents"]  # only what needs (re-)indexing
     ```
     """
 
-    def __init__(
-        self,
-        uri: str,
-        collection: str,
-        fingerprint: str = "",
-        timeout_ms: int | None = None,
-        auth: MilvusAuth | None = None,
-    ) -> None:
+    def __init__(self, store: KnowledgeStore, fingerprint: str = "") -> None:
         """
-        :param uri: Milvus URI (a file path for Milvus Lite).
-        :param collection: Collection name.
+        :param store: The Milvus collection (`KnowledgeStore`).
         :param fingerprint: Everything besides the file content that changes the chunks or vectors.
-        :param timeout_ms: Limit of the connection attempt to a Milvus server (None: no limit).
-        :param auth: Milvus server credentials and TLS (`MilvusAuth`); never logged.
         """
-        self.uri = uri
-        self.collection = collection
+        self.store = store
+        self.collection = store.collection
         self.fingerprint = fingerprint
-        self.timeout_ms = timeout_ms
-        self.auth = auth
-
-    def _auth(self) -> dict[str, Any]:
-        """The resolved credentials (secrets: never logged)."""
-        return self.auth.connect_args() if self.auth else {}
 
     @component.output_types(documents=list[Document], plan=IndexPlan)
     def run(self, documents: list[Document], rebuild: bool = False) -> dict[str, Any]:
@@ -105,30 +89,13 @@ class IndexPlanner:
 
     def _stored_state(self) -> dict[str, dict[str, Any]]:
         """Per source: the ids of its chunks and the hashes they were indexed from."""
-        client = connect(self.uri, self.timeout_ms, self._auth())
-        try:
-            exists = client.has_collection(self.collection)
-        except Exception as exc:
-            if damaged := damaged_error(exc):
-                raise damaged from exc
-            raise
-        if not exists:
-            return {}
-        ensure_loaded(client, self.collection)
         state: dict[str, dict[str, Any]] = {}
-        iterator = client.query_iterator(
-            self.collection, batch_size=1000, filter="", output_fields=[ID_FIELD, METADATA_FIELD]
-        )
-        try:
-            while rows := iterator.next():
-                for row in rows:
-                    meta = row[METADATA_FIELD] or {}
-                    entry = state.setdefault(meta.get("source", ""), {"ids": [], "hashes": set(), "counts": set()})
-                    entry["ids"].append(row[ID_FIELD])
-                    entry["hashes"].add(meta.get("index_hash"))
-                    entry["counts"].add(meta.get("chunk_count"))
-        finally:
-            iterator.close()
+        for row in self.store.rows([ID_FIELD, METADATA_FIELD]):
+            meta = row[METADATA_FIELD] or {}
+            entry = state.setdefault(meta.get("source", ""), {"ids": [], "hashes": set(), "counts": set()})
+            entry["ids"].append(row[ID_FIELD])
+            entry["hashes"].add(meta.get("index_hash"))
+            entry["counts"].add(meta.get("chunk_count"))
         return state
 
 

@@ -6,8 +6,8 @@ from typing import Any
 from haystack import Document, component
 
 from components.contracts import IndexPlan
+from components.stores.knowledge_store import KnowledgeStore
 from components.stores.lite_db import collection_folder, damaged_collection
-from components.stores.milvus_auth import MilvusAuth
 from components.stores.milvus_collection import (
     CATEGORY_FIELD,
     CONTENT_FIELD,
@@ -18,12 +18,10 @@ from components.stores.milvus_collection import (
     CollectionLayout,
     CollectionMismatchError,
     check_dimension,
-    connect,
     create_collection,
     describe_layout,
     ensure_loaded,
     quote_string,
-    row_count,
 )
 
 logger = logging.getLogger(__name__)
@@ -55,11 +53,11 @@ class MilvusChunkWriter:
     Applies an `IndexPlan` to the Milvus collection: removes the chunks of changed and deleted
     documents, inserts the new chunks, and flushes (unflushed rows search far slower).
 
-    Creates the collection (schema of `components.stores.milvus_collection`) on first use, and drops and
-    recreates it for a rebuild. Refuses to mix vectors of another dimension into a collection.
-    An existing collection without the `category` column gets its chunks without it. With
-    `full_text`, a new collection gets the BM25 `sparse` field; an existing one without it is never
-    altered: the run says so in `notes` (`knowledge index --rebuild` adds the field).
+    Creates the collection (schema of `components.stores.milvus_collection`, index of the store) on
+    first use, and drops and recreates it for a rebuild. Refuses to mix vectors of another dimension
+    into a collection. An existing collection without the `category` column gets its chunks without
+    it. With the store's `full_text`, a new collection gets the BM25 `sparse` field; an existing one
+    without it is never altered: the run says so in `notes` (`knowledge index --rebuild` adds the field).
 
     Each chunk records how many chunks its document has (`chunk_count`): a run interrupted between
     two insert batches leaves a document with fewer chunks than that, and the next run's planner
@@ -68,41 +66,18 @@ class MilvusChunkWriter:
     Usage example:
 
     ```python
-    writer = MilvusChunkWriter(uri=".knowledge/milvus.db", collection="knowledge")
+    writer = MilvusChunkWriter(store=KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge"))
     writer.run(documents=embedded_chunks, plan=plan)  # {"written": 42, "deleted": 0, "count": 42}
     ```
     """
 
-    def __init__(
-        self,
-        uri: str,
-        collection: str,
-        index_type: str = "FLAT",
-        index_params: dict | None = None,
-        timeout_ms: int | None = None,
-        auth: MilvusAuth | None = None,
-        full_text: bool = False,
-    ) -> None:
+    def __init__(self, store: KnowledgeStore) -> None:
         """
-        :param uri: Milvus URI (a file path for Milvus Lite).
-        :param collection: Collection name.
-        :param index_type: Vector index type used when the collection is created (FLAT, IVF_FLAT, AUTOINDEX).
-        :param index_params: Index build parameters, e.g. {"nlist": 128}.
-        :param timeout_ms: Limit of the connection attempt to a Milvus server (None: no limit).
-        :param auth: Milvus server credentials and TLS (`MilvusAuth`); never logged.
-        :param full_text: Create the collection with the BM25 full-text field (`milvus.full_text`).
+        :param store: The Milvus collection (`KnowledgeStore`), with the index and full-text field
+            a new collection gets.
         """
-        self.uri = uri
-        self.collection = collection
-        self.index_type = index_type
-        self.index_params = dict(index_params or {})
-        self.timeout_ms = timeout_ms
-        self.auth = auth
-        self.full_text = full_text
-
-    def _auth(self) -> dict[str, Any]:
-        """The resolved credentials (secrets: never logged)."""
-        return self.auth.connect_args() if self.auth else {}
+        self.store = store
+        self.collection = store.collection
 
     @component.output_types(written=int, deleted=int, count=int, notes=list[str])
     def run(self, documents: list[Document], plan: IndexPlan) -> dict[str, Any]:
@@ -112,7 +87,7 @@ class MilvusChunkWriter:
         :returns: Chunks written, chunks deleted, the collection's row count afterwards, and `notes`:
             what the run could not do as configured and how to get it (the full-text field).
         """
-        client = connect(self.uri, self.timeout_ms, self._auth())
+        client = self.store.connect()
         if plan.rebuild:
             self._drop(client)
 
@@ -122,7 +97,7 @@ class MilvusChunkWriter:
         if client.has_collection(self.collection):
             client.flush(self.collection)
             notes.extend(self._full_text_notes(client, notes))
-        count = row_count(client, self.collection)
+        count = self.store.row_count(client)
         logger.info("Collection %s: %d written, %d deleted, %d rows", self.collection, written, deleted, count)
         return {"written": written, "deleted": deleted, "count": count, "notes": notes}
 
@@ -134,7 +109,7 @@ class MilvusChunkWriter:
         try:
             exists = client.has_collection(self.collection)
         except Exception as exc:
-            folder = collection_folder(self.uri, self.collection)
+            folder = collection_folder(self.store.uri, self.collection)
             damaged = damaged_collection(exc)
             if damaged is None or damaged.resolve() != folder.resolve():
                 raise
@@ -147,7 +122,7 @@ class MilvusChunkWriter:
 
     def _full_text_notes(self, client, notes: list[str]) -> list[str]:
         """The hint for a collection that lacks the full-text field asked for (never added silently)."""
-        if not self.full_text or notes or describe_layout(client, self.collection).has_sparse:
+        if not self.store.full_text or notes or describe_layout(client, self.collection).has_sparse:
             return []
         note = (
             f"collection {self.collection} has no {SPARSE_FIELD} field (full text, BM25): lookups run dense-only; "
@@ -171,8 +146,9 @@ class MilvusChunkWriter:
             return 0
         dim = len(documents[0].embedding)
         if not client.has_collection(self.collection):
+            store = self.store
             reason = create_collection(
-                client, self.collection, dim, self.index_type, self.index_params, full_text=self.full_text
+                client, self.collection, dim, store.index_type, store.index_params, full_text=store.full_text
             )
             notes.extend([reason] if reason else [])
         layout = describe_layout(client, self.collection)

@@ -18,7 +18,7 @@ from components.contracts import (
     RetrievalTrace,
 )
 from components.errors import first_line
-from components.stores.milvus_auth import MilvusAuth
+from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_deadline import lookup_deadline
 from components.stores.vector_search import (
     Bm25Hit,
@@ -26,7 +26,6 @@ from components.stores.vector_search import (
     QueryEmbeddings,
     UnsupportedFilterError,
     VectorSearch,
-    make_search,
 )
 
 logger = logging.getLogger(__name__)
@@ -102,7 +101,7 @@ class FallbackRetriever:
     Usage example:
 
     ```python
-    retriever = FallbackRetriever(uri=".knowledge/milvus.db", collection="knowledge")
+    retriever = FallbackRetriever(store=KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge"))
     out = retriever.run(query_transform=qt, hints=hints, embeddings=[embedding])
     out["retrieval_trace"].attempts[0].outcome  # "selected"
     ```
@@ -110,40 +109,29 @@ class FallbackRetriever:
 
     def __init__(
         self,
-        uri: str,
-        collection: str,
+        store: KnowledgeStore,
         top_k: int = 20,
         reference_threshold: float = 0.5,
         evidence_threshold: float = 0.35,
         l1_enabled: bool = True,
         vector_store_mode: str = "sdk",
-        index_type: str = "FLAT",
-        search_params: dict | None = None,
-        uncovered_evidence_threshold: float | None = None,
-        timeout_ms: int | None = None,
+        uncovered_evidence_threshold: float | None = 0.52,
         category_filter: bool = True,
-        auth: MilvusAuth | None = None,
-        bm25_top_k: int = 0,
-        outscored_margin: float = 1.0,
-        outscored_check_below: float = 1.0,
+        bm25_top_k: int = 20,
+        outscored_margin: float = 0.05,
+        outscored_check_below: float = 0.6,
     ) -> None:
         """
-        :param uri: Milvus URI (a file path for Milvus Lite).
-        :param collection: Collection name.
+        :param store: The Milvus collection (`KnowledgeStore`) and how to search it.
         :param top_k: Candidates per attempt.
         :param reference_threshold: Minimum top similarity for a filtered attempt to stand.
         :param evidence_threshold: Minimum similarity of a usable candidate.
         :param l1_enabled: False skips vector retrieval entirely (then nothing is evidence).
         :param vector_store_mode: "sdk", "haystack" or "auto".
-        :param index_type: Index type of the collection (milvus-haystack needs it for its scores).
-        :param search_params: Search parameters, e.g. {"nprobe": 16} for IVF_FLAT.
         :param uncovered_evidence_threshold: Minimum similarity of a usable candidate when the query
             names something the knowledge base never mentions (None: `evidence_threshold` always).
-        :param timeout_ms: Limit of the run's wait on a Milvus server: connecting and every search
-            together (None: no limit).
         :param category_filter: False never filters on the L0 domain (one unfiltered attempt); the
             hints still set the evidence bar. For ablations.
-        :param auth: Milvus server credentials and TLS (`MilvusAuth`); never logged.
         :param bm25_top_k: Candidates of the BM25 full-text leg per attempt (0: dense only).
         :param outscored_margin: Retry a filtered attempt whose top similarity the unfiltered dense
             search beats by at least this (1 or more: never; each filtered attempt then costs no
@@ -154,19 +142,14 @@ class FallbackRetriever:
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
-        self.uri = uri
-        self.collection = collection
+        self.store = store
         self.top_k = top_k
         self.reference_threshold = reference_threshold
         self.evidence_threshold = evidence_threshold
         self.l1_enabled = l1_enabled
         self.vector_store_mode = vector_store_mode
-        self.index_type = index_type
-        self.search_params = dict(search_params or {})
         self.uncovered_evidence_threshold = uncovered_evidence_threshold
-        self.timeout_ms = timeout_ms
         self.category_filter = category_filter
-        self.auth = auth
         self.bm25_top_k = bm25_top_k
         self.outscored_margin = outscored_margin
         self.outscored_check_below = outscored_check_below
@@ -174,10 +157,7 @@ class FallbackRetriever:
 
     def _search(self, path: str) -> VectorSearch:
         if path not in self._searches:
-            auth = self.auth.connect_args() if self.auth else {}
-            self._searches[path] = make_search(
-                path, self.uri, self.collection, self.index_type, self.search_params, self.timeout_ms, auth
-            )
+            self._searches[path] = self.store.vector_search(path)
         return self._searches[path]
 
     @component.output_types(candidates=list[Candidate], retrieval_trace=RetrievalTrace)
@@ -201,7 +181,7 @@ class FallbackRetriever:
 
         try:
             # One `milvus.timeout_ms` for every search of the lookup together (see milvus_deadline).
-            with lookup_deadline(self.timeout_ms):
+            with lookup_deadline(self.store.timeout_ms):
                 return self._attempts(query_transform, hints, embeddings, bar, trace)
         except Exception as exc:
             exc.retrieval_trace = trace  # the attempts that ran, for the error's record
@@ -324,7 +304,7 @@ class FallbackRetriever:
             return self._search(path).bm25_search(query, embedding, self.bm25_top_k, category)
         except NoFullTextError as exc:
             trace.bm25_skipped = str(exc)
-            logger.info("BM25 leg skipped on collection %s: %s", self.collection, exc)
+            logger.info("BM25 leg skipped on collection %s: %s", self.store.collection, exc)
             return None
 
     @staticmethod

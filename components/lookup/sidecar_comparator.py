@@ -5,8 +5,8 @@ from typing import Any
 from haystack import component
 
 from components.contracts import Candidate, RetrievalTrace, SidecarReport
-from components.stores.milvus_auth import MilvusAuth
-from components.stores.vector_search import PATHS, QueryEmbeddings, VectorSearch, make_search
+from components.stores.knowledge_store import KnowledgeStore
+from components.stores.vector_search import PATHS, QueryEmbeddings, VectorSearch
 
 logger = logging.getLogger(__name__)
 
@@ -123,47 +123,27 @@ class SidecarComparator:
     Usage example:
 
     ```python
-    sidecar = SidecarComparator(enabled=True, path="haystack", uri=".knowledge/milvus.db", collection="knowledge")
+    store = KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge")
+    sidecar = SidecarComparator(store=store, enabled=True, path="haystack")
     report = sidecar.run(embeddings=[q], candidates=candidates, retrieval_trace=trace)["sidecar"]
     report.status, report.comparison["overlap_ratio"]
     ```
     """
 
-    def __init__(
-        self,
-        enabled: bool = False,
-        path: str = "other",
-        uri: str = "",
-        collection: str = "knowledge",
-        top_k: int = 10,
-        index_type: str = "FLAT",
-        search_params: dict | None = None,
-        timeout_ms: int | None = None,
-        auth: MilvusAuth | None = None,
-    ) -> None:
+    def __init__(self, store: KnowledgeStore, enabled: bool = False, path: str = "other", top_k: int = 20) -> None:
         """
+        :param store: The Milvus collection (`KnowledgeStore`) both paths search.
         :param enabled: Run the sidecar at all.
         :param path: The sidecar's vector-store path: "other" (the path the main lookup did not use),
             "haystack" or "sdk".
-        :param uri: Milvus URI.
-        :param collection: Collection name.
         :param top_k: Results compared per path.
-        :param index_type: Index type of the collection.
-        :param search_params: Search parameters.
-        :param timeout_ms: Limit of a Milvus connection attempt and of one search (None: no limit).
-        :param auth: Milvus server credentials and TLS (`MilvusAuth`); never logged.
         """
         if path not in (OTHER_PATH, *PATHS):
             raise ValueError(f"sidecar path must be one of {OTHER_PATH}, {', '.join(PATHS)}, not {path!r}")
+        self.store = store
         self.enabled = enabled
         self.path = path
-        self.uri = uri
-        self.collection = collection
         self.top_k = top_k
-        self.index_type = index_type
-        self.search_params = dict(search_params or {})
-        self.timeout_ms = timeout_ms
-        self.auth = auth
         self._searches: dict[str, VectorSearch] = {}
 
     @component.output_types(sidecar=SidecarReport)
@@ -197,10 +177,7 @@ class SidecarComparator:
         main = sorted((c for c in candidates if c.attempt == selected.index), key=lambda c: -c.similarity)
         try:
             if path not in self._searches:
-                auth = self.auth.connect_args() if self.auth else {}
-                self._searches[path] = make_search(
-                    path, self.uri, self.collection, self.index_type, self.search_params, self.timeout_ms, auth
-                )
+                self._searches[path] = self.store.vector_search(path)
             side = self._searches[path].search(embedding, self.top_k, selected.category_filter)
         except Exception as exc:  # the sidecar must never break the main lookup
             self._searches.pop(path, None)

@@ -1,1 +1,1 @@
-"""The stores both pipelines read and write: the Milvus collection, the two vector-search paths, the L0 index."""
+"""The stores both pipelines read and write: the Milvus store value and its collection, the two vector-search paths, the L0 index."""

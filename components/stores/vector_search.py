@@ -17,7 +17,7 @@ dense search would give it (`sdk_raw_score`, `haystack_raw_score`), without a se
 """
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -31,7 +31,6 @@ from components.common.scoring import (
     similarity_from_sdk,
 )
 from components.contracts import Candidate
-from components.stores.lite_db import damaged_error
 from components.stores.milvus_collection import (
     BM25_FUNCTION,
     BM25_METRIC,
@@ -45,14 +44,12 @@ from components.stores.milvus_collection import (
     category_filter,
     check_dimension,
     close_quietly,
-    connect,
-    connection_args,
-    describe_layout,
-    ensure_loaded,
     index_params_for,
-    timeout_seconds,
 )
-from components.stores.milvus_deadline import call_timeout, within
+from components.stores.milvus_deadline import within
+
+if TYPE_CHECKING:
+    from components.stores.knowledge_store import KnowledgeStore
 
 PATHS = ("sdk", "haystack")
 
@@ -98,26 +95,6 @@ def bm25_hits(candidates_and_raw: list[tuple[Candidate, float]]) -> list[Bm25Hit
         Bm25Hit(candidate, round(bm25_score(raw), 6), rank)
         for rank, (candidate, raw) in enumerate(candidates_and_raw, start=1)
     ]
-
-
-def _open_collection(uri: str, collection: str, timeout_ms: int | None, auth: dict | None = None):
-    """
-    A client on an existing, loaded collection and its layout; never creates or alters it. Each
-    call gets what is left of the lookup's deadline (`milvus_deadline`).
-    """
-    left = call_timeout(timeout_ms)
-    client = connect(uri, max(int(left * 1000), 1) if left else None, auth)
-    try:
-        if not client.has_collection(collection, timeout=call_timeout(timeout_ms)):
-            raise LookupError(f"collection {collection} does not exist at {uri}: run `knowledge index`")
-        layout = describe_layout(client, collection, timeout=call_timeout(timeout_ms))
-        ensure_loaded(client, collection, timeout=call_timeout(timeout_ms))
-    except Exception as exc:
-        close_quietly(client)
-        if damaged := damaged_error(exc):
-            raise damaged from exc
-        raise
-    return client, layout
 
 
 class VectorSearch(Protocol):
@@ -176,25 +153,15 @@ class SdkVectorSearch:
 
     path = "sdk"
 
-    def __init__(
-        self,
-        uri: str,
-        collection: str,
-        search_params: dict | None = None,
-        timeout_ms: int | None = None,
-        auth: dict | None = None,
-    ) -> None:
-        self.uri = uri
-        self.collection = collection
-        self.search_params = dict(search_params or {})
-        self.timeout_ms = timeout_ms
-        self._auth = dict(auth or {})  # resolved credentials (`MilvusAuth.connect_args()`): never logged
+    def __init__(self, store: "KnowledgeStore") -> None:
+        self.store = store
+        self.collection = store.collection
         self._client = None
         self._layout: CollectionLayout | None = None
 
     def _ready_client(self):
         if self._client is None:
-            self._client, self._layout = _open_collection(self.uri, self.collection, self.timeout_ms, self._auth)
+            self._client, self._layout = self.store.open_collection()
         return self._client
 
     @property
@@ -220,7 +187,7 @@ class SdkVectorSearch:
         close_quietly(failed)
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
-        return within(self.uri, self.timeout_ms, lambda: self._filtered_dense(embedding, top_k, category))
+        return within(self.store.uri, self.store.timeout_ms, lambda: self._filtered_dense(embedding, top_k, category))
 
     def _filtered_dense(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
         self._ready_client()  # the filter depends on the layout
@@ -228,14 +195,14 @@ class SdkVectorSearch:
 
     def top_similarity(self, embedding: list[float], category: str | None) -> float:
         """The best dense similarity of the query in this scope (one hit, no fields fetched)."""
-        return within(self.uri, self.timeout_ms, lambda: self._top_similarity(embedding, category))
+        return within(self.store.uri, self.store.timeout_ms, lambda: self._top_similarity(embedding, category))
 
     def _top_similarity(self, embedding: list[float], category: str | None) -> float:
         hits = self._search_vector(embedding, 1, self.describe_filter(category) or "", [ID_FIELD])
         return max((similarity_from_sdk(float(hit["distance"]), self.layout.metric) for hit in hits), default=0.0)
 
     def bm25_search(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]:
-        return within(self.uri, self.timeout_ms, lambda: self._bm25(text, embedding, top_k, category))
+        return within(self.store.uri, self.store.timeout_ms, lambda: self._bm25(text, embedding, top_k, category))
 
     def _bm25(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]:
         client = self._ready_client()
@@ -253,7 +220,7 @@ class SdkVectorSearch:
                 output_fields=self._fields() + [VECTOR_FIELD],
                 search_params={"metric_type": BM25_METRIC},
                 anns_field=SPARSE_FIELD,
-                timeout=call_timeout(self.timeout_ms),
+                timeout=self.store.timeout_s,
             )[0]
         except Exception:
             self._reconnect_next_time(client)
@@ -279,9 +246,9 @@ class SdkVectorSearch:
                 limit=limit,
                 filter=expression,
                 output_fields=fields,
-                search_params={"metric_type": layout.metric, "params": self.search_params},
+                search_params={"metric_type": layout.metric, "params": dict(self.store.search_params)},
                 anns_field=VECTOR_FIELD,
-                timeout=call_timeout(self.timeout_ms),
+                timeout=self.store.timeout_s,
             )[0]
         except Exception:
             # The server may be down or restarted: the next search opens a new client, so lookups
@@ -314,21 +281,9 @@ class HaystackVectorSearch:
 
     path = "haystack"
 
-    def __init__(
-        self,
-        uri: str,
-        collection: str,
-        index_type: str = "FLAT",
-        search_params: dict | None = None,
-        timeout_ms: int | None = None,
-        auth: dict | None = None,
-    ) -> None:
-        self.uri = uri
-        self.collection = collection
-        self.index_type = index_type
-        self.search_params = dict(search_params or {})
-        self.timeout_ms = timeout_ms
-        self._auth = dict(auth or {})  # resolved credentials (`MilvusAuth.connect_args()`): never logged
+    def __init__(self, store: "KnowledgeStore") -> None:
+        self.store = store
+        self.collection = store.collection
         self._retriever = None
         self._sparse_retriever = None
         self._layout: CollectionLayout | None = None
@@ -344,10 +299,10 @@ class HaystackVectorSearch:
 
             # The collection exists already; checking first keeps milvus-haystack from creating
             # one with its own default schema.
-            probe, layout = _open_collection(self.uri, self.collection, self.timeout_ms, self._auth)
+            probe, layout = self.store.open_collection()
             close_quietly(probe)  # the document store opens its own client
-            store = MilvusDocumentStore(
-                connection_args=connection_args(self.uri, self.timeout_ms, self._auth),
+            document_store = MilvusDocumentStore(
+                connection_args=self.store.connection_args(),
                 collection_name=self.collection,
                 primary_field=ID_FIELD,
                 text_field=CONTENT_FIELD,
@@ -355,13 +310,13 @@ class HaystackVectorSearch:
                 enable_dynamic_field=False,
                 # Explicit and read from the collection, so Document.score follows its real metric.
                 index_params=index_params_for(layout.index_type, metric=layout.metric),
-                search_params={"metric_type": layout.metric, "params": self.search_params},
-                timeout=timeout_seconds(self.timeout_ms),
+                search_params={"metric_type": layout.metric, "params": dict(self.store.search_params)},
+                timeout=self.store.timeout_s,
                 **_full_text_arguments(layout),
             )
-            self._retriever = MilvusEmbeddingRetriever(document_store=store)
+            self._retriever = MilvusEmbeddingRetriever(document_store=document_store)
             if layout.has_sparse:
-                self._sparse_retriever = MilvusSparseEmbeddingRetriever(document_store=store)
+                self._sparse_retriever = MilvusSparseEmbeddingRetriever(document_store=document_store)
             self._layout = layout
         return self._retriever
 
@@ -386,7 +341,7 @@ class HaystackVectorSearch:
         return category_filter(category)
 
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
-        return within(self.uri, self.timeout_ms, lambda: self._search(embedding, top_k, category))
+        return within(self.store.uri, self.store.timeout_ms, lambda: self._search(embedding, top_k, category))
 
     def _search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]:
         self._ready_retriever()
@@ -407,7 +362,7 @@ class HaystackVectorSearch:
         return max((candidate.similarity for candidate in self.search(embedding, 1, category)), default=0.0)
 
     def bm25_search(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]:
-        return within(self.uri, self.timeout_ms, lambda: self._bm25(text, embedding, top_k, category))
+        return within(self.store.uri, self.store.timeout_ms, lambda: self._bm25(text, embedding, top_k, category))
 
     def _bm25(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]:
         self._ready_retriever()
@@ -467,17 +422,10 @@ def _full_text_arguments(layout: CollectionLayout) -> dict[str, Any]:
     return {"sparse_vector_field": SPARSE_FIELD, "builtin_function": [function]}
 
 
-def make_search(
-    path: str,
-    uri: str,
-    collection: str,
-    index_type: str,
-    search_params: dict | None,
-    timeout_ms: int | None = None,
-    auth: dict | None = None,
-) -> VectorSearch:
+def make_search(path: str, store: "KnowledgeStore") -> VectorSearch:
+    """The search of `store`'s collection on one path (`KnowledgeStore.vector_search`)."""
     if path == "sdk":
-        return SdkVectorSearch(uri, collection, search_params, timeout_ms, auth)
+        return SdkVectorSearch(store)
     if path == "haystack":
-        return HaystackVectorSearch(uri, collection, index_type, search_params, timeout_ms, auth)
+        return HaystackVectorSearch(store)
     raise ValueError(f"unknown vector store path {path!r}; one of {', '.join(PATHS)}")

@@ -19,7 +19,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipelines.bench.machine import OtherCpu, call_ms, format_other_cpu, load_average, peak_rss_mb, percentile
-from pipelines.settings import milvus_auth
+from pipelines.settings import knowledge_store
 
 PARTS = ("index", "lookup", "sidecar", "serve", "scale", "cold_start")
 EXPERIMENT = "lookup-knowledge-bench"
@@ -310,15 +310,11 @@ def _run_parts(
         parts["serve"] = serve_figures(cfg, options.serve_url, echo)
 
     def sidecar_part(bench_cfg: DictConfig) -> dict[str, Any]:
-        from components.stores.milvus_collection import connect, row_count
-
         echo(f"sidecar overhead: {options.sidecar_lookups} lookups per mode")
         figures = sidecar_overhead(bench_cfg, options.sidecar_lookups)
         return {
             **figures,
-            "chunks": row_count(
-                connect(bench_cfg.milvus.uri, auth=milvus_auth(bench_cfg)), bench_cfg.milvus.collection
-            ),
+            "chunks": knowledge_store(bench_cfg).row_count(),
         }
 
     if "scale" in wanted:

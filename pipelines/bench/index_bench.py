@@ -18,20 +18,18 @@ from pipelines.bench.corpus import (
     write_copy,
 )
 from pipelines.bench.machine import OtherCpu, Timing, format_other_cpu, load_average, peak_rss_mb, timed, timed_cpu
-from pipelines.settings import embedder_params, milvus_auth
+from pipelines.settings import embedder_params, knowledge_store
 
 INDEX_RATIO_TARGET = 0.85
 
 
 def _cleanup_milvus(cfg: DictConfig) -> None:
     """Drop the bench collection, unless it lies in a Lite db of the bench's state folder (gone with it)."""
-    from components.stores.milvus_collection import connect, is_local_uri
-
-    uri = cfg.milvus.uri
-    if not is_local_uri(uri) or not Path(uri).resolve().is_relative_to(Path(cfg.paths.state_dir).resolve()):
-        client = connect(cfg.milvus.uri, auth=milvus_auth(cfg))
-        if client.has_collection(cfg.milvus.collection):
-            client.drop_collection(cfg.milvus.collection)
+    store = knowledge_store(cfg)
+    if not store.is_local or not Path(store.uri).resolve().is_relative_to(Path(cfg.paths.state_dir).resolve()):
+        client = store.connect()
+        if client.has_collection(store.collection):
+            client.drop_collection(store.collection)
 
 
 def load_pipeline_models(cfg: DictConfig) -> float:
@@ -86,13 +84,13 @@ def stored_vector_difference(cfg: DictConfig, chunks: Sequence, vectors, samples
     """Largest |stored - bare| component over a sample of chunks: ~1e-6 when the texts match."""
     import numpy as np
 
-    from components.stores.milvus_collection import ID_FIELD, VECTOR_FIELD, connect
+    from components.stores.milvus_collection import ID_FIELD, VECTOR_FIELD
 
     step = max(1, len(chunks) // samples)
     picked = list(range(0, len(chunks), step))[:samples]
     ids = [chunks[i].meta["evidence_key"] for i in picked]
-    client = connect(cfg.milvus.uri, auth=milvus_auth(cfg))
-    rows = client.get(cfg.milvus.collection, ids=ids, output_fields=[ID_FIELD, VECTOR_FIELD])
+    store = knowledge_store(cfg)
+    rows = store.connect().get(store.collection, ids=ids, output_fields=[ID_FIELD, VECTOR_FIELD])
     stored = {row[ID_FIELD]: np.asarray(row[VECTOR_FIELD], dtype=np.float32) for row in rows}
     if len(stored) != len(ids):
         raise RuntimeError(f"only {len(stored)} of {len(ids)} sampled chunks were found in the collection")

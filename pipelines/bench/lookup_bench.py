@@ -24,7 +24,7 @@ from pipelines.bench.machine import (
     settle,
     timed,
 )
-from pipelines.settings import milvus_auth
+from pipelines.settings import knowledge_store
 
 LOOKUP_RATIO_TARGETS = {"filtered": 1.3, "fallback": 2.2}
 HYBRID_RATIO_TARGETS = {"filtered": 1.15, "fallback": 2.0}
@@ -138,11 +138,9 @@ class LookupFloor:
     """
 
     def __init__(self, cfg: DictConfig, query_embedder) -> None:
-        from components.stores.milvus_collection import connect
-
         self.cfg = cfg
         self.embedder = query_embedder
-        self.client = connect(cfg.milvus.uri, auth=milvus_auth(cfg))
+        self.client = knowledge_store(cfg).connect()
 
     def run(self, query: str, filter_expression: str | None):
         from components.stores.milvus_collection import CATEGORY_FIELD, CONTENT_FIELD, METADATA_FIELD, VECTOR_FIELD

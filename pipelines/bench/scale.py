@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipelines.bench.machine import OtherCpu, call_ms, latency_summary, peak_rss_mb, percentile, settle, timed
-from pipelines.settings import milvus_auth
+from pipelines.settings import knowledge_store
 
 SAMPLE_KB = Path(__file__).resolve().parents[2] / "knowledge"
 SCALE_RATIO_TARGET = 2.0
@@ -74,12 +74,11 @@ def synthetic_rows(start: int, count: int, dim: int, seed: int = 7) -> list[dict
 
 def grow_collection(cfg: DictConfig, target: int) -> dict[str, Any]:
     """Insert synthetic rows until the collection holds `target` rows; flush. Returns counts and seconds."""
-    from components.stores.milvus_collection import connect, describe_layout, row_count
-
-    client = connect(cfg.milvus.uri, auth=milvus_auth(cfg))
-    name = cfg.milvus.collection
-    before = row_count(client, name)
-    dim = describe_layout(client, name).dim
+    store = knowledge_store(cfg)
+    client, layout = store.open_collection()
+    name = store.collection
+    before = store.row_count(client)
+    dim = layout.dim
 
     def insert() -> None:
         for start in range(before, target, _BATCH):
@@ -89,7 +88,7 @@ def grow_collection(cfg: DictConfig, target: int) -> dict[str, Any]:
     _, seconds = timed(insert)
     added = max(0, target - before)
     return {
-        "chunks": row_count(client, name),
+        "chunks": store.row_count(client),
         "added": added,
         "insert_s": round(seconds, 2),
         "insert_chunks_per_s": round(added / seconds, 1) if seconds > 0 and added else None,
@@ -142,11 +141,10 @@ def bench_scale(
     when given, runs on the collection at its large size once both points are measured (its value
     is returned as `at_end`): run earlier, its work on the collection would weigh on the second point.
     """
-    from components.stores.milvus_collection import connect, row_count
     from pipelines.lookup import LookupService
 
     with sample_collection(overrides, echo) as cfg:
-        real_chunks = row_count(connect(cfg.milvus.uri, auth=milvus_auth(cfg)), cfg.milvus.collection)
+        real_chunks = knowledge_store(cfg).row_count()
         service = LookupService(cfg)
         service.warm_up()
         points = []

@@ -20,10 +20,10 @@ from sqlalchemy import text
 
 from components.errors import first_line
 from components.stores.l0_index_file import L0IndexHandle
-from components.stores.milvus_collection import close_quietly, connect, is_local_uri
+from components.stores.milvus_collection import close_quietly
 from components.tracing.trace_store import TraceStore
 from pipelines.serving.bind import lookup_slots
-from pipelines.settings import milvus_auth
+from pipelines.settings import knowledge_store
 from pipelines.traces import redact_url
 
 logger = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class HealthCheck:
         self, cfg: DictConfig, trace_store: TraceStore | None, auth: bool, timeout_s: float | None = None
     ) -> None:
         self.cfg = cfg
+        self.store = knowledge_store(cfg)
         self.trace_store = trace_store
         self.auth = auth
         self.timeout_s = timeout_s
@@ -61,11 +62,11 @@ class HealthCheck:
         self._executor: ThreadPoolExecutor | None = None
 
     def vector_store(self) -> dict[str, Any]:
-        collection = self.cfg.milvus.collection
+        collection = self.store.collection
         with self._lock:
             try:
                 if self._client is None:
-                    self._client = connect(self.cfg.milvus.uri, self.cfg.milvus.timeout_ms, milvus_auth(self.cfg))
+                    self._client = self.store.connect()
                 if not self._client.has_collection(collection):
                     return {"ok": False, "detail": f"no collection {collection!r}: run `knowledge index` first"}
                 rows = int(self._client.get_collection_stats(collection).get("row_count", 0))
@@ -104,7 +105,7 @@ class HealthCheck:
         retrieval = cfg.retrieval
         return {
             "collection": cfg.milvus.collection,
-            "milvus": "lite" if is_local_uri(cfg.milvus.uri) else "server",
+            "milvus": "lite" if self.store.is_local else "server",
             "vectorStoreMode": retrieval.vector_store_mode,
             "thresholds": {
                 "reference": retrieval.reference_threshold,

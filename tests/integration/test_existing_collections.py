@@ -14,6 +14,7 @@ from components.common.scoring import haystack_score_label, sdk_score_label
 from components.contracts import L0Hints, QueryTransform
 from components.lookup.fallback_retriever import FallbackRetriever
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
+from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_collection import CollectionMismatchError, describe_layout, row_count
 from components.stores.vector_search import HaystackVectorSearch, SdkVectorSearch, UnsupportedFilterError
 from pipelines.indexing import run_indexing
@@ -92,7 +93,7 @@ def test_index_writes_into_a_collection_without_category_column(existing, metric
 @pytest.mark.parametrize("metric", METRICS)
 def test_sdk_path_filters_on_the_json_key(existing, metric, query_vector):
     cfg = existing[0][metric]
-    search = SdkVectorSearch(cfg.milvus.uri, cfg.milvus.collection)
+    search = SdkVectorSearch(KnowledgeStore(uri=cfg.milvus.uri, collection=cfg.milvus.collection))
     hits = search.search(query_vector, 10, "disk")
     assert hits and {hit.category for hit in hits} == {"disk"}
     assert search.describe_filter("disk") == 'metadata["category"] == "disk"'
@@ -103,7 +104,7 @@ def test_sdk_path_filters_on_the_json_key(existing, metric, query_vector):
 @pytest.mark.parametrize("metric", METRICS)
 def test_haystack_path_reports_the_json_filter_unsupported_but_searches_unfiltered(existing, metric, query_vector):
     cfg = existing[0][metric]
-    search = HaystackVectorSearch(cfg.milvus.uri, cfg.milvus.collection)
+    search = HaystackVectorSearch(KnowledgeStore(uri=cfg.milvus.uri, collection=cfg.milvus.collection))
     with pytest.raises(UnsupportedFilterError, match="no category column"):
         search.search(query_vector, 10, "disk")
     hits = search.search(query_vector, 10, None)
@@ -116,8 +117,12 @@ def test_same_chunk_gets_the_same_similarity_for_every_metric_and_path(existing,
     for metric in METRICS:
         cfg = configs[metric]
         for search in (
-            SdkVectorSearch(cfg.milvus.uri, cfg.milvus.collection, {"nprobe": 4}),
-            HaystackVectorSearch(cfg.milvus.uri, cfg.milvus.collection, search_params={"nprobe": 4}),
+            SdkVectorSearch(
+                KnowledgeStore(uri=cfg.milvus.uri, collection=cfg.milvus.collection, search_params={"nprobe": 4})
+            ),
+            HaystackVectorSearch(
+                KnowledgeStore(uri=cfg.milvus.uri, collection=cfg.milvus.collection, search_params={"nprobe": 4})
+            ),
         ):
             hits = search.search(query_vector, 3, None)
             similarities[(metric, search.path)] = {hit.evidence_key: hit.similarity for hit in hits}
@@ -136,7 +141,8 @@ def test_filtered_attempt_works_in_every_mode_and_leaves_the_collection_unchange
     client = MilvusClient(uri=cfg.milvus.uri)
     before = snapshot(client, cfg.milvus.collection)
     retriever = FallbackRetriever(
-        uri=cfg.milvus.uri, collection=cfg.milvus.collection, vector_store_mode=mode, search_params={"nprobe": 4}
+        store=KnowledgeStore(uri=cfg.milvus.uri, collection=cfg.milvus.collection, search_params={"nprobe": 4}),
+        vector_store_mode=mode,
     )
     transform = QueryTransform(raw=QUERY, normalized=QUERY, variants=[QUERY])
     out = retriever.run(query_transform=transform, hints=L0Hints(domains=["disk"]), embeddings=[query_vector])
@@ -152,8 +158,8 @@ def test_filtered_attempt_works_in_every_mode_and_leaves_the_collection_unchange
 def test_an_embedder_of_another_dimension_is_refused_naming_both(existing):
     cfg = existing[0]["L2"]
     for search in (
-        SdkVectorSearch(cfg.milvus.uri, cfg.milvus.collection),
-        HaystackVectorSearch(cfg.milvus.uri, cfg.milvus.collection),
+        SdkVectorSearch(KnowledgeStore(uri=cfg.milvus.uri, collection=cfg.milvus.collection)),
+        HaystackVectorSearch(KnowledgeStore(uri=cfg.milvus.uri, collection=cfg.milvus.collection)),
     ):
         with pytest.raises(CollectionMismatchError, match="384-d.*8-d"):
             search.search([0.5] * 8, 3, None)
@@ -169,7 +175,7 @@ def test_index_with_another_dimension_is_refused_before_writing(tmp_path):
     create_four_field_collection(uri, "small", "COSINE", dim=8)
     chunk = Document(content="text", embedding=[0.1] * 384, meta={"evidence_key": "a#0", "source": "a.md"})
     with pytest.raises(CollectionMismatchError, match="8-d.*384-d"):
-        MilvusChunkWriter(uri=uri, collection="small").run(documents=[chunk], plan=IndexPlan())
+        MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="small")).run(documents=[chunk], plan=IndexPlan())
     assert row_count(MilvusClient(uri=uri), "small") == 0
 
 
@@ -194,7 +200,7 @@ def test_a_chunk_longer_than_an_existing_content_field_is_refused_before_writing
         Document(content="x" * 101, embedding=[0.5] * 4, meta={"evidence_key": "b#0", "source": "b.md"}),
     ]
     with pytest.raises(CollectionMismatchError, match="a chunk of b.md has 101 characters.*at most 100"):
-        MilvusChunkWriter(uri=uri, collection="short").run(documents=chunks, plan=IndexPlan())
+        MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="short")).run(documents=chunks, plan=IndexPlan())
     assert row_count(client, "short") == 0
 
 

@@ -10,6 +10,7 @@ import pytest
 from components.contracts import InvalidQueryError, L0Hints
 from components.lookup.fallback_retriever import FallbackRetriever
 from components.lookup.query_transformer import QueryTransformer
+from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_collection import category_filter
 from pipelines.cli import main
 from pipelines.lookup import LookupService
@@ -141,7 +142,9 @@ def test_category_value_is_compared_not_parsed(topics_cfg, sample_service):
     """Even a domain that looks like an expression only ever matches a category of that exact name."""
     embeddings = sample_service.pipeline.get_component("query_embedder").run(texts=[PAGER_QUESTION])["embeddings"]
     qt = sample_service.pipeline.get_component("query_transformer").run(query=PAGER_QUESTION)["query_transform"]
-    retriever = FallbackRetriever(uri=topics_cfg.milvus.uri, collection=topics_cfg.milvus.collection)
+    retriever = FallbackRetriever(
+        store=KnowledgeStore(uri=topics_cfg.milvus.uri, collection=topics_cfg.milvus.collection)
+    )
     out = retriever.run(query_transform=qt, hints=L0Hints(domains=['x" or category != "']), embeddings=embeddings)
     first, retry = out["retrieval_trace"].attempts
     assert first.filter_expression == 'category == "x\\" or category != \\""'

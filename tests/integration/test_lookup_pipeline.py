@@ -22,6 +22,7 @@ from components.lookup.query_transformer import QueryTransformer
 from components.lookup.result_assembler import ResultAssembler
 from components.lookup.rule_reranker import RuleReranker
 from components.lookup.sidecar_comparator import SidecarComparator
+from components.stores.knowledge_store import KnowledgeStore
 from components.tracing.trace_writer import TraceWriter
 from pipelines.agent import TOOL_NAME, lookup_knowledge_tool
 from pipelines.lookup import LookupService
@@ -122,7 +123,9 @@ def rendered() -> str:
 def test_rendered_yaml_of_the_default_config(rendered):
     data = yaml.safe_load(rendered)
     assert set(data["components"]) == set(COMPONENT_TYPES)  # no sidecar: disabled by default
-    assert data["components"]["retriever"]["init_parameters"]["uri"] == ".knowledge/milvus.db"
+    assert (
+        data["components"]["retriever"]["init_parameters"]["store"]["init_parameters"]["uri"] == ".knowledge/milvus.db"
+    )
     assert data["components"]["l0_hints"]["init_parameters"]["l0_index_path"] == ".knowledge/knowledge.l0.json"
     assert "/work/" not in rendered and "/tmp/" not in rendered
 
@@ -140,8 +143,8 @@ def test_rendered_yaml_loads_and_answers_a_query(rendered, sample_cfg, sample_se
     data = pipeline.to_dict()
     for spec in data["components"].values():
         params = spec["init_parameters"]
-        if "uri" in params:
-            params["uri"] = sample_cfg.milvus.uri
+        if "store" in params:
+            params["store"]["init_parameters"]["uri"] = sample_cfg.milvus.uri
         if "l0_index_path" in params:
             params["l0_index_path"] = sample_cfg.l0.index_path
     recorder = data["components"]["trace_writer"]["init_parameters"]
@@ -166,18 +169,22 @@ def test_rendered_yaml_loads_and_answers_a_query(rendered, sample_cfg, sample_se
         ),
         KnowledgeQueryEmbedder(model="some/model", device="cpu"),
         FallbackRetriever(
-            uri="http://127.0.0.1:19530",
-            collection="kb",
+            store=KnowledgeStore(
+                uri="http://127.0.0.1:19530", collection="kb", index_type="IVF_FLAT", search_params={"nprobe": 16}
+            ),
             top_k=7,
             reference_threshold=0.55,
             evidence_threshold=0.3,
             l1_enabled=False,
             vector_store_mode="auto",
-            index_type="IVF_FLAT",
-            search_params={"nprobe": 16},
             category_filter=False,
         ),
-        SidecarComparator(enabled=True, path="sdk", uri="/data/kb.db", collection="kb", top_k=5, index_type="FLAT"),
+        SidecarComparator(
+            store=KnowledgeStore(uri="/data/kb.db", collection="kb", index_type="FLAT"),
+            enabled=True,
+            path="sdk",
+            top_k=5,
+        ),
         RuleReranker(l0_index_path="/data/kb.l0.json", weights={"lexical_overlap": 0.1}, evidence_threshold=0.3),
         EvidenceDeduper(evidence_threshold=0.3, per_document_cap=1, max_evidence=3),
         ContextPacker(budget_tokens=300, tokenizer_model="packaged:all-MiniLM-L6-v2"),

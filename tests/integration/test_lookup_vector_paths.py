@@ -6,10 +6,13 @@ Milvus collection", "disabled-by-default sidecar", "normalize sidecar results fo
 The spec's "Spring AI VectorStore" is milvus-haystack here (path "haystack"); "SDK" is pymilvus.
 """
 
+import dataclasses
+
 import pytest
 
 from components.common.scoring import HAYSTACK_SCORE_LABEL, SDK_SCORE_LABEL
 from components.lookup.fallback_retriever import FallbackRetriever
+from components.stores.knowledge_store import KnowledgeStore
 from components.stores.vector_search import HaystackVectorSearch
 from pipelines.lookup import LookupService, build_lookup_pipeline
 from tests.helpers import collection_rows, derived_config, lookup_with
@@ -129,10 +132,13 @@ def test_haystack_path_reads_the_existing_fields(by_mode, topics_cfg):
 def test_auto_mode_falls_back_to_sdk_when_haystack_fails(by_mode, topics_cfg):
     _, outputs = by_mode["sdk"]
     retriever = FallbackRetriever(
-        uri=topics_cfg.milvus.uri, collection=topics_cfg.milvus.collection, vector_store_mode="auto"
+        store=KnowledgeStore(uri=topics_cfg.milvus.uri, collection=topics_cfg.milvus.collection),
+        vector_store_mode="auto",
     )
     # A haystack path that fails for real: milvus-haystack pointed at a collection that does not exist.
-    retriever._searches["haystack"] = HaystackVectorSearch(topics_cfg.milvus.uri, "no_such_collection")
+    retriever._searches["haystack"] = HaystackVectorSearch(
+        KnowledgeStore(uri=topics_cfg.milvus.uri, collection="no_such_collection")
+    )
     out = retriever.run(
         query_transform=outputs["query_transformer"]["query_transform"],
         hints=outputs["l0_hints"]["hints"],
@@ -208,7 +214,8 @@ def test_sidecar_compares_with_the_path_the_main_lookup_did_not_use(topics_cfg):
 def test_sidecar_failure_does_not_break_main_retrieval(topics_cfg, sidecar_off):
     cfg = derived_config(topics_cfg, "sidecar.enabled=true")
     pipeline = build_lookup_pipeline(cfg)
-    pipeline.get_component("sidecar").collection = "no_such_collection"  # cannot query
+    sidecar = pipeline.get_component("sidecar")
+    sidecar.store = dataclasses.replace(sidecar.store, collection="no_such_collection")  # cannot query
     result = LookupService(cfg, pipeline).lookup(UNFILTERED_QUERY)
     assert result.found and _main(result) == _main(sidecar_off)
     report = result.to_dict()["sidecar"]

@@ -15,7 +15,7 @@ from pipelines.cli import main
 from pipelines.indexing import run_indexing
 from pipelines.lookup import LookupService
 from pipelines.serving.health import HealthCheck
-from pipelines.settings import load_config, milvus_auth
+from pipelines.settings import knowledge_store, load_config
 from tests.conftest import SAMPLE_KB, state_overrides
 
 pytestmark = pytest.mark.milvus_server
@@ -46,12 +46,12 @@ def credentialed(milvus_server, tmp_path, monkeypatch, mlflow_store):
 
 def test_the_credentials_reach_the_client_of_each_path(credentialed):
     cfg = load_config(credentialed)
-    assert milvus_auth(cfg) == {"token": TOKEN, "user": USER, "password": PASSWORD}
+    assert knowledge_store(cfg).credentials() == {"token": TOKEN, "user": USER, "password": PASSWORD}
     service = LookupService(cfg)
     retriever = service.pipeline.get_component("retriever")
     for path in ("sdk", "haystack"):
         search = retriever._search(path)
-        assert search._auth == {"token": TOKEN, "user": USER, "password": PASSWORD}
+        assert search.store.credentials() == {"token": TOKEN, "user": USER, "password": PASSWORD}
     # The pipeline file names the environment variable, never a value; config values are refused.
     from pipelines.serialized import ConfigError, render_pipeline_yaml
 

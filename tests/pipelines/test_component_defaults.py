@@ -4,6 +4,7 @@ equals the value the default config gives the parameter through the lookup and i
 (`${section.key}`), or the parameter has no default.
 """
 
+import dataclasses
 import importlib
 import inspect
 import re
@@ -12,21 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
+from components.stores.knowledge_store import KnowledgeStore
 from pipelines.serialized import PIPELINE_NAMES, pipeline_path, resolve_pipeline_data
-from pipelines.settings import load_config
+from pipelines.settings import knowledge_store, load_config
 
 # One config value: `${retrieval.top_k}`; not `${derived.*}` (computed per call) nor a resolver (`${milvus_secret:token}`).
 CONF_VALUE = re.compile(r"^\$\{(?!derived\.)[A-Za-z_][\w.]*\}$")
-
-# Components whose defaults differ from conf/, skipped with what differs (their default, then conf/'s value).
-DIFFERING = {
-    "FallbackRetriever": "bm25_top_k 0 vs 20, outscored_check_below 1.0 vs 0.6, outscored_margin 1.0 vs 0.05, "
-    "uncovered_evidence_threshold None vs 0.52, search_params None vs {}, timeout_ms None vs 10000",
-    "SidecarComparator": "search_params None vs {}, timeout_ms None vs 10000, top_k 10 vs 20, "
-    "uri '' vs ${paths.state_dir}/milvus.db",
-    "IndexPlanner": "timeout_ms None vs 10000",
-    "MilvusChunkWriter": "full_text False vs True, index_params None vs {}, timeout_ms None vs 10000",
-}
 
 
 def _components(cfg) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
@@ -64,8 +56,6 @@ def _class(spec: dict) -> type:
 )
 def test_component_defaults_equal_the_config_the_pipeline_passes(written, resolved):
     cls = _class(written)
-    if cls.__name__ in DIFFERING:
-        pytest.skip(f"{cls.__name__} defaults differ from conf/: {DIFFERING[cls.__name__]}")
     signature = inspect.signature(cls.__init__).parameters
     differing = {}
     for key, value in written.get("init_parameters", {}).items():
@@ -83,7 +73,6 @@ def test_every_pipeline_component_is_checked():
         "l0_hints",
         "query_embedder",
         "retriever",
-        "retriever.auth",
         "sidecar",
         "reranker",
         "deduper",
@@ -99,3 +88,16 @@ def test_every_pipeline_component_is_checked():
         "writer",
         "l0_writer",
     }
+
+
+def test_store_defaults_equal_the_configured_store():
+    """The `${knowledge_store:}` of the YAMLs: each field default equals the default config's `milvus.*` value."""
+    configured = knowledge_store(CFG)
+    differing = {
+        field.name: (field.default, getattr(configured, field.name))
+        for field in dataclasses.fields(KnowledgeStore)
+        if field.default is not dataclasses.MISSING
+        and field.name != "auth"
+        and field.default != getattr(configured, field.name)
+    }
+    assert differing == {}

@@ -1,6 +1,7 @@
 """
-The YAML pipelines as what runs: config values reach the components, `pipeline=...` selects a
-variant, each variant answers a real lookup and differs from the default the way it should, and
+The YAML pipelines as what runs: config values reach the components, an ablation is a config key
+(`pipeline.rerank`, `retrieval.category_filter`, `retrieval.vector_store_mode`; `pipeline=...`
+sets it), each variant answers a real lookup and differs from the default the way it should, and
 a file or a value that does not load fails with one clear line.
 """
 
@@ -9,11 +10,13 @@ import json
 import pytest
 import yaml
 from haystack import Pipeline
+from omegaconf import OmegaConf
 
 from pipelines.indexing import build_indexing_pipeline
 from pipelines.lookup import ALLOWED_MODULES, LookupService, build_lookup_pipeline
 from pipelines.serialized import (
     YAML_DIR,
+    bypassing,
     load_pipeline,
     main,
     pipeline_data,
@@ -25,8 +28,12 @@ from tests.helpers import derived_config, lookup_with
 
 QUERY = "disk almost full on a worker node"
 TOMATO_QUERY = "how much should I water tomato plants in the garden"
-VARIANTS = {"no_rerank": "lookup_no_rerank.yml", "no_l0_filter": "lookup_no_l0_filter.yml"}
-VARIANTS["haystack_store"] = "lookup_haystack_store.yml"
+# Each shipped `pipeline=` selection and the config key it sets.
+VARIANTS = {
+    "no_rerank": ("pipeline.rerank", False),
+    "no_l0_filter": ("retrieval.category_filter", False),
+    "haystack_store": ("retrieval.vector_store_mode", "haystack"),
+}
 
 
 def edges(pipeline: Pipeline) -> set[tuple[str, str]]:
@@ -42,7 +49,11 @@ def test_overrides_reach_every_lookup_component():
     )
     pipeline = build_lookup_pipeline(cfg)
     retriever = pipeline.get_component("retriever")
-    assert (retriever.top_k, retriever.index_type, retriever.search_params) == (7, "IVF_FLAT", {"nprobe": 16})
+    assert (retriever.top_k, retriever.store.index_type, retriever.store.search_params) == (
+        7,
+        "IVF_FLAT",
+        {"nprobe": 16},
+    )
     assert {
         pipeline.get_component(n).evidence_threshold for n in ("retriever", "reranker", "deduper", "assembler")
     } == {0.4}
@@ -61,10 +72,10 @@ def test_indexing_derived_values_reach_the_components():
 
 def test_every_shipped_yaml_keeps_its_values_in_the_config():
     """
-    Literal values in a template would silently ignore overrides: only ${...} and the few ablation
-    constants, also inside a value of its own type (`auth`: the MilvusAuth envelope).
+    Literal values in a template would silently ignore overrides: only ${...} and a few constants,
+    also inside a value of its own type (a `{type, init_parameters}` envelope).
     """
-    allowed_literals = {"tool_name", "default_category", "meta_fields_to_embed", "category_filter", "vector_store_mode"}
+    allowed_literals = {"tool_name", "default_category", "meta_fields_to_embed"}
 
     def check(params: dict, where: tuple) -> None:
         for key, value in params.items():
@@ -81,27 +92,57 @@ def test_every_shipped_yaml_keeps_its_values_in_the_config():
 # variants: what they load ---------------------------------------------------------------------
 
 
+def test_one_lookup_file_and_one_indexing_file_are_shipped():
+    assert sorted(path.name for path in YAML_DIR.glob("*.yml")) == ["indexing.yml", "lookup_knowledge.yml"]
+
+
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_pipeline_group_selects_the_variant_file(variant):
+def test_pipeline_group_sets_one_key_over_the_default_files(variant):
+    default = load_config()
     cfg = load_config([f"pipeline={variant}"])
-    assert cfg.pipeline.lookup == VARIANTS[variant] and cfg.pipeline.indexing == "indexing.yml"
+    key, value = VARIANTS[variant]
+    assert OmegaConf.select(cfg, key) == value != OmegaConf.select(default, key)
+    assert (cfg.pipeline.lookup, cfg.pipeline.indexing) == ("lookup_knowledge.yml", "indexing.yml")
+    assert load_config([f"pipeline={variant}", f"{key}={OmegaConf.select(default, key)}"]) == default
+
+
+@pytest.mark.parametrize("override", ["pipeline.rerank=off", "pipeline.rerank=false", "pipeline=no_rerank"])
+def test_rerank_off_is_spelled_several_ways(override):
+    assert load_config([override]).pipeline.rerank is False
 
 
 def test_no_rerank_has_no_reranker_and_feeds_the_deduper_from_the_retriever():
     default = build_lookup_pipeline(load_config())
-    ablated = build_lookup_pipeline(load_config(["pipeline=no_rerank"]))
+    ablated = build_lookup_pipeline(load_config(["pipeline.rerank=false"]))
     assert set(default.graph.nodes) - set(ablated.graph.nodes) == {"reranker"}
     assert ("retriever.candidates", "deduper.candidates") in edges(ablated)
     assert {e for e in edges(default) if "reranker" not in e[0] + e[1]} <= edges(ablated)
 
 
+def test_bypassing_joins_the_neighbours_in_place():
+    data = {
+        "components": {"a": {}, "b": {}, "c": {}},
+        "connections": [
+            {"sender": "a.x", "receiver": "b.x"},
+            {"sender": "a.y", "receiver": "b.y"},
+            {"sender": "b.x", "receiver": "c.x"},
+            {"sender": "a.z", "receiver": "c.z"},
+        ],
+    }
+    assert bypassing(data, "b", "x") == {
+        "components": {"a": {}, "c": {}},
+        "connections": [{"sender": "a.x", "receiver": "c.x"}, {"sender": "a.z", "receiver": "c.z"}],
+    }
+    assert bypassing(data, "d", "x") == data
+
+
 def test_no_l0_filter_and_haystack_store_change_one_retriever_value():
     default = build_lookup_pipeline(load_config()).to_dict()
-    for variant, key, value in [
-        ("no_l0_filter", "category_filter", False),
-        ("haystack_store", "vector_store_mode", "haystack"),
+    for override, key, value in [
+        ("retrieval.category_filter=false", "category_filter", False),
+        ("retrieval.vector_store_mode=haystack", "vector_store_mode", "haystack"),
     ]:
-        data = build_lookup_pipeline(load_config([f"pipeline={variant}"])).to_dict()
+        data = build_lookup_pipeline(load_config([override])).to_dict()
         assert data["connections"] == default["connections"]
         retriever = data["components"]["retriever"]["init_parameters"]
         assert retriever[key] == value and retriever[key] != default["components"]["retriever"]["init_parameters"][key]
@@ -115,6 +156,7 @@ def test_sidecar_is_in_the_pipeline_only_when_enabled():
     assert "sidecar" not in build_lookup_pipeline(load_config()).graph.nodes
     enabled = build_lookup_pipeline(load_config(["sidecar.enabled=true", "pipeline=no_rerank"]))
     assert "sidecar" in enabled.graph.nodes and ("sidecar.sidecar", "assembler.sidecar") in edges(enabled)
+    assert enabled.get_component("sidecar").store == enabled.get_component("retriever").store
 
 
 def test_evaluation_pipeline_leaves_out_only_the_trace_writer():
@@ -129,7 +171,7 @@ def test_evaluation_pipeline_leaves_out_only_the_trace_writer():
 
 def test_no_rerank_lookup_ranks_without_boosts(sample_cfg):
     default, _ = lookup_with(sample_cfg, QUERY)
-    ablated, outputs = lookup_with(sample_cfg, QUERY, "pipeline=no_rerank", include=("retriever",))
+    ablated, outputs = lookup_with(sample_cfg, QUERY, "pipeline.rerank=off", include=("retriever",))
     assert ablated.found and ablated.rerank_trace
     assert all(entry.boosts == {} for entry in ablated.rerank_trace)
     assert any(entry.boosts for entry in default.rerank_trace)
@@ -139,7 +181,7 @@ def test_no_rerank_lookup_ranks_without_boosts(sample_cfg):
 def test_no_l0_filter_lookup_never_filters(topics_cfg):
     default, _ = lookup_with(topics_cfg, TOMATO_QUERY)
     assert default.retrieval_trace.attempts[0].category_filter == "gardening"
-    ablated, _ = lookup_with(topics_cfg, TOMATO_QUERY, "pipeline=no_l0_filter")
+    ablated, _ = lookup_with(topics_cfg, TOMATO_QUERY, "retrieval.category_filter=false")
     assert ablated.l0_hints.domains == default.l0_hints.domains  # hints still extracted
     (attempt,) = ablated.retrieval_trace.attempts
     assert attempt.category_filter is None and attempt.filter_expression is None
@@ -148,7 +190,7 @@ def test_no_l0_filter_lookup_never_filters(topics_cfg):
 
 def test_haystack_store_lookup_takes_the_haystack_path(sample_cfg):
     assert sample_cfg.retrieval.vector_store_mode == "sdk"
-    result, _ = lookup_with(sample_cfg, QUERY, "pipeline=haystack_store")
+    result, _ = lookup_with(sample_cfg, QUERY, "retrieval.vector_store_mode=haystack")
     assert result.found and result.retrieval_trace.vector_store_mode == "haystack"
     assert {attempt.path for attempt in result.retrieval_trace.attempts} == {"haystack"}
 
@@ -163,7 +205,7 @@ def test_service_runs_a_variant_and_records_the_call(sample_cfg, tmp_path):
 
 
 def test_render_resolves_everything_and_loads_back():
-    cfg = load_config(["pipeline=no_rerank", "retrieval.top_k=7"])
+    cfg = load_config(["pipeline.rerank=false", "retrieval.top_k=7"])
     text = render_pipeline_yaml(cfg, "lookup")
     assert "${" not in text and "reranker" not in text
     data = yaml.safe_load(text)
@@ -187,7 +229,7 @@ def test_rendered_yaml_declares_io_hayhooks_resolves(monkeypatch):
 def test_render_command_writes_both_files(tmp_path, capsys):
     assert main(["--output", str(tmp_path / "out"), "pipeline=no_l0_filter", "retrieval.top_k=9"]) == 0
     lookup = (tmp_path / "out" / "lookup_knowledge.yml").read_text(encoding="utf-8")
-    assert lookup.startswith("# Rendered from lookup_no_l0_filter.yml")
+    assert lookup.startswith("# Rendered from lookup_knowledge.yml with overrides ['pipeline=no_l0_filter'")
     retriever = Pipeline.loads(lookup, allowed_modules=ALLOWED_MODULES).get_component("retriever")
     assert (retriever.top_k, retriever.category_filter) == (9, False)
     assert (tmp_path / "out" / "indexing.yml").is_file()

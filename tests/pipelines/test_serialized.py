@@ -11,6 +11,7 @@ from components.indexing.l0_index_writer import L0IndexWriter
 from components.indexing.markdown_chunker import MarkdownChunker
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from components.indexing.milvus_writer import MilvusChunkWriter
+from components.stores.knowledge_store import KnowledgeStore
 from pipelines.indexing import build_indexing_pipeline, index_fingerprint
 from pipelines.serialized import HAYHOOKS_IO_KEYS, load_pipeline, render_pipeline_yaml
 from pipelines.settings import ConfigError, load_config
@@ -50,7 +51,7 @@ def test_rendered_yaml_uses_relative_default_paths(rendered):
     data = yaml.safe_load(rendered)
     components = data["components"]
     assert components["reader"]["init_parameters"]["kb_path"] == "knowledge/"
-    assert components["writer"]["init_parameters"]["uri"] == ".knowledge/milvus.db"
+    assert components["writer"]["init_parameters"]["store"]["init_parameters"]["uri"] == ".knowledge/milvus.db"
     assert components["l0_writer"]["init_parameters"]["index_path"] == ".knowledge/knowledge.l0.json"
     assert components["planner"]["init_parameters"]["fingerprint"] == index_fingerprint(load_config())
     assert "/work/" not in rendered and "/tmp/" not in rendered  # nothing machine-specific
@@ -67,12 +68,14 @@ def test_rendered_yaml_names_the_credentials_environment_variables(rendered, mon
     monkeypatch.setenv("MILVUS_TOKEN", "tok-51c0")  # not a secret: a throwaway value
     components = yaml.safe_load(rendered)["components"]
     for name in ("planner", "writer"):
-        auth = components[name]["init_parameters"]["auth"]
+        store = components[name]["init_parameters"]["store"]
+        assert store["type"] == "components.stores.knowledge_store.KnowledgeStore"
+        auth = store["init_parameters"]["auth"]
         assert auth["type"] == "components.stores.milvus_auth.MilvusAuth"
         assert auth["init_parameters"]["token"] == {"type": "env_var", "env_vars": ["MILVUS_TOKEN"], "strict": False}
         assert (auth["init_parameters"]["secure"], auth["init_parameters"]["server_pem_path"]) == (False, None)
     pipeline = Pipeline.loads(rendered, allowed_modules=["components"])
-    assert pipeline.get_component("writer").auth.connect_args() == {"token": "tok-51c0"}
+    assert pipeline.get_component("writer").store.credentials() == {"token": "tok-51c0"}
     assert "tok-51c0" not in pipeline.dumps()
 
 
@@ -81,7 +84,7 @@ def test_credentials_in_the_config_reach_the_components_but_no_file(monkeypatch)
     cfg = load_config(["milvus.user=user-9d1e", "milvus.password=pw-77b3", "milvus.secure=true"])
     pipeline = load_pipeline(cfg, "indexing")
     for name in ("planner", "writer"):
-        auth = pipeline.get_component(name).auth
+        auth = pipeline.get_component(name).store.auth
         assert auth.connect_args() == {"user": "user-9d1e", "password": "pw-77b3", "secure": True}
         assert "user-9d1e" not in repr(auth) and "pw-77b3" not in repr(auth)
     with pytest.raises(ConfigError, match="cannot be written to a pipeline file"):
@@ -105,13 +108,15 @@ def test_pipeline_built_from_overrides_round_trips(tmp_path):
     "instance",
     [
         MarkdownKnowledgeReader(kb_path="docs/kb", default_category="misc"),
-        IndexPlanner(uri="/data/kb.db", collection="kb", fingerprint="model=x;chunks=1/2/3"),
+        IndexPlanner(store=KnowledgeStore(uri="/data/kb.db", collection="kb"), fingerprint="model=x;chunks=1/2/3"),
         MarkdownChunker(max_tokens=64, overlap_tokens=8, min_tokens=4, tokenizer_model="packaged:all-MiniLM-L6-v2"),
         KnowledgeDocumentEmbedder(
             model="some/model", device="cpu", batch_size=4, progress_bar=True, meta_fields_to_embed=["title"]
         ),
         MilvusChunkWriter(
-            uri="http://127.0.0.1:19530", collection="kb", index_type="IVF_FLAT", index_params={"nlist": 64}
+            store=KnowledgeStore(
+                uri="http://127.0.0.1:19530", collection="kb", index_type="IVF_FLAT", index_params={"nlist": 64}
+            )
         ),
         L0IndexWriter(index_path="/data/kb.l0.json", model="some/model", device="cpu"),
     ],

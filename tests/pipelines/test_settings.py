@@ -176,11 +176,23 @@ def test_choices_come_back_as_plain_strings():
     assert type(cfg.query.on_overlong) is str and type(cfg.sidecar.path) is str
 
 
-def test_milvus_auth_takes_the_config_before_the_environment(monkeypatch):
-    from pipelines.settings import milvus_auth
+def test_the_store_credentials_take_the_config_before_the_environment(monkeypatch):
+    from pipelines.settings import knowledge_store
 
     monkeypatch.setenv("MILVUS_TOKEN", "tok-env-2c")  # not secrets: throwaway values
     monkeypatch.setenv("MILVUS_USER", "user-env-2c")
     monkeypatch.delenv("MILVUS_PASSWORD", raising=False)
     cfg = load_config(["milvus.user=user-cfg-2c", "milvus.server_pem_path=/certs/milvus.pem"])
-    assert milvus_auth(cfg) == {"token": "tok-env-2c", "user": "user-cfg-2c", "server_pem_path": "/certs/milvus.pem"}
+    store = knowledge_store(cfg)
+    assert store.credentials() == {"token": "tok-env-2c", "user": "user-cfg-2c", "server_pem_path": "/certs/milvus.pem"}
+    assert "user-cfg-2c" not in repr(store) and "tok-env-2c" not in repr(store)
+
+
+def test_the_store_takes_every_milvus_key_of_the_config():
+    from pipelines.settings import knowledge_store
+
+    cfg = load_config(["milvus=server", "milvus.timeout_ms=2500", "milvus.collection=kb2", "milvus.full_text=true"])
+    store = knowledge_store(cfg)
+    assert (store.uri, store.collection, store.timeout_ms, store.full_text) == (cfg.milvus.uri, "kb2", 2500, True)
+    assert (store.index_type, store.index_params, store.search_params) == ("IVF_FLAT", {"nlist": 128}, {"nprobe": 16})
+    assert (store.auth.secure, store.auth.server_pem_path) == (False, None)

@@ -43,7 +43,7 @@ def test_search_params_reach_the_retriever(tmp_path):
 
     cfg = load_config([f"paths.state_dir={tmp_path}", "mlflow=off", "milvus.search_params={nprobe:16}"])
     retriever = build_lookup_pipeline(cfg, record=False).get_component("retriever")
-    assert retriever.search_params == {"nprobe": 16}
+    assert retriever.store.search_params == {"nprobe": 16}
 
 
 def test_open_maps_still_refuse_unknown_weights_and_keys(tmp_path):

@@ -6,6 +6,7 @@ from haystack import Document
 from components.contracts import IndexPlan
 from components.indexing.index_planner import IndexPlanner, fingerprinted_hash
 from components.indexing.milvus_writer import MilvusChunkWriter
+from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
 from tests.components.chunks import chunk
 from tests.helpers import assert_round_trips
@@ -34,21 +35,25 @@ def store(uri: str, collection: str, documents: dict[str, tuple[str, int]], lost
             chunk(source, index, [1, number, index, 0], doc_hash=doc_hash, index_hash=index_hash)
             for index in range(count)
         )
-    MilvusChunkWriter(uri=uri, collection=collection).run(documents=chunks, plan=IndexPlan())
+    MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection=collection)).run(documents=chunks, plan=IndexPlan())
     if lost:
-        MilvusChunkWriter(uri=uri, collection=collection).run(documents=[], plan=IndexPlan(stale_ids=list(lost)))
+        MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection=collection)).run(
+            documents=[], plan=IndexPlan(stale_ids=list(lost))
+        )
 
 
 def test_every_document_gets_its_fingerprinted_hash(uri):
     documents = [document("a.md", "h1")]
-    IndexPlanner(uri=uri, collection="fresh", fingerprint=FINGERPRINT).run(documents=documents)
+    IndexPlanner(store=KnowledgeStore(uri=uri, collection="fresh"), fingerprint=FINGERPRINT).run(documents=documents)
     assert documents[0].meta["index_hash"] == fingerprinted_hash("h1", FINGERPRINT)
     assert fingerprinted_hash("h1", FINGERPRINT) != fingerprinted_hash("h1", "minilm/300/32")
 
 
 def test_without_a_collection_everything_is_added(uri):
     documents = [document("a.md", "h1"), document("b.md", "h2")]
-    result = IndexPlanner(uri=uri, collection="fresh", fingerprint=FINGERPRINT).run(documents=documents)
+    result = IndexPlanner(store=KnowledgeStore(uri=uri, collection="fresh"), fingerprint=FINGERPRINT).run(
+        documents=documents
+    )
     assert result["plan"] == IndexPlan(added=["a.md", "b.md"])
     assert result["documents"] == documents
 
@@ -56,7 +61,9 @@ def test_without_a_collection_everything_is_added(uri):
 def test_a_rebuild_adds_everything_without_reading_the_store():
     documents = [document("a.md", "h1")]
     # A URI nobody answers on: a rebuild must not even connect.
-    planner = IndexPlanner(uri="http://127.0.0.1:9", collection="kb", fingerprint=FINGERPRINT, timeout_ms=100)
+    planner = IndexPlanner(
+        store=KnowledgeStore(uri="http://127.0.0.1:9", collection="kb", timeout_ms=100), fingerprint=FINGERPRINT
+    )
     result = planner.run(documents=documents, rebuild=True)
     assert result["plan"] == IndexPlan(added=["a.md"], rebuild=True)
     assert result["documents"] == documents
@@ -65,7 +72,9 @@ def test_a_rebuild_adds_everything_without_reading_the_store():
 def test_unchanged_updated_added_and_removed_documents(uri):
     store(uri, "mixed", {"same.md": ("h1", 2), "changed.md": ("h2", 1), "gone.md": ("h3", 2)})
     documents = [document("same.md", "h1"), document("changed.md", "h2-new"), document("new.md", "h4")]
-    result = IndexPlanner(uri=uri, collection="mixed", fingerprint=FINGERPRINT).run(documents=documents)
+    result = IndexPlanner(store=KnowledgeStore(uri=uri, collection="mixed"), fingerprint=FINGERPRINT).run(
+        documents=documents
+    )
 
     plan = result["plan"]
     assert (plan.added, plan.updated, plan.unchanged, plan.removed) == (
@@ -80,14 +89,16 @@ def test_unchanged_updated_added_and_removed_documents(uri):
 
 def test_another_fingerprint_reindexes_every_document(uri):
     store(uri, "refingerprinted", {"a.md": ("h1", 1)})
-    planner = IndexPlanner(uri=uri, collection="refingerprinted", fingerprint="another-model/200/32")
+    planner = IndexPlanner(
+        store=KnowledgeStore(uri=uri, collection="refingerprinted"), fingerprint="another-model/200/32"
+    )
     plan = planner.run(documents=[document("a.md", "h1")])["plan"]
     assert plan.updated == ["a.md"] and plan.stale_ids == ["a.md#0"]
 
 
 def test_a_document_with_fewer_chunks_than_it_counts_is_reindexed(uri):
     store(uri, "interrupted", {"a.md": ("h1", 3), "b.md": ("h2", 2)}, lost=("a.md#2",))
-    plan = IndexPlanner(uri=uri, collection="interrupted", fingerprint=FINGERPRINT).run(
+    plan = IndexPlanner(store=KnowledgeStore(uri=uri, collection="interrupted"), fingerprint=FINGERPRINT).run(
         documents=[document("a.md", "h1"), document("b.md", "h2")]
     )["plan"]
     assert plan.updated == ["a.md"] and plan.unchanged == ["b.md"]
@@ -95,12 +106,16 @@ def test_a_document_with_fewer_chunks_than_it_counts_is_reindexed(uri):
 
 
 def test_round_trips():
-    assert_round_trips(IndexPlanner(uri="/data/kb.db", collection="kb", fingerprint=FINGERPRINT))
-    assert_round_trips(IndexPlanner(uri="http://127.0.0.1:19530", collection="kb", timeout_ms=2000))
+    assert_round_trips(IndexPlanner(store=KnowledgeStore(uri="/data/kb.db", collection="kb"), fingerprint=FINGERPRINT))
+    assert_round_trips(
+        IndexPlanner(store=KnowledgeStore(uri="http://127.0.0.1:19530", collection="kb", timeout_ms=2000))
+    )
     assert_round_trips(
         IndexPlanner(
-            uri="http://127.0.0.1:19530",
-            collection="kb",
-            auth=MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem"),
+            store=KnowledgeStore(
+                uri="http://127.0.0.1:19530",
+                collection="kb",
+                auth=MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem"),
+            )
         )
     )

@@ -4,6 +4,7 @@ import pytest
 
 from components.contracts import IndexPlan
 from components.indexing.milvus_writer import MilvusChunkWriter
+from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.milvus_collection import SPARSE_FIELD, CollectionMismatchError, connect, describe_layout
 from tests.components.chunks import DIM, chunk, short_field_collection
@@ -24,7 +25,9 @@ def rows(uri: str, collection: str) -> dict[str, dict]:
 
 def test_the_first_write_creates_the_collection_and_stores_each_chunk(uri):
     chunks = [chunk("a.md", 0, [1, 0, 0, 0]), chunk("a.md", 1, [0, 1, 0, 0]), chunk("b.md", 0, [0, 0, 1, 0], "db")]
-    result = MilvusChunkWriter(uri=uri, collection="created").run(documents=chunks, plan=IndexPlan())
+    result = MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="created")).run(
+        documents=chunks, plan=IndexPlan()
+    )
     assert result == {"written": 3, "deleted": 0, "count": 3, "notes": []}
 
     layout = describe_layout(connect(uri), "created")
@@ -38,7 +41,7 @@ def test_the_first_write_creates_the_collection_and_stores_each_chunk(uri):
 
 
 def test_stale_ids_are_deleted_before_the_new_chunks_are_written(uri):
-    writer = MilvusChunkWriter(uri=uri, collection="updated")
+    writer = MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="updated"))
     quoted = 'it"s.md'  # ids are quoted in the delete expression, never parsed
     writer.run(documents=[chunk("a.md", 0, [1, 0, 0, 0]), chunk(quoted, 0, [0, 1, 0, 0])], plan=IndexPlan())
 
@@ -49,7 +52,7 @@ def test_stale_ids_are_deleted_before_the_new_chunks_are_written(uri):
 
 
 def test_a_rebuild_drops_what_the_collection_held(uri):
-    writer = MilvusChunkWriter(uri=uri, collection="rebuilt")
+    writer = MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="rebuilt"))
     writer.run(documents=[chunk("old.md", 0, [1, 0, 0, 0])], plan=IndexPlan())
     result = writer.run(documents=[chunk("new.md", 0, [0, 1, 0, 0])], plan=IndexPlan(added=["new.md"], rebuild=True))
     assert result == {"written": 1, "deleted": 0, "count": 1, "notes": []}
@@ -57,13 +60,15 @@ def test_a_rebuild_drops_what_the_collection_held(uri):
 
 
 def test_nothing_to_write_creates_no_collection(uri):
-    result = MilvusChunkWriter(uri=uri, collection="never").run(documents=[], plan=IndexPlan(stale_ids=["x#0"]))
+    result = MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="never")).run(
+        documents=[], plan=IndexPlan(stale_ids=["x#0"])
+    )
     assert result == {"written": 0, "deleted": 0, "count": 0, "notes": []}
     assert not connect(uri).has_collection("never")
 
 
 def test_vectors_of_another_dimension_are_refused_naming_both(uri):
-    writer = MilvusChunkWriter(uri=uri, collection="four")
+    writer = MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="four"))
     writer.run(documents=[chunk("a.md", 0, [1, 0, 0, 0])], plan=IndexPlan())
     wider = chunk("b.md", 0, [1, 0, 0, 0, 1])
     with pytest.raises(CollectionMismatchError, match="4-d vectors but the embedder gives 5-d"):
@@ -73,7 +78,7 @@ def test_vectors_of_another_dimension_are_refused_naming_both(uri):
 
 def test_a_collection_without_the_category_column_gets_chunks_without_it(uri):
     short_field_collection(uri, "no_category", None)
-    result = MilvusChunkWriter(uri=uri, collection="no_category").run(
+    result = MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="no_category")).run(
         documents=[chunk("a.md", 0, [1, 0, 0, 0], "disk")], plan=IndexPlan()
     )
     assert result["written"] == 1
@@ -85,12 +90,14 @@ def test_a_category_longer_than_the_column_is_refused_before_any_insert(uri):
     short_field_collection(uri, "short_category", 8)
     chunks = [chunk("a.md", 0, [1, 0, 0, 0], "disk"), chunk("b.md", 0, [0, 1, 0, 0], "networking")]
     with pytest.raises(CollectionMismatchError, match="the category of b.md is longer.*\\(8 characters\\)"):
-        MilvusChunkWriter(uri=uri, collection="short_category").run(documents=chunks, plan=IndexPlan())
+        MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="short_category")).run(
+            documents=chunks, plan=IndexPlan()
+        )
     assert rows(uri, "short_category") == {}
 
 
 def test_full_text_creates_the_bm25_field_that_milvus_fills_from_content(uri):
-    writer = MilvusChunkWriter(uri=uri, collection="full_text", full_text=True)
+    writer = MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="full_text", full_text=True))
     chunks = [chunk("a.md", 0, [1, 0, 0, 0], content="the zorblaxctl archiver"), chunk("b.md", 0, [0, 1, 0, 0])]
     assert writer.run(documents=chunks, plan=IndexPlan())["notes"] == []
     client = connect(uri)
@@ -102,10 +109,10 @@ def test_full_text_creates_the_bm25_field_that_milvus_fills_from_content(uri):
 
 
 def test_an_incremental_run_never_adds_the_full_text_field_and_says_how(uri):
-    MilvusChunkWriter(uri=uri, collection="dense_only").run(
+    MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="dense_only", full_text=False)).run(
         documents=[chunk("a.md", 0, [1, 0, 0, 0])], plan=IndexPlan()
     )
-    writer = MilvusChunkWriter(uri=uri, collection="dense_only", full_text=True)
+    writer = MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="dense_only", full_text=True))
     result = writer.run(documents=[chunk("b.md", 0, [0, 1, 0, 0])], plan=IndexPlan(added=["b.md"]))
     (note,) = result["notes"]
     assert "has no sparse field" in note and "knowledge index --rebuild" in note
@@ -116,14 +123,20 @@ def test_an_incremental_run_never_adds_the_full_text_field_and_says_how(uri):
 
 def test_round_trips():
     assert_round_trips(
-        MilvusChunkWriter(uri="/data/kb.db", collection="kb", index_type="IVF_FLAT", index_params={"nlist": 16})
+        MilvusChunkWriter(
+            store=KnowledgeStore(uri="/data/kb.db", collection="kb", index_type="IVF_FLAT", index_params={"nlist": 16})
+        )
     )
-    assert_round_trips(MilvusChunkWriter(uri="/data/kb.db", collection="kb", full_text=True))
-    assert_round_trips(MilvusChunkWriter(uri="http://127.0.0.1:19530", collection="kb", timeout_ms=2000))
+    assert_round_trips(MilvusChunkWriter(store=KnowledgeStore(uri="/data/kb.db", collection="kb", full_text=True)))
+    assert_round_trips(
+        MilvusChunkWriter(store=KnowledgeStore(uri="http://127.0.0.1:19530", collection="kb", timeout_ms=2000))
+    )
     assert_round_trips(
         MilvusChunkWriter(
-            uri="http://127.0.0.1:19530",
-            collection="kb",
-            auth=MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem"),
+            store=KnowledgeStore(
+                uri="http://127.0.0.1:19530",
+                collection="kb",
+                auth=MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem"),
+            )
         )
     )

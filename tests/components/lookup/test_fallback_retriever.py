@@ -11,8 +11,9 @@ from components.contracts import (
 )
 from components.lookup.fallback_retriever import BM25_CANNOT_CHANGE, BM25_OFF, FallbackRetriever
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
+from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
-from components.stores.vector_search import NO_SPARSE_FIELD, SdkVectorSearch
+from components.stores.vector_search import NO_SPARSE_FIELD
 from pipelines.settings import load_config
 from tests.conftest import state_overrides
 from tests.helpers import MODEL, assert_round_trips
@@ -30,8 +31,9 @@ def embed():
     return _embed
 
 
-def retriever(cfg, **params) -> FallbackRetriever:
-    return FallbackRetriever(uri=cfg.milvus.uri, collection=cfg.milvus.collection, **params)
+def retriever(cfg, auth: MilvusAuth | None = None, search_params: dict | None = None, **params) -> FallbackRetriever:
+    store = KnowledgeStore(cfg.milvus.uri, cfg.milvus.collection, auth=auth, search_params=search_params)
+    return FallbackRetriever(store=store, **params)
 
 
 def test_one_domain_gives_a_filtered_attempt_that_stands(topics_cfg, embed):
@@ -110,8 +112,8 @@ def test_the_searches_get_the_resolved_credentials(topics_cfg, monkeypatch):
     monkeypatch.delenv("MILVUS_USER", raising=False)
     searches = retriever(topics_cfg, auth=auth, vector_store_mode="auto")
     for path in ("sdk", "haystack"):
-        assert searches._search(path)._auth == {"token": "tok-3e8a", "secure": True}
-    assert retriever(topics_cfg)._search("sdk")._auth == {}
+        assert searches._search(path).store.credentials() == {"token": "tok-3e8a", "secure": True}
+    assert retriever(topics_cfg)._search("sdk").store.credentials() == {}
 
 
 # the BM25 leg ----------------------------------------------------------------------------------
@@ -168,7 +170,9 @@ def tiny_cfg(tmp_path_factory):
 def test_only_the_bm25_leg_finds_a_document_by_an_exact_rare_word(tiny_cfg, embed):
     cfg = tiny_cfg["true"]
     transform, vectors = embed(RARE_QUERY)
-    dense_only = retriever(cfg, top_k=1).run(query_transform=transform, hints=L0Hints(), embeddings=vectors)
+    dense_only = retriever(cfg, top_k=1, bm25_top_k=0).run(
+        query_transform=transform, hints=L0Hints(), embeddings=vectors
+    )
     assert "ops/backups.md" not in {c.source for c in dense_only["candidates"]}  # the embedding misses it
     assert dense_only["retrieval_trace"].legs == ["dense"] and dense_only["retrieval_trace"].bm25_skipped == BM25_OFF
 
@@ -178,7 +182,7 @@ def test_only_the_bm25_leg_finds_a_document_by_an_exact_rare_word(tiny_cfg, embe
     assert (found.bm25_rank, found.attempt) == (1, 0) and found.bm25_score > 0
     assert found.hit_reasons == ["bm25:sdk attempt 0 (unfiltered) rank 1"]  # not found by the dense leg
     # Its similarity is the dense one, from its stored vector: what a full dense search gives it.
-    every = SdkVectorSearch(cfg.milvus.uri, cfg.milvus.collection).search(vectors[0], 10, None)
+    every = KnowledgeStore(cfg.milvus.uri, cfg.milvus.collection).vector_search("sdk").search(vectors[0], 10, None)
     searched = next(c for c in every if c.evidence_key == found.evidence_key)
     assert found.similarity == pytest.approx(searched.similarity, abs=1e-6)
     assert (found.raw_score, found.raw_score_label) == (
@@ -232,7 +236,8 @@ def test_a_filtered_attempt_retried_on_its_dense_leg_alone_skips_bm25_and_loses_
     assert (retry.legs, retry.bm25_skipped) == (["dense", "bm25"], None) and retry.bm25_count > 0
     assert trace.legs == ["dense", "bm25"] and trace.bm25_skipped is None
     assert trace.to_dict()["attempts"][0]["bm25Skipped"] == BM25_CANNOT_CHANGE
-    reference = AlwaysBm25Retriever(uri=topics_cfg.milvus.uri, collection=topics_cfg.milvus.collection, **params)
+    store = KnowledgeStore(uri=topics_cfg.milvus.uri, collection=topics_cfg.milvus.collection)
+    reference = AlwaysBm25Retriever(store=store, **params)
     assert _outcome(out) == _outcome(reference.run(query_transform=transform, hints=hints, embeddings=vectors))
 
 
@@ -290,7 +295,7 @@ def test_a_highly_relevant_filtered_attempt_gets_no_unfiltered_check(topics_cfg,
 
 def test_a_filtered_attempt_close_to_the_unfiltered_best_stands(topics_cfg, embed):
     transform, vectors = embed(WATERING)
-    out = retriever(topics_cfg, outscored_margin=0.05).run(
+    out = retriever(topics_cfg, outscored_margin=0.05, outscored_check_below=1.0).run(
         query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors
     )
     (attempt,) = out["retrieval_trace"].attempts

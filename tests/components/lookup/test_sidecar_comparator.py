@@ -5,6 +5,7 @@ import pytest
 from components.contracts import IndexPlan, RetrievalAttempt, RetrievalTrace
 from components.indexing.milvus_writer import MilvusChunkWriter
 from components.lookup.sidecar_comparator import SidecarComparator, comparable
+from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.vector_search import SdkVectorSearch
 from tests.components.chunks import chunk
@@ -21,7 +22,7 @@ QUERY = [1.0, 0.0, 0.0, 0.0]
 @pytest.fixture(scope="module")
 def uri(tmp_path_factory) -> str:
     uri = str(tmp_path_factory.mktemp("sidecar") / "milvus.db")
-    MilvusChunkWriter(uri=uri, collection="kb").run(documents=CHUNKS, plan=IndexPlan())
+    MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="kb")).run(documents=CHUNKS, plan=IndexPlan())
     return uri
 
 
@@ -31,26 +32,26 @@ def trace(path: str = "sdk", category: str | None = None) -> RetrievalTrace:
 
 
 def main_candidates(uri: str, category: str | None = None):
-    return SdkVectorSearch(uri, "kb").search(QUERY, 3, category)
+    return SdkVectorSearch(KnowledgeStore(uri=uri, collection="kb")).search(QUERY, 3, category)
 
 
 def test_disabled_by_default_and_needs_no_inputs():
-    assert SidecarComparator().run()["sidecar"].status == "disabled"
+    assert SidecarComparator(KnowledgeStore(uri="/data/kb.db")).run()["sidecar"].status == "disabled"
 
 
 def test_an_unknown_path_is_refused_at_init():
     with pytest.raises(ValueError, match="sidecar path must be one of other, sdk, haystack, not 'spring'"):
-        SidecarComparator(path="spring")
+        SidecarComparator(KnowledgeStore(uri="/data/kb.db"), path="spring")
 
 
 def test_without_a_selected_attempt_the_sidecar_is_skipped(uri):
-    sidecar = SidecarComparator(enabled=True, uri=uri, collection="kb")
+    sidecar = SidecarComparator(store=KnowledgeStore(uri=uri, collection="kb"), enabled=True)
     report = sidecar.run(embeddings=[QUERY], candidates=[], retrieval_trace=RetrievalTrace())["sidecar"]
     assert report.status == "skipped" and report.error == "no main retrieval attempt"
 
 
 def test_the_other_path_runs_beside_the_main_one_with_comparable_results(uri):
-    sidecar = SidecarComparator(enabled=True, uri=uri, collection="kb", top_k=2)
+    sidecar = SidecarComparator(store=KnowledgeStore(uri=uri, collection="kb"), enabled=True, top_k=2)
     report = sidecar.run(embeddings=[QUERY], candidates=main_candidates(uri), retrieval_trace=trace())["sidecar"]
     assert (report.status, report.path, report.main_path, report.error) == ("ok", "haystack", "sdk", None)
     assert [row["rank"] for row in report.results] == [1, 2]
@@ -64,7 +65,7 @@ def test_the_other_path_runs_beside_the_main_one_with_comparable_results(uri):
 
 
 def test_a_named_path_replays_the_main_attempts_category_filter(uri):
-    sidecar = SidecarComparator(enabled=True, path="sdk", uri=uri, collection="kb")
+    sidecar = SidecarComparator(store=KnowledgeStore(uri=uri, collection="kb"), enabled=True, path="sdk")
     report = sidecar.run(
         embeddings=[QUERY], candidates=main_candidates(uri, "db"), retrieval_trace=trace("haystack", "db")
     )["sidecar"]
@@ -74,7 +75,7 @@ def test_a_named_path_replays_the_main_attempts_category_filter(uri):
 
 
 def test_a_failing_path_is_reported_and_never_raises(uri):
-    sidecar = SidecarComparator(enabled=True, uri=uri, collection="absent")
+    sidecar = SidecarComparator(store=KnowledgeStore(uri=uri, collection="absent"), enabled=True)
     report = sidecar.run(embeddings=[QUERY], candidates=[], retrieval_trace=trace())["sidecar"]
     assert (report.status, report.path, report.main_path) == ("error", "haystack", "sdk")
     assert report.error.startswith("LookupError: collection absent does not exist")
@@ -91,13 +92,18 @@ def test_comparable_rows_rank_and_label_each_candidate():
 def test_round_trips():
     assert_round_trips(
         SidecarComparator(
-            enabled=True, path="sdk", uri="/data/kb.db", collection="kb", top_k=5, search_params={"nprobe": 4}
+            store=KnowledgeStore(uri="/data/kb.db", collection="kb", search_params={"nprobe": 4}),
+            enabled=True,
+            path="sdk",
+            top_k=5,
         )
     )
     assert_round_trips(
         SidecarComparator(
+            store=KnowledgeStore(
+                uri="http://127.0.0.1:19530",
+                auth=MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem"),
+            ),
             enabled=True,
-            uri="http://127.0.0.1:19530",
-            auth=MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem"),
         )
     )

@@ -6,6 +6,7 @@ import pytest
 from components.common.scoring import HAYSTACK_SCORE_LABEL, SDK_SCORE_LABEL
 from components.contracts import IndexPlan
 from components.indexing.milvus_writer import MilvusChunkWriter
+from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_collection import CollectionMismatchError, connect
 from components.stores.vector_search import (
     HaystackVectorSearch,
@@ -28,18 +29,21 @@ QUERY = [1.0, 0.0, 0.0, 0.0]
 @pytest.fixture(scope="module")
 def uri(tmp_path_factory) -> str:
     uri = str(tmp_path_factory.mktemp("search") / "milvus.db")
-    MilvusChunkWriter(uri=uri, collection="kb").run(documents=CHUNKS, plan=IndexPlan())
+    MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="kb")).run(documents=CHUNKS, plan=IndexPlan())
     short_field_collection(uri, "no_category", None)
-    MilvusChunkWriter(uri=uri, collection="no_category").run(documents=CHUNKS, plan=IndexPlan())
+    MilvusChunkWriter(store=KnowledgeStore(uri=uri, collection="no_category")).run(documents=CHUNKS, plan=IndexPlan())
     return uri
 
 
 def searches(uri: str, collection: str = "kb"):
-    return [SdkVectorSearch(uri, collection), HaystackVectorSearch(uri, collection)]
+    return [
+        SdkVectorSearch(KnowledgeStore(uri=uri, collection=collection)),
+        HaystackVectorSearch(KnowledgeStore(uri=uri, collection=collection)),
+    ]
 
 
 def test_the_sdk_path_returns_candidates_nearest_first_with_the_l2_distance(uri):
-    candidates = SdkVectorSearch(uri, "kb").search(QUERY, 3, None)
+    candidates = SdkVectorSearch(KnowledgeStore(uri=uri, collection="kb")).search(QUERY, 3, None)
     assert [c.evidence_key for c in candidates] == ["disk/full.md#0", "disk/full.md#1", "db/lag.md#0"]
     first, second, third = candidates
     assert (first.raw_score, first.similarity) == pytest.approx((0.0, 1.0), abs=1e-5)
@@ -51,7 +55,7 @@ def test_the_sdk_path_returns_candidates_nearest_first_with_the_l2_distance(uri)
 
 
 def test_candidates_carry_the_chunk_metadata(uri):
-    (first,) = SdkVectorSearch(uri, "kb").search(QUERY, 1, None)
+    (first,) = SdkVectorSearch(KnowledgeStore(uri=uri, collection="kb")).search(QUERY, 1, None)
     assert first.source == "disk/full.md" and first.content == "chunk 0 of disk/full.md"
     assert first.title == "Title of disk/full.md" and first.breadcrumb == "Title of disk/full.md > Part 0"
     assert first.category == "disk" and first.chunk_index == 0 and first.tokens == 4
@@ -60,8 +64,8 @@ def test_candidates_carry_the_chunk_metadata(uri):
 
 
 def test_the_haystack_path_finds_the_same_chunks_with_its_own_raw_score(uri):
-    sdk = {c.evidence_key: c for c in SdkVectorSearch(uri, "kb").search(QUERY, 4, None)}
-    haystack = HaystackVectorSearch(uri, "kb").search(QUERY, 4, None)
+    sdk = {c.evidence_key: c for c in SdkVectorSearch(KnowledgeStore(uri=uri, collection="kb")).search(QUERY, 4, None)}
+    haystack = HaystackVectorSearch(KnowledgeStore(uri=uri, collection="kb")).search(QUERY, 4, None)
     assert {c.evidence_key for c in haystack} == set(sdk)
     for candidate in haystack:
         assert candidate.path == "haystack" and candidate.raw_score_label == HAYSTACK_SCORE_LABEL
@@ -79,14 +83,14 @@ def test_a_category_filter_keeps_only_that_category(uri, path):
 
 
 def test_without_a_category_column_the_sdk_path_filters_on_the_metadata_key(uri):
-    search = SdkVectorSearch(uri, "no_category")
+    search = SdkVectorSearch(KnowledgeStore(uri=uri, collection="no_category"))
     candidates = search.search(QUERY, 4, "db")
     assert {c.source for c in candidates} == {"db/lag.md", "db/lock.md"} and {c.category for c in candidates} == {"db"}
     assert search.describe_filter("db") == 'metadata["category"] == "db"'
 
 
 def test_without_a_category_column_the_haystack_path_refuses_a_filter(uri):
-    search = HaystackVectorSearch(uri, "no_category")
+    search = HaystackVectorSearch(KnowledgeStore(uri=uri, collection="no_category"))
     assert len(search.search(QUERY, 4, None)) == 4
     with pytest.raises(UnsupportedFilterError, match="no category column"):
         search.search(QUERY, 4, "db")
@@ -108,11 +112,17 @@ def test_a_query_of_another_dimension_is_refused(uri, path):
 
 
 def test_make_search_builds_each_path_and_refuses_others(uri):
-    assert isinstance(make_search("sdk", uri, "kb", "FLAT", None), SdkVectorSearch)
-    haystack = make_search("haystack", uri, "kb", "FLAT", {"nprobe": 4}, timeout_ms=500)
-    assert isinstance(haystack, HaystackVectorSearch) and haystack.search_params == {"nprobe": 4}
+    assert isinstance(
+        make_search("sdk", KnowledgeStore(uri=uri, collection="kb", index_type="FLAT", search_params=None)),
+        SdkVectorSearch,
+    )
+    haystack = make_search(
+        "haystack",
+        KnowledgeStore(uri=uri, collection="kb", index_type="FLAT", search_params={"nprobe": 4}, timeout_ms=500),
+    )
+    assert isinstance(haystack, HaystackVectorSearch) and haystack.store.search_params == {"nprobe": 4}
     with pytest.raises(ValueError, match="unknown vector store path 'spring'; one of sdk, haystack"):
-        make_search("spring", uri, "kb", "FLAT", None)
+        make_search("spring", KnowledgeStore(uri=uri, collection="kb", index_type="FLAT", search_params=None))
 
 
 def test_as_float_list_takes_arrays_and_sequences():
@@ -128,7 +138,7 @@ def break_connection(search) -> None:
 
 @pytest.mark.parametrize("path", ["sdk", "haystack"])
 def test_a_search_whose_connection_broke_fails_once_then_reconnects(uri, path):
-    search = make_search(path, uri, "kb", "FLAT", None)
+    search = make_search(path, KnowledgeStore(uri=uri, collection="kb", index_type="FLAT", search_params=None))
     assert search.search(QUERY, 1, None)
     break_connection(search)
     with pytest.raises(Exception):  # noqa: B017 (whatever pymilvus raises on a closed client)
