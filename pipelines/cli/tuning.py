@@ -37,7 +37,8 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
 def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int:
     from pipelines.evaluation import index_first
     from pipelines.tuning.guards import parse_constraints
-    from pipelines.tuning.search import SearchSpace, format_search, run_search
+    from pipelines.tuning.search import format_search, run_search
+    from pipelines.tuning.space import SearchSpace
 
     space = SearchSpace.load(name)
     constraints = parse_constraints(space.constraints, args.constraint, space.origin)
@@ -76,7 +77,7 @@ def _query_sets(args: argparse.Namespace):
 def _search_sets(args: argparse.Namespace):
     """Tuning, guard and held-out sets: the --holdout files, else a seeded share of each tuning set."""
     from pipelines.tuning.guards import load_sets
-    from pipelines.tuning.search import split_sets
+    from pipelines.tuning.space import split_sets
 
     tuning, guards = _query_sets(args)
     if args.holdout:
