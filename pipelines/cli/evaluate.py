@@ -159,7 +159,8 @@ def _run_kind(args: argparse.Namespace, search: str | None, overrides: list[str]
 
 def _eval_builtin(args: argparse.Namespace, cfg) -> int:
     """Each query set evaluated and logged apart (the knowledge base indexed once, before the first)."""
-    from pipelines.evaluation import format_metrics, run_evaluation_full
+    from pipelines.evaluation import run_evaluation_full
+    from pipelines.evaluation_metrics import format_metrics
     from pipelines.tuning.runs import RunLogger
 
     for number, queries in enumerate(args.queries):

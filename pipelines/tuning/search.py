@@ -275,7 +275,7 @@ def _judge(base_overrides, best: Trial | None, tuning, guards, held_out) -> dict
 
 def _pooled(evaluation, held_out: list[QuerySet]) -> dict[str, Any]:
     """The pipeline metrics of the held-out queries pooled (the guard sets apart)."""
-    from pipelines.evaluation import score
+    from pipelines.evaluation_metrics import score
 
     count = sum(len(s.queries) for s in held_out)
     return score([q for s in held_out for q in s.queries], evaluation.answers["pipeline"][:count])
