@@ -36,6 +36,6 @@ os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from pipelines.cli.common import UsageError
-from pipelines.cli.main import main
+from pipelines.cli.entry_point import main
 
 __all__ = ["UsageError", "main"]

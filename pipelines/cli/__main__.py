@@ -2,6 +2,6 @@
 
 import sys
 
-from pipelines.cli.main import main
+from pipelines.cli.entry_point import main
 
 sys.exit(main())
