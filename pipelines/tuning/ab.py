@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pipelines.evaluation import EvalQuery, PipelineSystem, Ranked, evaluate, first_hit, index_first, ndcg
+from pipelines.evaluation import EvalQuery, PipelineSystem, Ranked, evaluate, index_first
+from pipelines.evaluation_metrics import first_hit, ndcg
 from pipelines.manifest import indexed_kb
 from pipelines.settings import ConfigError, load_config
 from pipelines.tuning.runs import RunLogger, flatten_params, metric_name

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.evaluation import EvalQuery, Evaluation, evaluate, load_queries, score
+from pipelines.evaluation import EvalQuery, Evaluation, evaluate, load_queries
+from pipelines.evaluation_metrics import score
 from pipelines.settings import ConfigError
 
 # Which queries a metric counts: no_evidence_rate the off-topic ones, rates over answers any, the rest answerable.

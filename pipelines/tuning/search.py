@@ -2,8 +2,9 @@
 A bounded, guarded Optuna search over query-time settings (rerank weights, thresholds) for
 `knowledge eval --search NAME --trials N`.
 
-The search space is `conf/search/NAME.yaml` (or a path to such a file): the metric to optimise,
-the distribution of each key and the constraints a setting must meet (pipelines/tuning/guards.py).
+The search space is `conf/search/NAME.yaml` (or a path to such a file; pipelines/tuning/space.py):
+the metric to optimise, the distribution of each key and the constraints a setting must meet
+(pipelines/tuning/guards.py).
 The constraints go to Optuna's own constrained TPE (`constraints_func`): the best trial is chosen
 among feasible trials only, and a search with no feasible trial prints no best. Each trial is one
 MLflow child run; the best trial and the defaults are both judged on held-out queries (a seeded
@@ -13,17 +14,14 @@ a search can be resumed (`--resume`) and opened in optuna-dashboard.
 
 import json
 import logging
-import random
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from pipelines.evaluation import EvalQuery, build_systems
-from pipelines.settings import CONF_DIR, ConfigError, load_config
+from pipelines.evaluation import build_systems
+from pipelines.settings import ConfigError, load_config
 from pipelines.tuning.guards import (
     Constraint,
     QuerySet,
@@ -34,110 +32,15 @@ from pipelines.tuning.guards import (
     violated,
 )
 from pipelines.tuning.runs import RunLogger, metric_name
-from pipelines.tuning.sweep import Trial, affects_index, metric_value
+from pipelines.tuning.space import SearchSpace
+from pipelines.tuning.sweep import Trial, metric_value
 
 logger = logging.getLogger(__name__)
 
-SEARCH_GROUP = "search"
 STUDY_FILE = "optuna.db"
 IMPORTANCES_ARTIFACT = "param_importances.json"
 # Optuna user attributes: what a trial needs to be shown again when its study is resumed.
 _ATTRS = ("overrides", "metrics", "sets", "run_id")
-
-
-@dataclass
-class SearchSpace:
-    """One `conf/search/*.yaml`: what to optimise, the distribution of each config key, the constraints."""
-
-    name: str
-    metric: str
-    direction: str
-    space: dict[str, dict[str, Any]]
-    constraints: list[str] = field(default_factory=list)
-    origin: str = ""
-
-    @classmethod
-    def load(cls, name: str, config_dir: Path | None = None) -> "SearchSpace":
-        folder = (config_dir or CONF_DIR) / SEARCH_GROUP
-        path = Path(name) if name.endswith((".yaml", ".yml")) else folder / f"{name}.yaml"
-        if not path.is_file():
-            known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
-            raise ConfigError(f"search={name}: no {path.name} in {path.parent}; known: {known}")
-        data = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-        if "min_no_evidence_rate" in data:
-            raise ConfigError(
-                f"search={name}: min_no_evidence_rate is gone; declare constraints: [no_evidence_rate>=X]"
-            )
-        space = cls(
-            name=path.stem,
-            metric=str(data.get("metric", "hit@1")),
-            direction=str(data.get("direction", "maximize")),
-            space=dict(data.get("space") or {}),
-            constraints=[str(c) for c in data.get("constraints") or []],
-            origin=str(path.relative_to(CONF_DIR.parent) if path.is_relative_to(CONF_DIR.parent) else path),
-        )
-        space.check()
-        return space
-
-    def check(self) -> None:
-        if self.direction not in ("maximize", "minimize"):
-            raise ConfigError(f"search={self.name}: direction must be maximize or minimize, not {self.direction!r}")
-        if not self.space:
-            raise ConfigError(f"search={self.name}: the space is empty")
-        for key, spec in self.space.items():
-            if affects_index(f"{key}="):
-                raise ConfigError(f"search={self.name}: {key} changes the index; search query-time keys only")
-            if not isinstance(spec, dict) or not ("choices" in spec or {"low", "high"} <= set(spec)):
-                raise ConfigError(f"search={self.name}: {key} needs {{low, high[, step]}} or {{choices: [...]}}")
-
-    def suggest(self, trial) -> list[str]:
-        """The trial's overrides, one per key of the space."""
-        overrides = []
-        for key, spec in self.space.items():
-            if "choices" in spec:
-                value = trial.suggest_categorical(key, list(spec["choices"]))
-            elif all(isinstance(spec[bound], int) for bound in ("low", "high")) and "step" not in spec:
-                value = trial.suggest_int(key, spec["low"], spec["high"])
-            else:
-                value = trial.suggest_float(key, float(spec["low"]), float(spec["high"]), step=spec.get("step"))
-                value = round(value, 6)
-            overrides.append(f"{key}={value}")
-        return overrides
-
-    def objective(self, metrics: dict[str, Any]) -> float:
-        return metric_value(metrics, self.metric)
-
-    def better_first(self, value: float) -> float:
-        """A sort key that puts the better objective first."""
-        return -value if self.direction == "maximize" else value
-
-
-def split_queries(queries: list[EvalQuery], share: float, seed: int) -> tuple[list[EvalQuery], list[EvalQuery]]:
-    """A deterministic (seeded) split into tuning and held-out queries, answerable and off-topic apart."""
-    if not 0.0 < share < 1.0:
-        raise ConfigError(f"--holdout-share {share} must lie strictly between 0 and 1")
-    rng = random.Random(seed)
-    tuning: list[EvalQuery] = []
-    held_out: list[EvalQuery] = []
-    for answerable in (True, False):
-        group = [q for q in queries if q.answerable == answerable]
-        rng.shuffle(group)
-        cut = round(len(group) * share)
-        held_out += group[:cut]
-        tuning += group[cut:]
-    if not tuning or not held_out:
-        raise ConfigError(f"{len(queries)} queries cannot be split into tuning and held-out parts at share {share}")
-    return tuning, held_out
-
-
-def split_sets(sets: list[QuerySet], share: float, seed: int) -> tuple[list[QuerySet], list[QuerySet]]:
-    """Each tuning set split into its tuning part and its held-out part (same name, role `held-out`)."""
-    tuning, held_out = [], []
-    for query_set in sets:
-        kept, out = split_queries(query_set.queries, share, seed)
-        tuning.append(QuerySet(query_set.name, query_set.path, kept, "tuning"))
-        held_out.append(QuerySet(query_set.name, query_set.path, out, "held-out"))
-    return tuning, held_out
 
 
 @dataclass
@@ -372,7 +275,7 @@ def _judge(base_overrides, best: Trial | None, tuning, guards, held_out) -> dict
 
 def _pooled(evaluation, held_out: list[QuerySet]) -> dict[str, Any]:
     """The pipeline metrics of the held-out queries pooled (the guard sets apart)."""
-    from pipelines.evaluation import score
+    from pipelines.evaluation_metrics import score
 
     count = sum(len(s.queries) for s in held_out)
     return score([q for s in held_out for q in s.queries], evaluation.answers["pipeline"][:count])

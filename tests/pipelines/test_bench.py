@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from components.errors import EXIT_BAD_INPUT
 from pipelines import bench
 from pipelines.bench.corpus import load_bench_config
 from pipelines.bench.index_bench import _cleanup_milvus
-from pipelines.cli import EXIT_BAD_INPUT, main
+from pipelines.cli import main
 
 RUNBOOKS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "prometheus-runbooks"
 # A few runbooks per category that the crafted lookup queries are about.

@@ -151,7 +151,8 @@ def test_a_sweep_ranks_feasible_combinations_first(sample_cfg, tmp_path, capsys)
 
 
 def test_a_resumed_study_draws_new_settings_not_the_first_ones_again(tmp_path):
-    from pipelines.tuning.search import SearchSpace, open_study, study_storage
+    from pipelines.tuning.search import open_study, study_storage
+    from pipelines.tuning.space import SearchSpace
 
     space = SearchSpace("s", "hit@1", "maximize", {"retrieval.top_k": {"low": 1, "high": 10_000}})
     storage = study_storage(str(tmp_path))

@@ -1,0 +1,52 @@
+"""`knowledge adapt`: fine-tune the embedding model on the knowledge base alone (docs/adapt.md)."""
+
+import argparse
+import sys
+
+from components.errors import EXIT_OK
+from pipelines.cli.common import UsageError, add_overrides, command_parser, load
+
+NAME = "adapt"
+
+
+def add_parser(sub) -> None:
+    parser = command_parser(
+        sub,
+        NAME,
+        help="fine-tune the embedding model on the knowledge base alone (no labels), for embedder.model=DIR",
+        description="Fine-tune embedder.model (the packaged all-MiniLM-L6-v2) on pairs made from the knowledge base "
+        "alone: title -> section, heading path -> section, first sentence -> rest, with in-batch negatives and "
+        "a sibling document's hard negative. Resumable (checkpoints in DIR/checkpoints), deterministic with "
+        "--seed; writes a model folder with a model card. Use it with embedder.model=DIR.",
+    )
+    parser.add_argument("--kb", metavar="DIR", help="knowledge base folder (default: kb.path)")
+    parser.add_argument("--epochs", type=int, default=1, metavar="N", help="training epochs (default 1)")
+    parser.add_argument(
+        "--output", metavar="DIR", help="model folder (default: paths.state_dir/models/adapted-<kb folder name>)"
+    )
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    parser.add_argument("--batch-size", type=int, default=32, metavar="B", help="pairs per batch (default 32)")
+    parser.add_argument("--max-steps", type=int, metavar="N", help="stop after N steps (default: all epochs)")
+    add_overrides(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("epochs", "batch_size", "max_steps"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} {value} must be 1 or more")
+    cfg = load(args.overrides)  # a bad config fails before the slow imports below
+
+    from pipelines.adapt import AdaptOptions, adapt_model
+
+    options = AdaptOptions(
+        kb_path=args.kb,
+        output=args.output,
+        epochs=args.epochs,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        max_steps=args.max_steps,
+        progress_bar=sys.stderr.isatty(),
+    )
+    adapt_model(cfg, options, say=lambda line: print(line, flush=True))
+    return EXIT_OK

@@ -1,0 +1,87 @@
+"""What every command shares: the usage error, the parser conventions, config loading, input checks."""
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from components.errors import EXIT_OK, BadInputError
+
+EPILOG = """\
+Configuration: any key of conf/ can be overridden after the arguments, for example
+  knowledge lookup "disk almost full" retrieval.top_k=30 retrieval.reference_threshold=0.6
+  knowledge index --kb ~/runbooks milvus.uri=/tmp/kb.db
+  knowledge lookup "cert expiry" mlflow=off trace=postgres
+Exit status: 0 success (found=false is a success), 2 bad input or config, 1 failure.
+"""
+
+
+class UsageError(BadInputError):
+    """Bad command-line input (exit status 2)."""
+
+
+def command_parser(sub, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+    """A (sub)command whose help ends with the configuration and exit-status epilog."""
+    return sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_overrides(parser: argparse.ArgumentParser) -> None:
+    """The Hydra overrides every command takes after its arguments."""
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+
+def add_print_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cfg", action="store_true", help="print the composed config (YAML) and exit")
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    for override in overrides:
+        if "=" not in override:
+            raise UsageError(f"unexpected argument {override!r}: overrides look like key=value")
+
+
+def load(overrides: Sequence[str], extra: Sequence[str] = ()):
+    """The composed config; a stray word among the overrides is a usage error."""
+    from pipelines.settings import load_config
+
+    check_overrides(overrides)
+    return load_config([*extra, *overrides])
+
+
+def lookup_config(overrides: Sequence[str]):
+    """The config of a lookup or serve process; with an ONNX backend, torch is kept out before Haystack loads."""
+    from components.common.embedding_models import keep_torch_out
+
+    cfg = load(overrides)
+    keep_torch_out(cfg.embedder.backend)
+    return cfg
+
+
+def print_config(overrides: Sequence[str]) -> int:
+    """The composed config as YAML, secrets masked (`--cfg`)."""
+    from omegaconf import OmegaConf
+
+    from pipelines.settings import SECRET_KEYS
+
+    cfg = load(overrides)
+    for key in SECRET_KEYS:
+        if OmegaConf.select(cfg, key):
+            OmegaConf.update(cfg, key, "***")
+    print(OmegaConf.to_yaml(cfg), end="")
+    return EXIT_OK
+
+
+def check_writable(path: str | None) -> None:
+    """An output file (when given) whose folder exists: a bad path fails before the work, not after it."""
+    if path and not Path(path).resolve().parent.is_dir():
+        raise UsageError(f"cannot write {path}: its folder does not exist")
+
+
+def check_port(port: int | None) -> None:
+    if port is not None and not 0 < port < 65536:
+        raise UsageError(f"--port {port} is not a TCP port (1-65535)")

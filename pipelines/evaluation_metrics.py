@@ -1,0 +1,156 @@
+"""
+The metrics of an evaluation and their table. Metrics are document level: a ranking is the order
+in which sources first appear. hit@k, MRR@10, nDCG@10 (binary relevance) and recall@10 are over
+answerable queries; a query answered with found=false scores 0. The answer rate (answerable
+queries) and the no-evidence rate (off-topic queries) say how often a system answers at all.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pipelines.evaluation import EvalQuery, Ranked
+
+RECALL_DEPTH = 10
+
+
+def first_hit(sources: list[str], relevant: set[str], depth: int) -> int | None:
+    """Rank (1-based) of the first relevant source within `depth`, or None."""
+    for rank, source in enumerate(sources[:depth], start=1):
+        if source in relevant:
+            return rank
+    return None
+
+
+def ndcg(sources: list[str], relevant: set[str], depth: int) -> float:
+    """Binary-relevance nDCG@depth: DCG over the ideal DCG of min(|relevant|, depth) hits at the top."""
+    gains = sum(1.0 / math.log2(rank + 1) for rank, s in enumerate(sources[:depth], start=1) if s in relevant)
+    ideal = sum(1.0 / math.log2(rank + 1) for rank in range(1, min(len(relevant), depth) + 1))
+    return gains / ideal if ideal else 0.0
+
+
+def recall(sources: list[str], relevant: set[str], depth: int) -> float:
+    return len(relevant & set(sources[:depth])) / len(relevant) if relevant else 0.0
+
+
+def score(queries: list[EvalQuery], answers: list[Ranked]) -> dict[str, Any]:
+    answerable = [(q, a) for q, a in zip(queries, answers, strict=True) if q.answerable]
+    off_topic = [(q, a) for q, a in zip(queries, answers, strict=True) if not q.answerable]
+    ranks = [first_hit(a.sources, q.relevant, 10) for q, a in answerable]
+    metrics = {
+        "answerable": len(answerable),
+        "off_topic": len(off_topic),
+        "hit@1": _mean([1.0 if r == 1 else 0.0 for r in ranks]),
+        "hit@5": _mean([1.0 if r is not None and r <= 5 else 0.0 for r in ranks]),
+        "mrr@10": _mean([1.0 / r if r else 0.0 for r in ranks]),
+        "ndcg@10": _mean([ndcg(a.sources, q.relevant, 10) for q, a in answerable]),
+        f"recall@{RECALL_DEPTH}": _mean([recall(a.sources, q.relevant, RECALL_DEPTH) for q, a in answerable]),
+        "answer_rate": _mean([1.0 if a.answered else 0.0 for _, a in answerable]),
+        "no_evidence_rate": _mean([0.0 if a.answered else 1.0 for _, a in off_topic]),
+    }
+    metrics.update(_latency(answers))
+    reasons = Counter(a.details.get("fallback") for a in answers if "fallback" in a.details)
+    if reasons:
+        metrics["fallback_rate"] = _mean([1.0 if a.details.get("fallback") else 0.0 for a in answers])
+        metrics["fallback_rate_by_reason"] = {
+            reason: round(reasons[reason] / len(answers), 4) for reason in sorted(filter(None, reasons))
+        }
+    styles = sorted({q.style for q, _ in answerable if q.style})
+    if len(styles) > 1:
+        metrics["hit@1_by_style"] = {
+            style: _mean(
+                [1.0 if r == 1 else 0.0 for (q, _), r in zip(answerable, ranks, strict=True) if q.style == style]
+            )
+            for style in styles
+        }
+    return metrics
+
+
+def _latency(answers: list[Ranked]) -> dict[str, float]:
+    from pipelines.bench.machine import percentile
+
+    timed = [a.latency_ms for a in answers if a.latency_ms is not None]
+    if not timed:
+        return {}
+    return {"latency_p50_ms": round(percentile(timed, 0.5), 2), "latency_p95_ms": round(percentile(timed, 0.95), 2)}
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(statistics.fmean(values), 4) if values else None
+
+
+def filter_report(queries: list[EvalQuery], answers: dict[str, list[Ranked]], l0_index_path: str) -> dict[str, Any]:
+    """
+    The L0 domain filter on the answerable queries it applied to: how often its category holds a
+    relevant document (filter precision), and hit@1 of those queries with the filter (`pipeline`)
+    and without it (`unfiltered`).
+    """
+    from components.stores.l0_index_file import load_l0_index
+
+    index = load_l0_index(l0_index_path)
+    category_of = {entry.source: entry.category for entry in index.entries}
+    filtered = [
+        (position, query, answer.details["filter"])
+        for position, (query, answer) in enumerate(zip(queries, answers["pipeline"], strict=True))
+        if query.answerable and answer.details.get("filter")
+    ]
+    report: dict[str, Any] = {"filtered_queries": len(filtered)}
+    if not filtered:
+        return report
+    report["filter_precision"] = _mean(
+        [1.0 if category in {category_of.get(s) for s in query.relevant} else 0.0 for _, query, category in filtered]
+    )
+    for system in ("pipeline", "unfiltered"):
+        if system in answers:
+            hits = [first_hit(answers[system][position].sources, query.relevant, 1) for position, query, _ in filtered]
+            report[f"hit@1_{'filtered' if system == 'pipeline' else 'unfiltered'}"] = _mean(
+                [1.0 if hit else 0.0 for hit in hits]
+            )
+    return report
+
+
+def format_metrics(report: dict[str, Any]) -> str:
+    systems = report["systems"]
+    columns = ["hit@1", "hit@5", "mrr@10", "answer_rate", "no_evidence_rate"]
+    first = next(iter(systems.values()))
+    lines = [
+        f"{report['queries']}: {first['answerable']} answerable, {first['off_topic']} off-topic queries "
+        f"(evidence threshold {report['evidence_threshold']})",
+        f"{'system':<10}" + "".join(f"{c:>18}" for c in columns),
+    ]
+    for name, metrics in systems.items():
+        cells = "".join(f"{_fmt(metrics.get(c)):>18}" for c in columns)
+        lines.append(f"{name:<10}{cells}")
+    styles = first.get("hit@1_by_style") or {}
+    if styles:
+        lines.append("hit@1 by style of query (the `style` field):")
+        for style in styles:
+            cells = "".join(f"{name} {_fmt(metrics['hit@1_by_style'][style])}  " for name, metrics in systems.items())
+            lines.append(f"  {style:<12}{cells.rstrip()}")
+    domain_filter = report.get("domain_filter") or {}
+    if domain_filter.get("filtered_queries"):
+        line = (
+            f"domain filter: {domain_filter['filtered_queries']} answerable queries filtered, "
+            f"filter precision {_fmt(domain_filter.get('filter_precision'))}"
+        )
+        if "hit@1_unfiltered" in domain_filter:
+            line += (
+                f", hit@1 on them {_fmt(domain_filter.get('hit@1_filtered'))} filtered vs "
+                f"{_fmt(domain_filter['hit@1_unfiltered'])} unfiltered"
+            )
+        lines.append(line)
+    if "dense" in systems and "hybrid" in systems:
+        pipeline = systems["pipeline"]["hit@1"] or 0.0
+        lines.append(
+            f"hit@1 gain of the pipeline: {100 * (pipeline - (systems['dense']['hit@1'] or 0)):+.1f} points over dense, "
+            f"{100 * (pipeline - (systems['hybrid']['hit@1'] or 0)):+.1f} over hybrid"
+        )
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
