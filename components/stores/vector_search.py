@@ -348,6 +348,10 @@ class HaystackVectorSearch:
         """The collection's vector index as Milvus describes it (None before the first search)."""
         return self._layout.index_type if self._layout is not None else None
 
+    def retrievers(self) -> tuple[Any, Any]:
+        """milvus-haystack's dense and BM25 retrievers on the collection (the BM25 one None without `sparse`)."""
+        return self._ready_retriever(), self._sparse_retriever
+
     def _reconnect_next_time(self) -> None:
         retriever, self._retriever, self._sparse_retriever = self._retriever, None, None
         client = getattr(getattr(retriever, "document_store", None), "client", None) if retriever else None

@@ -154,6 +154,16 @@ def _lookup_rows(f: dict[str, Any]) -> list[dict[str, Any]]:
                     p["meets_hybrid_target"],
                 )
             )
+        if "stock_hybrid" in p:
+            rows.append(
+                _row(
+                    "lookup",
+                    f"{path} p50 vs the stock Haystack hybrid (a peer)",
+                    f"{p['pipeline']['p50_ms']:.1f} ms",
+                    f"dense + BM25 retrievers + DocumentJoiner {p['stock_hybrid']['p50_ms']:.1f} ms",
+                    p["stock_hybrid_p50_ratio"],
+                )
+            )
     tracing = f.get("tracing")
     if tracing:
         rows.append(
