@@ -15,6 +15,11 @@ from components.common.onnx_export import ENCODER_FILE, INT8_MODEL_FILE, MODEL_F
 
 logger = logging.getLogger(__name__)
 
+# Most tokens (texts x padded length) per ONNX Runtime call. Each layer's attention scores are
+# texts x heads x length x length floats: kept this small they stay in the CPU cache, and a batch of
+# long chunks embeds faster in several calls than in one (docs/embedding-backends.md).
+TOKENS_PER_RUN = 512
+
 
 class OnnxSentenceEncoder:
     """
@@ -76,11 +81,23 @@ class OnnxSentenceEncoder:
             "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
             "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
         }
-        tokens = self.session.run(None, {name: arrays[name] for name in self.input_names})[0]
-        pooled = self._pool(tokens, arrays["attention_mask"])
+        lengths = arrays["attention_mask"].sum(axis=1)
+        rows = max(1, TOKENS_PER_RUN // max(1, int(lengths.max())))
+        pooled = np.concatenate(
+            [
+                self._run(arrays, start, start + rows, int(lengths[start : start + rows].max()))
+                for start in range(0, len(texts), rows)
+            ]
+        )
         if self.normalize:
             pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
         return pooled.astype(np.float32)
+
+    def _run(self, arrays: dict[str, np.ndarray], start: int, stop: int, length: int) -> np.ndarray:
+        """Pooled vectors of rows start:stop, cut to their own longest text (the padding is on the right)."""
+        feed = {name: array[start:stop, :length] for name, array in arrays.items()}
+        tokens = self.session.run(None, {name: feed[name] for name in self.input_names})[0]
+        return self._pool(tokens, feed["attention_mask"])
 
     def _pool(self, tokens: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         mask = attention_mask[..., None].astype(tokens.dtype)

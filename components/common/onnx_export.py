@@ -34,7 +34,8 @@ MODEL_FILE = "model.onnx"
 INT8_MODEL_FILE = "model_int8.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 # Bump when the export's files or encoder.json change shape: older exports are then made again.
-EXPORT_FORMAT = 1
+# 2: the graph is traced with eager attention (see export_model).
+EXPORT_FORMAT = 2
 ONNX_OPSET = 17
 # Pooling modes the runtime encoder implements (sentence-transformers' names).
 SUPPORTED_POOLING = ("mean", "cls", "max")
@@ -62,7 +63,8 @@ def _model_files(model_dir: Path) -> list[Path]:
 
 
 def _stat_key(model_dir: Path, files: list[Path]) -> str:
-    digest = hashlib.sha256(str(model_dir).encode())
+    # The format too: a note written for an older export format must not lead to that export.
+    digest = hashlib.sha256(f"{model_dir}\0format={EXPORT_FORMAT}".encode())
     for path in files:
         stat = path.stat()
         digest.update(f"{path.relative_to(model_dir)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
@@ -196,7 +198,12 @@ def export_model(model_dir: Path, output: Path) -> None:
     """Export a model folder into `output` (written beside it, then renamed into place)."""
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    # Eager attention traces to plain MatMul/Softmax; the default (torch's fused SDPA kernel) traces
+    # to extra IsNaN/Where passes over every batch x heads x length x length score tensor, which
+    # cost ONNX Runtime a large share of its indexing throughput (docs/embedding-backends.md).
+    model = SentenceTransformer(
+        str(model_dir), device="cpu", local_files_only=True, model_kwargs={"attn_implementation": "eager"}
+    )
     settings = _encoder_settings(model)
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}-", dir=output.parent))

@@ -325,6 +325,10 @@ class HaystackVectorSearch:
         """The collection's vector index as Milvus describes it (None before the first search)."""
         return self._layout.index_type if self._layout is not None else None
 
+    def retrievers(self) -> tuple[Any, Any]:
+        """milvus-haystack's dense and BM25 retrievers on the collection (the BM25 one None without `sparse`)."""
+        return self._ready_retriever(), self._sparse_retriever
+
     def _reconnect_next_time(self, failed) -> None:
         """Drop the retriever a call failed on (not a newer one another lookup opened meanwhile)."""
         if self._retriever is failed or self._sparse_retriever is failed:

@@ -196,7 +196,8 @@ class TraceWriter:
     def warm_up(self) -> None:
         """
         Create or migrate the schema (a database that is down is not an error: records spool
-        until it is back) and start MLflow set-up in the background. Idempotent.
+        until it is back) and start MLflow set-up in the background (on the first sampled trace
+        instead in a process that defers it: `mlflow_sink.defer_setup`). Idempotent.
         """
         if self._warm:
             return
@@ -209,7 +210,7 @@ class TraceWriter:
         stage_recorder.install()
         if self.tracking_uri:
             self._sink = get_sink(self.tracking_uri, self.experiment, self.artifact_location)
-            self._sink.start()
+            self._sink.warm_up()
         self._warm = True
 
     def to_dict(self) -> dict[str, Any]:

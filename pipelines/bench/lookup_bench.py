@@ -1,7 +1,7 @@
 """`knowledge bench lookup`: `LookupService.lookup` against two floors measured in the same run: one
 query embedding plus one raw Milvus search (the dense floor), and one embedding plus one dense and
 one BM25 search with the same filter (the hybrid floor, the least any hybrid retriever pays on
-Milvus); see docs/benchmarks.md."""
+Milvus); beside them the stock Haystack hybrid as a peer; see docs/benchmarks.md."""
 
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -110,6 +110,7 @@ class LookupCase:
     path: str
     filter_expression: str | None
     fallback_reason: str | None
+    category: str | None = None
 
 
 def classify_queries(service, queries: Iterable[str]) -> list[LookupCase]:
@@ -118,7 +119,9 @@ def classify_queries(service, queries: Iterable[str]) -> list[LookupCase]:
     for query in queries:
         result = service.lookup(query)
         path, expression = lookup_path(result)
-        cases.append(LookupCase(query, path, expression, result.retrieval_trace.fallback_reason))
+        attempts = result.retrieval_trace.attempts
+        category = attempts[0].category_filter if attempts else None
+        cases.append(LookupCase(query, path, expression, result.retrieval_trace.fallback_reason, category))
     return cases
 
 
@@ -157,9 +160,12 @@ class LookupFloor:
             anns_field=VECTOR_FIELD,
         )[0]
 
+    def run_case(self, case: LookupCase):
+        return self.run(case.query, case.filter_expression)
+
     def time(self, cases: Iterable[LookupCase]) -> list[float]:
         """Wall-clock milliseconds of the floor for each case, in order."""
-        return [call_ms(lambda c=case: self.run(c.query, c.filter_expression))[0] for case in cases]
+        return [call_ms(lambda c=case: self.run_case(c))[0] for case in cases]
 
 
 class HybridFloor(LookupFloor):
@@ -185,6 +191,44 @@ class HybridFloor(LookupFloor):
         return dense, sparse
 
 
+class StockHybrid:
+    """
+    The stock Haystack hybrid, a peer rather than a floor: the pipeline's query embedding, then a
+    Haystack `Pipeline` of milvus-haystack's `MilvusEmbeddingRetriever` (top_k) and
+    `MilvusSparseEmbeddingRetriever` (Milvus' built-in BM25 function, `bm25_top_k`) on the same
+    collection with the same category filter, joined by `DocumentJoiner` (reciprocal rank fusion, top_k).
+    """
+
+    def __init__(self, cfg: DictConfig, query_embedder) -> None:
+        from haystack import Pipeline
+        from haystack.components.joiners import DocumentJoiner
+
+        dense, sparse = knowledge_store(cfg).vector_search("haystack").retrievers()
+        self.top_k = {"dense": cfg.retrieval.top_k, "bm25": cfg.retrieval.bm25_top_k or cfg.retrieval.top_k}
+        self.embedder = query_embedder
+        self.pipeline = Pipeline()
+        self.pipeline.add_component("dense", dense)
+        self.pipeline.add_component("bm25", sparse)
+        self.pipeline.add_component(
+            "joiner", DocumentJoiner(join_mode="reciprocal_rank_fusion", top_k=cfg.retrieval.top_k)
+        )
+        self.pipeline.connect("dense.documents", "joiner.documents")
+        self.pipeline.connect("bm25.documents", "joiner.documents")
+
+    def run(self, query: str, category: str | None):
+        from components.stores.milvus_collection import CATEGORY_FIELD
+
+        embedding = self.embedder.run(texts=[query])["embeddings"][0]
+        filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
+        inputs = {"dense": {"query_embedding": list(embedding)}, "bm25": {"query_text": query}}
+        for name, arguments in inputs.items():
+            arguments.update(filters=filters, top_k=self.top_k[name])
+        return self.pipeline.run(inputs)["joiner"]["documents"]
+
+    def run_case(self, case: LookupCase):
+        return self.run(case.query, case.category)
+
+
 def pick_cases(cases: Sequence[LookupCase], path: str, count: int) -> list[LookupCase]:
     """`count` cases of one path, cycling through the distinct ones when there are fewer."""
     matching = [c for c in cases if c.path == path]
@@ -194,22 +238,22 @@ def pick_cases(cases: Sequence[LookupCase], path: str, count: int) -> list[Looku
 
 
 def measure_path(
-    service, floors: dict[str, LookupFloor], cases: Sequence[LookupCase], warmups: int = WARMUP_LOOKUPS
+    service, floors: dict[str, Any], cases: Sequence[LookupCase], warmups: int = WARMUP_LOOKUPS
 ) -> dict[str, Any]:
     """
-    Pipeline and floor latencies of one path (`floors` by name: "floor", the dense one, and
-    "hybrid_floor"). Each case is timed on every side back to back, the order rotating, so
+    Pipeline and floor latencies of one path (`floors` by name: "floor", the dense one,
+    "hybrid_floor", and the peer "stock_hybrid": anything with `run_case`). Each case is timed on every side back to back, the order rotating, so
     background load (other work on the machine) weighs on all alike. Process CPU time is recorded
     beside wall time: it is far less sensitive to other processes.
     """
     for case in cases[:warmups]:
         service.lookup(case.query)
         for floor in floors.values():
-            floor.run(case.query, case.filter_expression)
+            floor.run_case(case)
     sides: dict[str, list[tuple[float, float]]] = {"pipeline": [], **{name: [] for name in floors}}
     for number, case in enumerate(cases):
         calls = [("pipeline", lambda c=case: service.lookup(c.query))]
-        calls += [(name, lambda c=case, f=floor: f.run(c.query, c.filter_expression)) for name, floor in floors.items()]
+        calls += [(name, lambda c=case, f=floor: f.run_case(c)) for name, floor in floors.items()]
         shift = number % len(calls)
         for side, function in calls[shift:] + calls[:shift]:
             sides[side].append(call_ms(function))
@@ -233,6 +277,8 @@ def measure_path(
     if "hybrid_floor" in floors:
         figures["hybrid_p50_ratio"] = p50_ratio("hybrid_floor", 0)
         figures["hybrid_cpu_p50_ratio"] = round(p50_ratio("hybrid_floor", 1), 3)
+    if "stock_hybrid" in floors:
+        figures["stock_hybrid_p50_ratio"] = round(p50_ratio("stock_hybrid", 0), 3)
     return figures
 
 
@@ -274,6 +320,7 @@ def bench_lookup(
         floors = {"floor": LookupFloor(cfg, embedder)}
         if cfg.milvus.full_text and cfg.retrieval.bm25_top_k > 0:
             floors["hybrid_floor"] = HybridFloor(cfg, embedder)
+            floors["stock_hybrid"] = StockHybrid(cfg, embedder)
 
         paths: dict[str, Any] = {}
         for path in ("filtered", "fallback"):
@@ -352,6 +399,12 @@ def format_lookup_figures(f: dict[str, Any]) -> str:
                 f"{'':<17} hybrid floor (embedding + dense + BM25 search) p50 {p['hybrid_floor']['p50_ms']:.1f} ms "
                 f"p95 {p['hybrid_floor']['p95_ms']:.1f} ms | p50 ratio {p['hybrid_p50_ratio']:.3f} "
                 f"({verdict} target <= {p['hybrid_target_p50_ratio']}); CPU ratio {p['hybrid_cpu_p50_ratio']:.2f}"
+            )
+        if "stock_hybrid" in p:
+            lines.append(
+                f"{'':<17} stock Haystack hybrid (dense + BM25 retrievers, DocumentJoiner) p50 "
+                f"{p['stock_hybrid']['p50_ms']:.1f} ms p95 {p['stock_hybrid']['p95_ms']:.1f} ms | "
+                f"pipeline / stock p50 {p['stock_hybrid_p50_ratio']:.3f} (a peer, no target)"
             )
         lines.append(
             f"{'':<17} CPU time p50: pipeline {p['pipeline']['cpu_p50_ms']:.1f} ms, floor "

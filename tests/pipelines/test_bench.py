@@ -131,13 +131,13 @@ def test_bench_lookup_smoke(tiny_corpus):
     assert set(figures["paths"]) <= {"filtered", "fallback"} and figures["paths"]
     for path, p in figures["paths"].items():
         assert p["queries"] == 3
-        for side in ("pipeline", "floor", "hybrid_floor"):
+        for side in ("pipeline", "floor", "hybrid_floor", "stock_hybrid"):
             assert _positive(p[side]["p50_ms"]) and _positive(p[side]["p95_ms"]), (path, side)
-        assert _positive(p["p50_ratio"]) and _positive(p["hybrid_p50_ratio"])
+        assert _positive(p["p50_ratio"]) and _positive(p["hybrid_p50_ratio"]) and _positive(p["stock_hybrid_p50_ratio"])
         assert isinstance(p["meets_hybrid_target"], bool)
         assert isinstance(p["meets_target"], bool)
         assert p["other_cpu_share"] is None or p["other_cpu_share"] >= 0
-    assert "p50 ratio" in printed[-1] and "hybrid floor" in printed[-1]
+    assert "p50 ratio" in printed[-1] and "hybrid floor" in printed[-1] and "stock Haystack hybrid" in printed[-1]
     tracing = figures["tracing"]  # MLflow tracing off vs on, in the same run
     assert _positive(tracing["off"]["p50_ms"]) and _positive(tracing["on"]["p50_ms"])
     assert tracing["tracking_uri"].startswith("sqlite:///") and isinstance(tracing["within_limit"], bool)

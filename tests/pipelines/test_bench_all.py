@@ -8,7 +8,8 @@ import json
 import mlflow
 import pytest
 
-from pipelines.bench.all import PARTS, format_table, numeric_leaves, table_rows
+from pipelines.bench.all import numeric_leaves
+from pipelines.bench.all_table import PARTS, format_table, table_rows
 from pipelines.cli import main
 from tests.conftest import state_overrides
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from components.common.embedding_models import load_onnx_encoder, resolve_model
-from components.common.onnx_export import OnnxExportError, ensure_exported, export_dir
+from components.common.onnx_encoder import TOKENS_PER_RUN, OnnxSentenceEncoder
+from components.common.onnx_export import MODEL_FILE, OnnxExportError, ensure_exported, export_dir
 from components.errors import BadInputError
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from tests.conftest import EVAL_DIR, SAMPLE_KB
@@ -50,6 +51,37 @@ def test_a_text_gets_the_same_vector_alone_or_padded_in_a_batch():
     together = encoder.encode(texts)
     alone = np.vstack([encoder.encode([text]) for text in texts])
     assert np.allclose(together, alone, atol=1e-5)
+
+
+class RecordingSession:
+    """The encoder's real ONNX Runtime session, recording the input shape of each call."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.shapes: list[tuple[int, int]] = []
+
+    def run(self, outputs, feed):
+        self.shapes.append(feed["input_ids"].shape)
+        return self.session.run(outputs, feed)
+
+
+def test_a_batch_of_long_texts_runs_in_calls_of_a_few_hundred_tokens():
+    encoder = OnnxSentenceEncoder(ensure_exported(resolve_model(MODEL)))
+    texts = sample_texts()
+    whole = encoder.encode(texts, batch_size=32)
+    encoder.session = RecordingSession(encoder.session)
+    again = encoder.encode(texts, batch_size=32)
+    assert len(encoder.session.shapes) > 1
+    assert all(rows * length <= TOKENS_PER_RUN or rows == 1 for rows, length in encoder.session.shapes)
+    assert np.allclose(whole, again, atol=1e-6)
+
+
+def test_the_export_traces_plain_attention():
+    import onnx
+
+    graph = onnx.load(str(ensure_exported(resolve_model(MODEL)) / MODEL_FILE)).graph
+    # The SDPA trace masks every score tensor again with IsNaN/Where; eager attention does not.
+    assert "IsNaN" not in {node.op_type for node in graph.node}
 
 
 def test_int8_variant_is_close_but_its_own_export():
