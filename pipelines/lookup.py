@@ -53,11 +53,17 @@ class LookupService:
     ```
     """
 
-    def __init__(self, cfg: DictConfig, pipeline: Pipeline | None = None) -> None:
+    def __init__(self, cfg: DictConfig, pipeline: Pipeline | None = None, one_shot: bool = False) -> None:
+        """
+        :param one_shot: The process runs one lookup and exits: MLflow is set up on the first
+            sampled trace rather than at warm-up (its import takes longer than the lookup).
+        """
         self.cfg = cfg
         self.pipeline = pipeline or build_lookup_pipeline(cfg)
         self._warm = False
         self._warm_lock = threading.Lock()
+        if one_shot and self.trace_writer is not None:
+            self.trace_writer.defer_mlflow_setup()
 
     @property
     def trace_writer(self) -> TraceWriter | None:

@@ -32,9 +32,6 @@ _ASYNC_DEFAULTS = {
     "MLFLOW_ASYNC_TRACE_LOGGING_MAX_WORKERS": "1",
     "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "200",
 }
-# Set by `defer_setup`: sinks set MLflow up on their first trace rather than at warm-up.
-_deferred = False
-
 
 def _probe(tracking_uri: str) -> str | None:
     """None when the tracking URI looks usable; otherwise why not (one TCP connect for servers)."""
@@ -122,13 +119,8 @@ class MlflowTraceSink:
         self._thread: threading.Thread | None = None
         self._failure_warned = False
 
-    def warm_up(self) -> None:
-        """Start MLflow's set-up now, unless this process defers it to its first trace (`defer_setup`)."""
-        if not _deferred:
-            self.start()
-
     def start(self) -> None:
-        """Set MLflow up in the background (idempotent)."""
+        """Set MLflow up in the background (idempotent); the first submitted trace starts it too."""
         with self._lock:
             if self._thread is None and self.state == "pending":
                 self._thread = threading.Thread(target=self._set_up, name="knowledge-mlflow-setup", daemon=True)
@@ -238,16 +230,6 @@ _sinks: dict[tuple[str, str], MlflowTraceSink] = {}
 _sinks_lock = threading.Lock()
 _uri_lock = threading.Lock()
 _process_uri: str | None = None
-
-
-def defer_setup() -> None:
-    """
-    For a process that runs one lookup and exits: MLflow's import (seconds, longer than the lookup
-    itself) runs only once a trace is sampled, not at warm-up, and an unsampled lookup exits
-    without it. A long-running process keeps the default, set-up at warm-up, off the lookups' path.
-    """
-    global _deferred
-    _deferred = True
 
 
 def get_sink(tracking_uri: str, experiment: str, artifact_location: str | None = None) -> MlflowTraceSink:

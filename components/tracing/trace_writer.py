@@ -191,13 +191,18 @@ class TraceWriter:
         self.sample_rate = sample_rate
         self.store = TraceStore(db_url, spool_path, retry_interval=retry_interval, timeout_s=timeout_s)
         self._sink: MlflowTraceSink | None = None
+        self._mlflow_at_warm_up = True
         self._warm = False
+
+    def defer_mlflow_setup(self) -> None:
+        """Set MLflow up on the first sampled trace instead of at warm-up (a one-lookup process)."""
+        self._mlflow_at_warm_up = False
 
     def warm_up(self) -> None:
         """
         Create or migrate the schema (a database that is down is not an error: records spool
         until it is back) and start MLflow set-up in the background (on the first sampled trace
-        instead in a process that defers it: `mlflow_sink.defer_setup`). Idempotent.
+        instead after `defer_mlflow_setup`). Idempotent.
         """
         if self._warm:
             return
@@ -210,7 +215,8 @@ class TraceWriter:
         stage_recorder.install()
         if self.tracking_uri:
             self._sink = get_sink(self.tracking_uri, self.experiment, self.artifact_location)
-            self._sink.warm_up()
+            if self._mlflow_at_warm_up:
+                self._sink.start()
         self._warm = True
 
     def to_dict(self) -> dict[str, Any]:

@@ -57,11 +57,10 @@ def run(args: argparse.Namespace) -> int:
 def _lookup_one(args: argparse.Namespace, overrides: list[str]) -> int:
     cfg = lookup_config(overrides)
     from components.contracts import STATUS_ERROR
-    from components.tracing.mlflow_sink import defer_setup
     from pipelines.lookup import LookupService
 
-    defer_setup()  # one lookup, then exit: MLflow is imported only if its trace is sampled
-    result = LookupService(cfg).lookup(args.query)
+    # One lookup, then exit: MLflow is imported only if its trace is sampled.
+    result = LookupService(cfg, one_shot=True).lookup(args.query)
     print(json.dumps(_shown(result, args.view), ensure_ascii=False, indent=None if args.compact else 2))
     if result.evidence_status == STATUS_ERROR:
         _report_failure(result)

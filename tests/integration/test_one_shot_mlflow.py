@@ -1,12 +1,16 @@
 """
 A one-shot `knowledge lookup` with MLflow configured imports MLflow only when its trace is sampled
-(`mlflow_sink.defer_setup`): an unsampled lookup exits without it, a sampled one still writes its trace.
+(`LookupService(one_shot=True)`): an unsampled lookup exits without it, a sampled one still writes its trace.
 """
 
 import json
 import subprocess
 import sys
 
+from components.tracing.mlflow_sink import get_sink
+from pipelines.lookup import LookupService
+from pipelines.settings import load_config
+from tests.conftest import sample_overrides, state_overrides
 from tests.helpers import REPO, child_env
 
 DISK_QUERY = "disk almost full on a worker node"
@@ -50,3 +54,26 @@ def test_an_unsampled_one_shot_lookup_never_imports_mlflow(served_index, tmp_pat
 
 def test_a_sampled_one_shot_lookup_still_writes_its_trace(served_index, tmp_path):
     assert _child_lookup(served_index, tmp_path, 1.0) == {"code": 0, "mlflow_imported": True, "traces": 1}
+
+
+def test_a_one_shot_service_defers_only_its_own_mlflow_setup(sample_cfg, tmp_path):
+    """A one-shot lookup run in-process (the CLI's) must not change when other services set MLflow up."""
+    unreachable = "http://127.0.0.1:9"
+
+    def warmed(experiment: str, **options) -> LookupService:
+        overrides = sample_overrides(
+            sample_cfg,
+            f"trace.db_url=sqlite:///{tmp_path}/{experiment}.db",
+            f"mlflow.tracking_uri='{unreachable}'",
+            f"mlflow.experiment={experiment}",
+        )
+        service = LookupService(load_config(state_overrides(tmp_path / experiment, *overrides)), **options)
+        service.warm_up()
+        return service
+
+    warmed("one-shot", one_shot=True)
+    warmed("long-running")
+    assert get_sink(unreachable, "one-shot").state == "pending"  # no trace sampled: MLflow never set up
+    long_running = get_sink(unreachable, "long-running")
+    assert long_running.flush(timeout=30)
+    assert long_running.state == "disabled"  # set up (and found unreachable) at warm-up, without a trace
