@@ -33,6 +33,7 @@ _ASYNC_DEFAULTS = {
     "MLFLOW_ASYNC_TRACE_LOGGING_MAX_SPAN_BATCH_SIZE": "200",
 }
 
+
 def _probe(tracking_uri: str) -> str | None:
     """None when the tracking URI looks usable; otherwise why not (one TCP connect for servers)."""
     parsed = urlparse(tracking_uri)
