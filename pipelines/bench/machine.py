@@ -38,7 +38,8 @@ def settle(limit_s: float = 120.0, window_s: float = 1.0, busy_share: float = 0.
 class OtherCpu:
     """
     How much CPU other processes took while a block ran: the machine's busy time (/proc/stat)
-    minus this process's CPU time, as a share of all CPUs over the wall time. On a shared
+    minus the CPU time of this process and of its children that ended (a bench's own servers
+    and one-shot commands are not "other"), as a share of all CPUs over the wall time. On a shared
     machine this tells whether figures were taken on a quiet or a contended machine (torch's
     threads slow down sharply when a core is taken). None where /proc/stat does not exist.
 
@@ -49,15 +50,21 @@ class OtherCpu:
 
     def __enter__(self) -> "OtherCpu":
         self.share: float | None = None
-        self._start = (_machine_busy_s(), time.process_time(), time.perf_counter())
+        self._start = (_machine_busy_s(), _own_cpu_s(), time.perf_counter())
         return self
 
     def __exit__(self, *_exc_info) -> None:
-        busy, own, wall = _machine_busy_s(), time.process_time(), time.perf_counter()
+        busy, own, wall = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
         if busy is None or self._start[0] is None or wall <= self._start[2]:
             return
         others = (busy - self._start[0]) - (own - self._start[1])
         self.share = round(max(0.0, others) / ((wall - self._start[2]) * (os.cpu_count() or 1)), 3)
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process and of its children that ended and were waited for."""
+    times = os.times()
+    return time.process_time() + times.children_user + times.children_system
 
 
 def _machine_busy_s() -> float | None:
