@@ -47,7 +47,10 @@ def _add_index(bench_sub) -> argparse.ArgumentParser:
 
 def _add_lookup(bench_sub) -> argparse.ArgumentParser:
     parser = command_parser(
-        bench_sub, "lookup", help="lookup latency (p50/p95) vs one embedding + one raw MilvusClient.search"
+        bench_sub,
+        "lookup",
+        help="lookup latency (p50/p95) vs the dense floor (one embedding + one raw search) and the hybrid floor "
+        "(+ one BM25 search), the stock Haystack hybrid beside them",
     )
     parser.add_argument("--corpus", metavar="DIR", help=DEFAULT_CORPUS_HELP)
     parser.add_argument("--min-chunks", type=int, default=10000, help="collection size, in chunks")
