@@ -53,6 +53,12 @@ def test_a_text_gets_the_same_vector_alone_or_padded_in_a_batch():
     assert np.allclose(together, alone, atol=1e-5)
 
 
+def test_idle_intra_op_threads_sleep_rather_than_spin():
+    """Spinning threads take the cores that concurrent requests need (docs/embedding-backends.md)."""
+    options = OnnxSentenceEncoder(ensure_exported(resolve_model(MODEL))).session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
 class RecordingSession:
     """The encoder's real ONNX Runtime session, recording the input shape of each call."""
 

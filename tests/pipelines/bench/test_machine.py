@@ -11,8 +11,10 @@ BURN_ONE_SECOND = "import time\nend = time.process_time() + 1.0\nwhile time.proc
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat")
-def test_cpu_of_a_child_the_bench_ran_is_not_counted_as_other_processes():
+def test_cpu_of_children_the_bench_ran_is_not_counted_as_other_processes():
     with OtherCpu() as other:
-        subprocess.run([sys.executable, "-c", BURN_ONE_SECOND], check=True)
-    # The child's second of CPU is most of the block's busy time; counted as "other" it would be ~50%.
-    assert other.share is not None and other.share < 0.25
+        children = [subprocess.Popen([sys.executable, "-c", BURN_ONE_SECOND]) for _ in range(2)]
+        assert [child.wait() for child in children] == [0, 0]
+    # Two children each burning a CPU-second: counted as "other", they alone would be most of the
+    # machine's CPUs (about 100% on 2 cores); what remains is only the machine's background load.
+    assert other.share is not None and other.share < 0.5
