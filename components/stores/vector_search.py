@@ -16,6 +16,7 @@ stored dense vectors, so a chunk only the BM25 leg found gets the same raw score
 dense search would give it (`sdk_raw_score`, `haystack_raw_score`), without a second search.
 """
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -106,6 +107,9 @@ class VectorSearch(Protocol):
     @property
     def layout(self) -> CollectionLayout: ...
 
+    @property
+    def known_layout(self) -> CollectionLayout | None: ...
+
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]: ...
 
     def top_similarity(self, embedding: list[float], category: str | None) -> float: ...
@@ -158,15 +162,22 @@ class SdkVectorSearch:
         self.collection = store.collection
         self._client = None
         self._layout: CollectionLayout | None = None
+        self._opening = threading.Lock()  # a lookup's legs run side by side: one of them opens the client
 
     def _ready_client(self):
-        if self._client is None:
-            self._client, self._layout = self.store.open_collection()
-        return self._client
+        with self._opening:
+            if self._client is None:
+                self._client, self._layout = self.store.open_collection()
+            return self._client
 
     @property
     def layout(self) -> CollectionLayout:
         self._ready_client()
+        return self._layout
+
+    @property
+    def known_layout(self) -> CollectionLayout | None:
+        """The layout read when the collection was last opened (None before), without opening it."""
         return self._layout
 
     @property
@@ -287,13 +298,23 @@ class HaystackVectorSearch:
         self._retriever = None
         self._sparse_retriever = None
         self._layout: CollectionLayout | None = None
+        self._opening = threading.Lock()  # a lookup's legs run side by side: one of them opens the store
 
     @property
     def layout(self) -> CollectionLayout:
         self._ready_retriever()
         return self._layout
 
+    @property
+    def known_layout(self) -> CollectionLayout | None:
+        """The layout read when the collection was last opened (None before), without opening it."""
+        return self._layout
+
     def _ready_retriever(self):
+        with self._opening:
+            return self._open_retriever()
+
+    def _open_retriever(self):
         if self._retriever is None:
             from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever, MilvusSparseEmbeddingRetriever
 

@@ -2,7 +2,8 @@
 A filtered and a fallback lookup stage by stage (`knowledge bench lookup --profile N`): the
 median of each pipeline component's wall time (Haystack's component spans, through
 `stage_recorder`) and, inside the retriever, of each Milvus search it waits on, by leg and scope.
-What the retriever spends beside its searches (merging, scoring stored vectors) is its own row.
+The retriever's wall time minus the sum of its searches is its own row: its own work (merging,
+scoring stored vectors) when the searches run one after another, negative when they overlap.
 """
 
 import threading
@@ -16,20 +17,15 @@ from pipelines.bench.machine import call_ms, percentile
 SEARCH_METHODS = {"search": "dense search", "bm25_search": "BM25 search", "top_similarity": "outscored check"}
 RETRIEVER = "retriever"
 TOTAL = "lookup (LookupService.lookup)"
-OWN = "retriever: its own work between searches"
+OWN = "retriever minus the sum of its searches (negative: searches overlapped)"
 
 
 class SearchTimer:
-    """Wraps the methods of the retriever's vector searches to time each call, per thread."""
+    """Wraps the methods of the retriever's vector searches to time each call (also in its leg threads)."""
 
     def __init__(self) -> None:
-        self._local = threading.local()
-
-    @property
-    def calls(self) -> list[tuple[str, float]]:
-        if not hasattr(self._local, "calls"):
-            self._local.calls = []
-        return self._local.calls
+        self.calls: list[tuple[str, float]] = []
+        self._lock = threading.Lock()
 
     def wrap(self, search) -> None:
         for method, label in SEARCH_METHODS.items():
@@ -43,7 +39,8 @@ class SearchTimer:
                 return method(*args, **kwargs)
             finally:
                 scope = "filtered" if category else "unfiltered"
-                self.calls.append((f"retriever: {label}, {scope}", (time.perf_counter() - started) * 1000))
+                with self._lock:
+                    self.calls.append((f"retriever: {label}, {scope}", (time.perf_counter() - started) * 1000))
 
         return timed
 
