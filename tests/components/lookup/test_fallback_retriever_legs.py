@@ -112,7 +112,7 @@ def test_on_milvus_lite_the_retry_waits_for_the_outscored_check(topics_cfg, wate
 
 
 def test_on_a_server_the_retry_starts_beside_the_outscored_check_with_the_same_result(
-    lite_server_topics, topics_cfg, embed
+    lite_server_topics, topics_cfg, watering
 ):
     transform, vectors = watering
     retriever = make(lite_server_topics, **OUTSCORED)
@@ -133,7 +133,9 @@ def test_on_a_server_the_retry_starts_beside_the_outscored_check_with_the_same_r
     assert _outcome(speculative) == _outcome(on_file)
 
 
-def test_on_a_server_a_filtered_attempt_that_stands_after_the_check_drops_the_started_retry(lite_server_topics, embed):
+def test_on_a_server_a_filtered_attempt_that_stands_after_the_check_drops_the_started_retry(
+    lite_server_topics, watering
+):
     transform, vectors = watering
     retriever = make(lite_server_topics, outscored_margin=0.05, outscored_check_below=1.0)
 
