@@ -59,10 +59,14 @@ def fingerprint(result) -> dict[str, Any]:
     }
 
 
-def hit_at_1(queries: list[EvalQuery], results: list[dict[str, Any]]) -> float:
-    answerable = [(query, result) for query, result in zip(queries, results, strict=True) if query.answerable]
+def hit_at_1(queries: list[EvalQuery], results: list[dict[str, Any]]) -> str:
+    """hit@1 over the answerable queries; over a set of off-topic ones, the share answered `found=false`."""
+    pairs = list(zip(queries, results, strict=True))
+    answerable = [(query, result) for query, result in pairs if query.answerable]
+    if not answerable:
+        return f"{sum(not result['found'] for _, result in pairs) / len(pairs):.3f} not found"
     hits = [bool(result["sources"]) and result["sources"][0] in query.relevant for query, result in answerable]
-    return sum(hits) / len(hits) if hits else 0.0
+    return f"{sum(hits) / len(hits):.3f}"
 
 
 def engine_overrides(engine: str, uris: dict[str, str]) -> list[str]:
@@ -141,7 +145,7 @@ def summary_row(name: str, queries: list[EvalQuery], results: dict[str, list], e
             cells.append(f"{len(queries) - len(differing)}/{len(queries)}")
         else:
             cells.append("-")
-    cells += [f"{hit_at_1(queries, results[engine]):.3f}" if engine in engines else "-" for engine in ENGINES]
+    cells += [hit_at_1(queries, results[engine]) if engine in engines else "-" for engine in ENGINES]
     return "| " + " | ".join(cells) + " |"
 
 
