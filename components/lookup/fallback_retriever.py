@@ -276,9 +276,16 @@ class FallbackRetriever:
         return path if search is not None and search.known_layout is not None else None
 
     def _start_bm25(self, category: str | None, query: str, embedding: list[float]) -> PendingSearch:
-        """The BM25 leg started beside the dense one, when it will run on an open collection with full text."""
+        """
+        The BM25 leg started beside the dense one, when it will run on an open collection with
+        full text. Not on Milvus Lite when the dense leg may make it needless (`_bm25_cannot_change`):
+        Lite searches in this process, and a search run for nothing takes the CPU the others need.
+        """
         path = self._warm_path()
         if path is None or self.bm25_top_k <= 0 or not self._search(path).known_layout.has_sparse:
+            return PendingSearch(None)
+        may_be_needless = category is not None and self._search(path).described_index_type in EXACT_INDEX_TYPES
+        if may_be_needless and is_local_uri(self.store.uri):
             return PendingSearch(None)
         search = self._search(path)
         return PendingSearch(self._in_background(search.bm25_search, query, embedding, self.bm25_top_k, category), path)

@@ -85,15 +85,29 @@ def test_a_warm_attempt_runs_its_bm25_leg_beside_the_dense_leg_with_the_same_res
     retriever = make(topics_cfg, vector_store_mode=mode)
 
     def run():
-        return retriever.run(query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors)
+        return retriever.run(query_transform=transform, hints=L0Hints(), embeddings=vectors)
 
     serial = run()
     spy = SearchSpy(retriever._search(mode))
     side_by_side = run()
-    assert spy.threads_of("search", "gardening") == {threading.current_thread().name}
-    assert leg_thread(spy.threads_of("bm25_search", "gardening"))
+    assert spy.threads_of("search", None) == {threading.current_thread().name}
+    assert leg_thread(spy.threads_of("bm25_search", None))
     assert _outcome(side_by_side) == _outcome(serial)
     assert side_by_side["retrieval_trace"].attempts[0].legs == ["dense", "bm25"]
+
+
+def test_on_milvus_lite_a_filtered_exact_attempt_runs_bm25_only_when_it_can_change_something(topics_cfg, watering):
+    transform, vectors = watering
+    retriever = make(topics_cfg)
+
+    def run():
+        return retriever.run(query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors)
+
+    run()
+    spy = SearchSpy(retriever._search("sdk"))
+    assert run()["retrieval_trace"].attempts[0].legs == ["dense", "bm25"]
+    # After the dense leg, in this thread: a BM25 search the dense leg makes needless is never run here.
+    assert spy.threads_of("bm25_search", "gardening") == {threading.current_thread().name}
 
 
 def test_on_milvus_lite_the_retry_waits_for_the_outscored_check(topics_cfg, watering):
