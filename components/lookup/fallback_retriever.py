@@ -260,8 +260,7 @@ class FallbackRetriever:
         """
         On a Milvus server, the unfiltered retry's two legs started beside the outscored check
         (they do not depend on it): a retry then waits for one round of searches, not two. Its
-        results are dropped when the filtered attempt stands. Not on Milvus Lite, whose searches
-        run in this process and would take the check's CPU.
+        results are dropped when the filtered attempt stands. Not on Milvus Lite (see `_start_bm25`).
         """
         path = self._warm_path()
         if path is None or is_local_uri(self.store.uri):
@@ -277,15 +276,14 @@ class FallbackRetriever:
 
     def _start_bm25(self, category: str | None, query: str, embedding: list[float]) -> PendingSearch:
         """
-        The BM25 leg started beside the dense one, when it will run on an open collection with
-        full text. Not on Milvus Lite when the dense leg may make it needless (`_bm25_cannot_change`):
-        Lite searches in this process, and a search run for nothing takes the CPU the others need.
+        The BM25 leg started beside the dense one, on a Milvus server, when it will run on an open
+        collection with full text. Not on Milvus Lite: its searches run in this process and hold
+        its interpreter, so side by side they only slowed each other (docs/benchmarks.md).
         """
         path = self._warm_path()
-        if path is None or self.bm25_top_k <= 0 or not self._search(path).known_layout.has_sparse:
+        if path is None or self.bm25_top_k <= 0 or is_local_uri(self.store.uri):
             return PendingSearch(None)
-        may_be_needless = category is not None and self._search(path).described_index_type in EXACT_INDEX_TYPES
-        if may_be_needless and is_local_uri(self.store.uri):
+        if not self._search(path).known_layout.has_sparse:
             return PendingSearch(None)
         search = self._search(path)
         return PendingSearch(self._in_background(search.bm25_search, query, embedding, self.bm25_top_k, category), path)

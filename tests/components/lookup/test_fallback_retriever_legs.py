@@ -1,8 +1,8 @@
 """
-FallbackRetriever's searches side by side, on real collections: once the collection is open, an
-attempt's BM25 leg runs in the retriever's leg threads beside its dense leg, and on a Milvus server
-(the Lite gRPC server) the unfiltered retry's legs start beside the outscored check. Results are
-those of the serial order.
+FallbackRetriever's searches side by side on a Milvus server (the Lite gRPC server), once the
+collection is open: an attempt's BM25 leg runs in the retriever's leg threads beside its dense
+leg, and the unfiltered retry's legs start beside the outscored check. Results are those of the
+serial order, which Milvus Lite keeps.
 """
 
 import threading
@@ -80,37 +80,25 @@ def make(cfg, **params) -> FallbackRetriever:
 
 
 @pytest.mark.parametrize("mode", ["sdk", "haystack"])
-def test_a_warm_attempt_runs_its_bm25_leg_beside_the_dense_leg_with_the_same_result(topics_cfg, watering, mode):
+def test_on_a_server_a_warm_attempt_runs_its_bm25_leg_beside_the_dense_leg_with_the_same_result(
+    lite_server_topics, watering, mode
+):
     transform, vectors = watering
-    retriever = make(topics_cfg, vector_store_mode=mode)
-
-    def run():
-        return retriever.run(query_transform=transform, hints=L0Hints(), embeddings=vectors)
-
-    serial = run()
-    spy = SearchSpy(retriever._search(mode))
-    side_by_side = run()
-    assert spy.threads_of("search", None) == {threading.current_thread().name}
-    assert leg_thread(spy.threads_of("bm25_search", None))
-    assert _outcome(side_by_side) == _outcome(serial)
-    assert side_by_side["retrieval_trace"].attempts[0].legs == ["dense", "bm25"]
-
-
-def test_on_milvus_lite_a_filtered_exact_attempt_runs_bm25_only_when_it_can_change_something(topics_cfg, watering):
-    transform, vectors = watering
-    retriever = make(topics_cfg)
+    retriever = make(lite_server_topics, vector_store_mode=mode)
 
     def run():
         return retriever.run(query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors)
 
-    run()
-    spy = SearchSpy(retriever._search("sdk"))
-    assert run()["retrieval_trace"].attempts[0].legs == ["dense", "bm25"]
-    # After the dense leg, in this thread: a BM25 search the dense leg makes needless is never run here.
-    assert spy.threads_of("bm25_search", "gardening") == {threading.current_thread().name}
+    serial = run()
+    spy = SearchSpy(retriever._search(mode))
+    side_by_side = run()
+    assert spy.threads_of("search", "gardening") == {threading.current_thread().name}
+    assert leg_thread(spy.threads_of("bm25_search", "gardening"))
+    assert _outcome(side_by_side) == _outcome(serial)
+    assert side_by_side["retrieval_trace"].attempts[0].legs == ["dense", "bm25"]
 
 
-def test_on_milvus_lite_the_retry_waits_for_the_outscored_check(topics_cfg, watering):
+def test_on_milvus_lite_every_search_runs_in_the_lookups_thread(topics_cfg, watering):
     transform, vectors = watering
     retriever = make(topics_cfg, **OUTSCORED)
 
@@ -121,8 +109,9 @@ def test_on_milvus_lite_the_retry_waits_for_the_outscored_check(topics_cfg, wate
     spy = SearchSpy(retriever._search("sdk"))
     assert run()["retrieval_trace"].fallback_reason == FALLBACK_OUTSCORED
     settled(retriever)
-    # Lite searches share this process's CPU: the retry's dense leg starts after the check, here.
-    assert spy.threads_of("search", None) == {threading.current_thread().name}
+    # Lite searches hold this process's interpreter: side by side they only slow each other.
+    assert {thread for _, _, thread in spy.calls} == {threading.current_thread().name}
+    assert len(spy.calls) == 5  # dense + BM25 filtered, the check, dense + BM25 unfiltered
 
 
 def test_on_a_server_the_retry_starts_beside_the_outscored_check_with_the_same_result(
