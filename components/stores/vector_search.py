@@ -149,7 +149,20 @@ def _candidate(
     )
 
 
-class SdkVectorSearch:
+class _OpenedCollection:
+    """What a path knows of its collection (`_layout`) from when it last opened it (None before), without opening it."""
+
+    @property
+    def known_layout(self) -> CollectionLayout | None:
+        return self._layout
+
+    @property
+    def described_index_type(self) -> str | None:
+        """The collection's vector index as Milvus describes it (None before the first search)."""
+        return self._layout.index_type if self._layout is not None else None
+
+
+class SdkVectorSearch(_OpenedCollection):
     """
     pymilvus `MilvusClient.search`, filtered on the `category` column, or on `metadata["category"]`
     in a collection without that column.
@@ -174,16 +187,6 @@ class SdkVectorSearch:
     def layout(self) -> CollectionLayout:
         self._ready_client()
         return self._layout
-
-    @property
-    def known_layout(self) -> CollectionLayout | None:
-        """The layout read when the collection was last opened (None before), without opening it."""
-        return self._layout
-
-    @property
-    def described_index_type(self) -> str | None:
-        """The collection's vector index as Milvus describes it (None before the first search)."""
-        return self._layout.index_type if self._layout is not None else None
 
     def describe_filter(self, category: str | None) -> str | None:
         if category is None:
@@ -287,7 +290,7 @@ class SdkVectorSearch:
         )
 
 
-class HaystackVectorSearch:
+class HaystackVectorSearch(_OpenedCollection):
     """milvus-haystack `MilvusEmbeddingRetriever` over the same collection and field names."""
 
     path = "haystack"
@@ -305,46 +308,35 @@ class HaystackVectorSearch:
         self._ready_retriever()
         return self._layout
 
-    @property
-    def known_layout(self) -> CollectionLayout | None:
-        """The layout read when the collection was last opened (None before), without opening it."""
-        return self._layout
-
     def _ready_retriever(self):
         with self._opening:
-            return self._open_retriever()
+            if self._retriever is None:
+                import milvus_haystack
 
-    def _open_retriever(self):
-        if self._retriever is None:
-            from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever, MilvusSparseEmbeddingRetriever
-
-            # The collection exists already; checking first keeps milvus-haystack from creating
-            # one with its own default schema.
-            probe, layout = self.store.open_collection()
-            close_quietly(probe)  # the document store opens its own client
-            document_store = MilvusDocumentStore(
-                connection_args=self.store.connection_args(),
-                collection_name=self.collection,
-                primary_field=ID_FIELD,
-                text_field=CONTENT_FIELD,
-                vector_field=VECTOR_FIELD,
-                enable_dynamic_field=False,
-                # Explicit and read from the collection, so Document.score follows its real metric.
-                index_params=index_params_for(layout.index_type, metric=layout.metric),
-                search_params={"metric_type": layout.metric, "params": dict(self.store.search_params)},
-                timeout=self.store.timeout_s,
-                **_full_text_arguments(layout),
-            )
-            self._retriever = MilvusEmbeddingRetriever(document_store=document_store)
-            if layout.has_sparse:
-                self._sparse_retriever = MilvusSparseEmbeddingRetriever(document_store=document_store)
-            self._layout = layout
-        return self._retriever
-
-    @property
-    def described_index_type(self) -> str | None:
-        """The collection's vector index as Milvus describes it (None before the first search)."""
-        return self._layout.index_type if self._layout is not None else None
+                # The collection exists already; checking first keeps milvus-haystack from creating
+                # one with its own default schema.
+                probe, layout = self.store.open_collection()
+                close_quietly(probe)  # the document store opens its own client
+                document_store = milvus_haystack.MilvusDocumentStore(
+                    connection_args=self.store.connection_args(),
+                    collection_name=self.collection,
+                    primary_field=ID_FIELD,
+                    text_field=CONTENT_FIELD,
+                    vector_field=VECTOR_FIELD,
+                    enable_dynamic_field=False,
+                    # Explicit and read from the collection, so Document.score follows its real metric.
+                    index_params=index_params_for(layout.index_type, metric=layout.metric),
+                    search_params={"metric_type": layout.metric, "params": dict(self.store.search_params)},
+                    timeout=self.store.timeout_s,
+                    **_full_text_arguments(layout),
+                )
+                self._retriever = milvus_haystack.MilvusEmbeddingRetriever(document_store=document_store)
+                if layout.has_sparse:
+                    self._sparse_retriever = milvus_haystack.MilvusSparseEmbeddingRetriever(
+                        document_store=document_store
+                    )
+                self._layout = layout
+            return self._retriever
 
     def retrievers(self) -> tuple[Any, Any]:
         """milvus-haystack's dense and BM25 retrievers on the collection (the BM25 one None without `sparse`)."""
