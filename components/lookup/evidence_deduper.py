@@ -9,6 +9,7 @@ from components.contracts import (
     LAYER_L0_L1,
     LAYER_L1,
     Candidate,
+    Competition,
     DedupStats,
     EvidenceBlock,
     RerankEntry,
@@ -29,6 +30,8 @@ class EvidenceDeduper:
       filtered and an unfiltered attempt, say) one block stays, with the hit reasons of both.
     - Chunks of the same source with different keys stay separate blocks, up to
       `per_document_cap` per source; at most `max_evidence` blocks in all.
+    - The best block of a competing document (`competition`) stays whatever the caps: it takes the
+      place of the last block of a third document when `max_evidence` would drop it.
 
     Also emits the rerank trace of the final blocks (final rank, source, base score, boosts).
 
@@ -52,10 +55,16 @@ class EvidenceDeduper:
         self.max_evidence = max_evidence
 
     @component.output_types(evidence_blocks=list[EvidenceBlock], rerank_trace=list[RerankEntry], dedup=DedupStats)
-    def run(self, candidates: list[Candidate], retrieval_trace: RetrievalTrace | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        candidates: list[Candidate],
+        retrieval_trace: RetrievalTrace | None = None,
+        competition: Competition | None = None,
+    ) -> dict[str, Any]:
         """
         :param candidates: Candidates in rank order (from `RuleReranker`).
         :param retrieval_trace: The retriever's trace, for the evidence threshold it applied.
+        :param competition: A document competing with the best one: its best block is kept.
         :returns: `evidence_blocks`, `rerank_trace` and `dedup` counts.
         """
         merged: dict[str, Candidate] = {}
@@ -79,6 +88,8 @@ class EvidenceDeduper:
                 break
             per_source[candidate.source] = per_source.get(candidate.source, 0) + 1
             final.append(candidate)
+        if competition is not None:
+            final = _with_competitor(final, merged.get(competition.evidence_key or ""), self.max_evidence)
 
         blocks = [_block(c) for c in final]
         trace = [
@@ -99,6 +110,22 @@ class EvidenceDeduper:
             capped=capped,
         )
         return {"evidence_blocks": blocks, "rerank_trace": trace, "dedup": stats}
+
+
+def _with_competitor(final: list[Candidate], best: Candidate | None, max_evidence: int) -> list[Candidate]:
+    """
+    The final blocks with the competitor's best one; when they are full, it takes the place of the
+    last block of a third document, else of the leader's last one (the leader's first always stays).
+    """
+    if best is None or any(c.evidence_key == best.evidence_key for c in final):
+        return final
+    kept = list(final)
+    if len(kept) >= max_evidence:
+        leader = kept[0].source
+        others = [c for c in kept if c.source != leader] or kept[1:]
+        if others:
+            kept.remove(others[-1])
+    return sorted([*kept, best], key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
 
 
 def _block(candidate: Candidate) -> EvidenceBlock:
