@@ -133,7 +133,7 @@ class ResultAssembler:
     Usage example:
 
     ```python
-    assembler = ResultAssembler(high_relevance=0.6, reference_threshold=0.5)
+    assembler = ResultAssembler(l0_index_path=".knowledge/knowledge.l0.json", high_relevance=0.6)
     result = assembler.run(query_transform=qt, hints=hints, retrieval_trace=trace, rerank_trace=rt,
                            evidence_blocks=blocks, dedup=stats, context_pack=pack)["result"]
     result.to_dict()["found"]
@@ -142,19 +142,19 @@ class ResultAssembler:
 
     def __init__(
         self,
+        l0_index_path: str | None,
         high_relevance: float = 0.6,
         reference_threshold: float = 0.5,
         evidence_threshold: float = 0.35,
-        high_margin: float = 0.0,
-        l0_index_path: str | None = None,
+        high_margin: float = 0.15,
     ) -> None:
         """
+        :param l0_index_path: The L0 index, for the sections of the leading document; None leaves
+            the sections out of the completeness hint.
         :param high_relevance: Best similarity for `relevanceLevel="high"`.
         :param reference_threshold: Best similarity for `"medium"`.
         :param evidence_threshold: Quoted in the no-evidence message.
         :param high_margin: How far the runner-up document must trail for `"high"`.
-        :param l0_index_path: The L0 index, for the sections of the leading document; None leaves
-            the sections out of the completeness hint.
         """
         if high_margin < 0:
             raise ValueError(f"high_margin must be at least 0, got {high_margin}")

@@ -50,7 +50,7 @@ def pack(**fields) -> ContextPack:
 
 
 def assemble(blocks, trace, hints=None, assembler=None, **inputs):
-    return (assembler or ResultAssembler()).run(
+    return (assembler or ResultAssembler(l0_index_path=None)).run(
         query_transform=QueryTransform(raw="disk full", normalized="disk full", variants=["disk full"]),
         hints=hints or L0Hints(),
         retrieval_trace=trace,
@@ -73,7 +73,7 @@ def test_evidence_gives_a_found_result():
 
 
 def test_no_evidence_gives_found_false_with_a_message_naming_the_threshold():
-    result = assemble([], RetrievalTrace([attempt(0), attempt(0)]), assembler=ResultAssembler(evidence_threshold=0.3))
+    result = assemble([], RetrievalTrace([attempt(0), attempt(0)]), assembler=ResultAssembler(l0_index_path=None, evidence_threshold=0.3))
     assert not result.found and result.evidence_status == STATUS_NO_EVIDENCE
     assert result.relevance_level == "none" and result.completeness_hint.startswith("none:")
     assert "2 retrieval attempt(s) returned no chunk with a similarity of at least 0.3" in result.message
@@ -123,4 +123,4 @@ def test_completeness_hint_says_what_the_budget_cut():
 
 
 def test_round_trips():
-    assert_round_trips(ResultAssembler(high_relevance=0.7, reference_threshold=0.45, evidence_threshold=0.3))
+    assert_round_trips(ResultAssembler(l0_index_path=None, high_relevance=0.7, reference_threshold=0.45, evidence_threshold=0.3))
