@@ -39,6 +39,7 @@ COMPONENT_TYPES = {
     "query_embedder": KnowledgeQueryEmbedder,
     "retriever": FallbackRetriever,
     "reranker": RuleReranker,
+    "competition": CompetitionDetector,
     "deduper": EvidenceDeduper,
     "context_packer": ContextPacker,
     "assembler": ResultAssembler,
@@ -92,6 +93,7 @@ def test_pipeline_components_execute_in_order(sample_service):
         "query_embedder",
         "retriever",
         "reranker",
+        "competition",
         "deduper",
         "context_packer",
         "assembler",
@@ -99,6 +101,8 @@ def test_pipeline_components_execute_in_order(sample_service):
     assert set(stages) <= set(ran) and all(ran.count(name) == 1 for name in ran)
     assert position["query_transformer"] < position["retriever"]  # transform before retrieval
     assert position["retriever"] < position["reranker"] < position["deduper"]  # retrieve before post-processing
+    # Competing documents are judged on the reranked order, before the blocks are chosen.
+    assert position["reranker"] < position["competition"] < position["deduper"]
     assert position["deduper"] < position["context_packer"]  # evidence blocks before packing
     # Result assembly comes after every stage, and trace recording after result assembly.
     assert all(position[name] < position["assembler"] for name in stages[:-1])
