@@ -82,7 +82,9 @@ class ContextPacker:
             encoding = None
             if number == 1 and room < _MIN_CONTENT_TOKENS:
                 # The top-ranked block is always packed, its content cut to what fits.
-                text, truncated, tokens = self._fit_top_block(header, header_tokens, block, room)
+                # Room held for a competing block counts only when the top block's header still fits.
+                held = reserve if kept_number and self.budget_tokens - reserve > header_tokens else 0
+                text, truncated, tokens = self._fit_top_block(header, block, room, self.budget_tokens - held)
                 used += tokens
                 parts.append(text)
                 truncated_any = truncated_any or truncated
@@ -132,18 +134,18 @@ class ContextPacker:
             _header(number, blocks[number - 1])
         ) + self._separator_tokens + _MIN_CONTENT_TOKENS
 
-    def _fit_top_block(self, header: str, header_tokens: int, block: EvidenceBlock, room: int) -> tuple[str, bool, int]:
+    def _fit_top_block(self, header: str, block: EvidenceBlock, room: int, limit: int) -> tuple[str, bool, int]:
         """
-        The top block within the budget however small: its header whole and its content cut to the
-        room left; only a header longer than the whole budget is cut itself.
+        The top block within `limit` tokens however small: its header whole and its content cut to
+        the room left; only a header longer than the limit is cut itself.
         """
         if room > 0:
             content, truncated, _ = self._fit(block.content, room, None, block.tokens)
             text = f"{header}\n{content}"
             tokens = self._count(text)
-            if tokens <= self.budget_tokens:
+            if tokens <= limit:
                 return text, truncated, tokens
-        text, _, _ = self._fit(f"{header}\n{block.content}", self.budget_tokens)
+        text, _, _ = self._fit(f"{header}\n{block.content}", limit)
         return text, True, self._count(text)
 
     def _encode(self, text: str):
