@@ -2,7 +2,7 @@
 
 import copy
 
-from components.contracts import RetrievalTrace
+from components.contracts import Competition, RetrievalTrace
 from components.lookup.evidence_deduper import EvidenceDeduper
 from tests.helpers import assert_round_trips, candidate
 
@@ -55,6 +55,24 @@ def test_dedup_applies_the_evidence_threshold_the_retriever_recorded():
     raised = deduper.run(candidates=copy.deepcopy(cands), retrieval_trace=RetrievalTrace(evidence_threshold=0.5))
     assert [b.evidence_key for b in raised["evidence_blocks"]] == ["a"]
     assert raised["dedup"].candidate_count == 2 and raised["dedup"].final_count == 1
+
+
+def test_the_competitor_block_stays_when_the_caps_would_drop_it():
+    candidates = [candidate("a0", "ops/a.md", 0.9), candidate("a1", "ops/a.md", 0.85), candidate("b0", "ops/b.md", 0.8)]
+    deduper = EvidenceDeduper(max_evidence=2)
+    assert [b.evidence_key for b in deduper.run(candidates=copy.deepcopy(candidates))["evidence_blocks"]] == [
+        "a0",
+        "a1",
+    ]
+    competition = Competition("ops/a.md", "ops/b.md", 0.02, ["score margin 0.020 < 0.05"], evidence_key="b0")
+    kept = deduper.run(candidates=copy.deepcopy(candidates), competition=competition)["evidence_blocks"]
+    assert [b.evidence_key for b in kept] == ["a0", "b0"]
+    # A third document's block gives way before the leader's second one.
+    candidates.append(candidate("c0", "ops/c.md", 0.7))
+    competition.evidence_key = "c0"
+    competition.competitor = "ops/c.md"
+    kept = EvidenceDeduper(max_evidence=3, per_document_cap=2).run(candidates=candidates, competition=competition)
+    assert [b.evidence_key for b in kept["evidence_blocks"]] == ["a0", "a1", "c0"]
 
 
 def test_round_trips():
