@@ -59,12 +59,13 @@ def test_a_close_sibling_is_named_cited_and_packed(default_service):
 
 
 def test_the_competing_block_is_packed_when_the_budget_would_drop_it(siblings):
-    # 200 tokens hold the leader's first block whole and no room for a second header and content
-    # after it: the leader's block is cut so that the competitor's fits.
-    result = siblings("context.budget_tokens=200").lookup(VAGUE_SPACE)
+    # 180 tokens hold the leader's first block whole and too little after it for the competitor's
+    # (a smaller block of a third runbook would be packed instead): the leader's block is cut so
+    # that the competitor's fits.
+    result = siblings("context.budget_tokens=180").lookup(VAGUE_SPACE)
     assert result.competition is not None
     assert result.context_pack.included_sources[:2] == [SPACE_SOURCE, INODES_SOURCE]
-    assert result.context_pack.used_tokens <= 200
+    assert result.context_pack.used_tokens <= 180
     assert "both included" in result.completeness_hint
 
 
