@@ -23,7 +23,7 @@ def reliability(queries: list[EvalQuery], answers: list[Ranked]) -> dict[str, An
     document is among the cited sources). hit@1 is None for a level no query got.
     """
     answerable = [(q, a) for q, a in zip(queries, answers, strict=True) if q.answerable]
-    table: dict[str, Any] = {}
+    table: dict[str, Any] = {"answerable": len(answerable)}
     groups = {level: [(q, a) for q, a in answerable if a.details.get("level", "none") == level] for level in LEVELS}
     groups["ambiguous"] = [(q, a) for q, a in answerable if a.details.get("ambiguous")]
     for name, group in groups.items():

@@ -174,7 +174,7 @@ def _eval_builtin(args: argparse.Namespace, cfg) -> int:
             record=args.record,
         )
         print(json.dumps(evaluation.report, indent=2) if args.json else format_metrics(evaluation.report))
-        if not args.json and "reliability" in evaluation.report:
+        if not args.json and (evaluation.report.get("reliability") or {}).get("answerable"):
             print(format_reliability(evaluation.report["reliability"]))
         runs = RunLogger.from_config(cfg, args.experiment)
         run_id = runs.log_evaluation(evaluation, cfg, run_name=Path(queries).stem)
