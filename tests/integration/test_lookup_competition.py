@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from components.tracing.trace_summary import compact_result
 from pipelines.agent import agent_view
 from pipelines.indexing import run_indexing
 from pipelines.lookup import LookupService
@@ -56,6 +57,7 @@ def test_a_close_sibling_is_named_cited_and_packed(default_service):
     assert competition["reasons"][0].startswith("score margin")
     assert "shared name stem NodeDisk…FillingUp" in competition["reasons"]
     assert result.retrieval_details(200)["competition"]["margin"] == competition["margin"]
+    assert compact_result(result)["competition"] == competition  # the MLflow trace's assembler output
 
 
 def test_the_competing_block_is_packed_when_the_budget_would_drop_it(siblings):
