@@ -22,7 +22,7 @@ from components.contracts import (
     RetrievalTrace,
     SidecarReport,
 )
-from components.lookup.rule_reranker import query_intents
+from components.lookup.rule_reranker import needed_section_kinds
 from components.stores.l0_index_file import L0IndexHandle
 
 LAYER_L0 = "L0"
@@ -64,11 +64,6 @@ def relevance_level(
     return "low"
 
 
-# The sections a query needs of its document when it names no intent: an alert text or a bare
-# symptom needs what to do about it.
-DEFAULT_NEEDED_SECTIONS = frozenset({"mitigation"})
-
-
 def sections_left_out(query: str, headings: list[str], blocks: list[PackedBlock]) -> list[str]:
     """
     The headings of the leading document's sections the query needs that no packed block of it
@@ -76,7 +71,7 @@ def sections_left_out(query: str, headings: list[str], blocks: list[PackedBlock]
     mitigation; only kinds the document has.
     """
     kinds = {section_kind([h]): h for h in reversed(headings[1:])}
-    needed = (query_intents(query) or DEFAULT_NEEDED_SECTIONS) & set(kinds)
+    needed = needed_section_kinds(query) & set(kinds)
     covered = {section_kind((b.breadcrumb or "").split(" > ")) for b in blocks}
     return [kinds[kind] for kind in sorted(needed - covered)]
 

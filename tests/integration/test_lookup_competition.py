@@ -86,6 +86,16 @@ def test_complete_when_the_needed_section_is_packed(default_service):
     assert result.completeness_hint.startswith("complete:")
 
 
+def test_the_leaders_mitigation_replaces_a_section_the_query_does_not_need(default_service):
+    # The Meaning and the Impact of the space runbook rank first; the cap of two blocks per
+    # document would leave its Mitigation out.
+    result = default_service.lookup("worker-3 root disk filling up, little space left")
+    blocks = [(b.source, b.breadcrumb.rsplit(" > ", 1)[-1]) for b in result.evidence_blocks]
+    assert blocks[0] == (SPACE_SOURCE, "Meaning") and (SPACE_SOURCE, "Mitigation") in blocks
+    assert (SPACE_SOURCE, "Impact") not in blocks
+    assert result.completeness_hint.startswith("complete:")
+
+
 def test_a_mitigation_outside_the_budget_is_named_in_the_hint(siblings):
     result = siblings("context.budget_tokens=120").lookup(IMAGES_AND_LOGS)
     mitigation = (SPACE_SOURCE, "NodeDiskSpaceFillingUp > Mitigation")
