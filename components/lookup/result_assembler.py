@@ -80,6 +80,19 @@ def document_name(source: str) -> str:
     return PurePosixPath(source).stem
 
 
+def budget_cut(pack: ContextPack) -> str:
+    """What the context budget cut, as a clause of the hint ("" when nothing)."""
+    if pack.omitted_sources:
+        missing = f"{len(pack.omitted_sources)} source(s) omitted"
+    elif pack.omitted_evidence_keys:
+        missing = f"{len(pack.omitted_evidence_keys)} block(s) omitted"
+    elif pack.truncated:
+        missing = "content truncated"
+    else:
+        return ""
+    return f"; the context budget cut some of it ({missing})"
+
+
 def completeness_hint(
     blocks: list[EvidenceBlock],
     pack: ContextPack,
@@ -95,19 +108,14 @@ def completeness_hint(
     sections = ""
     if left_out:
         sections = f"; not in the context: {', '.join(left_out)} of {document_name(blocks[0].source)}; read the source"
+    cut = budget_cut(pack)
     if competition is not None:
         packed = {b.source for b in pack.blocks}
         both = "both included" if {competition.leader, competition.competitor} <= packed else "both cited"
         names = f"{document_name(competition.leader)} vs {document_name(competition.competitor)}"
-        return f"ambiguous: {names}; {both}; {base}; check which one matches before acting{sections}"
-    if pack.omitted_sources or pack.omitted_evidence_keys or pack.truncated:
-        if pack.omitted_sources:
-            missing = f"{len(pack.omitted_sources)} source(s) omitted"
-        elif pack.omitted_evidence_keys:
-            missing = f"{len(pack.omitted_evidence_keys)} block(s) omitted"
-        else:
-            missing = "content truncated"
-        return f"partial: {base}; the context budget cut some of it ({missing}){sections or '; read the sources for details'}"
+        return f"ambiguous: {names}; {both}; {base}; check which one matches before acting{cut}{sections}"
+    if cut:
+        return f"partial: {base}{cut}{sections or '; read the sources for details'}"
     if level == "low":
         return f"weak: {base}, all of low relevance; verify before relying on it{sections}"
     if left_out:

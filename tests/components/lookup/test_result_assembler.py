@@ -143,6 +143,9 @@ def test_competing_documents_lead_the_hint():
     assert hint.startswith("ambiguous: NodeDiskSpaceFillingUp vs NodeDiskInodesFillingUp; both included; 2 evidence")
     # Only the leader packed (a budget under two headers): both are still cited.
     assert "; both cited;" in completeness_hint(blocks, pack(blocks=packed[:1]), "medium", competition)
+    # What the budget cut is still said.
+    cut = completeness_hint(blocks, pack(blocks=packed, omitted_sources=["c.md"]), "medium", competition)
+    assert cut.startswith("ambiguous: ") and "; the context budget cut some of it (1 source(s) omitted)" in cut
 
 
 def packed_block(source: str, section: str) -> PackedBlock:
