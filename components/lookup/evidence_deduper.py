@@ -148,14 +148,17 @@ def _with_needed_sections(final: list[Candidate], candidates: list[Candidate], n
     missing = needed - {c.section_kind for c in own}
     spare = [c for c in own[1:] if c.section_kind not in needed]
     chosen = {c.evidence_key for c in final}
+    kept = final
     for candidate in candidates:
         if not (missing and spare):
             break
         if candidate.source == leader and candidate.section_kind in missing and candidate.evidence_key not in chosen:
             replaced = spare.pop()
-            final = [candidate if c is replaced else c for c in final]
+            kept = [candidate if c is replaced else c for c in kept]
             missing.discard(candidate.section_kind)
-    return sorted(final, key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
+    if kept is final:  # nothing swapped: the order stays as it came
+        return final
+    return sorted(kept, key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
 
 
 def _block(candidate: Candidate) -> EvidenceBlock:
