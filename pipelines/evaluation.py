@@ -33,6 +33,7 @@ from components.errors import BadInputError
 from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD
 from pipelines.evaluation_metrics import RECALL_DEPTH, filter_report, first_hit, score
 from pipelines.manifest import check_sources_indexed
+from pipelines.reliability import reliability
 from pipelines.settings import embedder_params, knowledge_store
 
 logger = logging.getLogger(__name__)
@@ -149,6 +150,10 @@ class PipelineSystem:
                 "top_similarity": max((b.score for b in result.evidence_blocks), default=None),
                 "l0": result.l0_hints.to_record(),
                 "invocation_id": result.invocation_id,
+                # For the reliability table (pipelines/reliability.py).
+                "level": result.relevance_level,
+                "ambiguous": result.competition is not None,
+                "cited": unique(b.source for b in result.evidence_blocks),
             },
         )
 
@@ -300,6 +305,7 @@ def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], labe
     }
     if "pipeline" in answers:
         report["domain_filter"] = filter_report(queries, answers, cfg.l0.index_path)
+        report["reliability"] = reliability(queries, answers["pipeline"])
     return Evaluation(
         queries=queries, answers=answers, report=report, started_ms=started_ms, ended_ms=int(time.time() * 1000)
     )

@@ -122,6 +122,14 @@ class RerankConfig:
 
 
 @dataclass
+class CompetitionConfig:
+    margin: float = MISSING
+    sibling_margin: float = MISSING
+    sibling_similarity: float = MISSING
+    high_margin: float = MISSING
+
+
+@dataclass
 class ContextConfig:
     budget_tokens: int = MISSING
 
@@ -183,6 +191,7 @@ class KnowledgeConfig:
     query: QueryConfig = field(default_factory=QueryConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     rerank: RerankConfig = field(default_factory=RerankConfig)
+    competition: CompetitionConfig = field(default_factory=CompetitionConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
     sidecar: SidecarConfig = field(default_factory=SidecarConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
@@ -199,6 +208,9 @@ _AT_LEAST = {
     "retrieval.max_evidence": 1,
     "retrieval.per_document_cap": 1,
     "retrieval.bm25_top_k": 0,
+    "competition.margin": 0,
+    "competition.sibling_margin": 0,
+    "competition.high_margin": 0,
     "l0.passing_mention_df": 0,
     "query.max_chars": 1,
     "embedder.batch_size": 1,
@@ -219,6 +231,7 @@ _UNIT_INTERVAL = (
     "retrieval.uncovered_evidence_threshold",
     "retrieval.high_relevance",
     "retrieval.outscored_margin",
+    "competition.sibling_similarity",
     "l0.title_min_overlap",
     "l0.domain_min_precision",
     "l0.subject_elsewhere_margin",

@@ -65,6 +65,7 @@ def evaluation_metrics(report: dict[str, Any]) -> dict[str, float]:
     for system, values in report["systems"].items():
         metrics.update(flatten_metrics(values, "" if system == "pipeline" else f"{system}."))
     metrics.update(flatten_metrics(report.get("domain_filter") or {}, "domain_filter."))
+    metrics.update(flatten_metrics(report.get("reliability") or {}, "reliability."))
     for name, values in (report.get("sets") or {}).items():
         metrics.update(flatten_metrics(values, f"set.{name}."))
     return metrics
