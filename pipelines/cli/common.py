@@ -66,13 +66,9 @@ def print_config(overrides: Sequence[str]) -> int:
     """The composed config as YAML, secrets masked (`--cfg`)."""
     from omegaconf import OmegaConf
 
-    from pipelines.settings import SECRET_KEYS
+    from pipelines.settings import mask_secrets
 
-    cfg = load(overrides)
-    for key in SECRET_KEYS:
-        if OmegaConf.select(cfg, key):
-            OmegaConf.update(cfg, key, "***")
-    print(OmegaConf.to_yaml(cfg), end="")
+    print(OmegaConf.to_yaml(mask_secrets(load(overrides))), end="")
     return EXIT_OK
 
 
