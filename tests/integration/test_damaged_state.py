@@ -90,3 +90,19 @@ def test_a_read_only_state_folder_is_named_as_read_only(small_state, tmp_path):
         assert done.returncode == 1, done.stderr
         [line] = stderr_lines(done)
         assert f"{state / 'milvus.db'} is read-only" in line and "give paths.state_dir a writable folder" in line
+
+
+def test_damaged_l0_summary_vectors_are_named_and_knowledge_index_repairs_them(small_state):
+    kb, state = small_state
+    vectors = state / "knowledge.l0.summaries.npy"
+    assert vectors.is_file()
+    vectors.write_bytes(b"\x93NUMPY garbage over the summary vectors" * 4)
+    overrides = [f"paths.state_dir={state}", "mlflow=off"]
+    broken = run_cli("lookup", "--compact", "disk almost full", *overrides)
+    assert broken.returncode == 2, broken.stderr
+    [line] = stderr_lines(broken)
+    assert f"the L0 summary vectors {vectors} are damaged" in line and "run `knowledge index`" in line
+    repaired = run_cli("index", "--kb", str(kb), *overrides)
+    assert repaired.returncode == 0, repaired.stderr
+    again = run_cli("lookup", "--compact", "disk almost full", *overrides)
+    assert again.returncode == 0 and '"found": true' in again.stdout, again.stderr
