@@ -106,3 +106,25 @@ def test_damaged_l0_summary_vectors_are_named_and_knowledge_index_repairs_them(s
     assert repaired.returncode == 0, repaired.stderr
     again = run_cli("lookup", "--compact", "disk almost full", *overrides)
     assert again.returncode == 0 and '"found": true' in again.stdout, again.stderr
+
+
+def test_traces_list_on_a_read_only_state_folder_names_it_read_only(small_state):
+    _, state = small_state
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is needed for a read-only mount")
+    overrides = [f"paths.state_dir={state}", "mlflow=off"]
+    recorded = run_cli("lookup", "--compact", "disk almost full", *overrides)
+    assert recorded.returncode == 0 and (state / "traces.db").is_file(), recorded.stderr
+    done = subprocess.run(
+        read_only_mount_command(state, "traces", "list", *overrides),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
+    )
+    if "unshare" in done.stderr and done.returncode not in (1, 2):
+        pytest.skip(f"no mount namespace here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 1, done.stderr
+    [line] = stderr_lines(done)
+    assert f"the trace database {state / 'traces.db'} cannot be opened: its folder {state} is read-only" in line
