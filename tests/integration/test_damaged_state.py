@@ -42,11 +42,23 @@ def small_state(tmp_path):
     return kb, state
 
 
-def test_a_damaged_milvus_lite_collection_is_named_and_index_rebuild_recovers(small_state):
-    kb, state = small_state
-    collection = state / "milvus.db" / "collections" / "knowledge"
+def _damage_manifest(collection):
     for name in ("manifest.json", "manifest.json.prev"):
         (collection / name).write_text("garbage{", encoding="utf-8")
+    return "neither copy of its manifest loads"
+
+
+def _damage_data(collection):
+    [data] = collection.glob("partitions/*/data/*.parquet")
+    data.write_bytes(b"garbage" * (data.stat().st_size // 7 + 1))
+    return f"its data file {data} is not Parquet"
+
+
+@pytest.mark.parametrize("damage", [_damage_manifest, _damage_data], ids=["manifest", "data"])
+def test_a_damaged_milvus_lite_collection_is_named_and_index_rebuild_recovers(small_state, damage):
+    kb, state = small_state
+    collection = state / "milvus.db" / "collections" / "knowledge"
+    reason = damage(collection)
     overrides = [f"paths.state_dir={state}", "mlflow=off"]
     for broken in (
         run_cli("lookup", "--compact", "disk almost full", *overrides),
@@ -55,7 +67,7 @@ def test_a_damaged_milvus_lite_collection_is_named_and_index_rebuild_recovers(sm
         assert broken.returncode == 1
         assert "Traceback" not in broken.stderr
         [line] = stderr_lines(broken)
-        assert f"the Milvus Lite collection {collection} is damaged" in line
+        assert f"the Milvus Lite collection {collection} is damaged ({reason})" in line
         assert "run `knowledge index --rebuild`" in line
     rebuilt = run_cli("index", "--rebuild", "--kb", str(kb), *overrides)
     assert rebuilt.returncode == 0, rebuilt.stderr
