@@ -103,8 +103,37 @@ def export_dir(model_dir: str | Path, cache_dir: str | Path | None = None) -> Pa
         key = note.read_text(encoding="utf-8").strip()
     except OSError:
         key = _content_key(model_dir, files)
-        _write_atomically(note, key)
+        try:
+            _write_atomically(note, key)
+        except OSError:  # a read-only cache still serves the exports it holds; an export says why it cannot
+            logger.debug("cannot write the ONNX cache note %s", note)
     return root / key
+
+
+def check_cache_writable(folder: Path) -> None:
+    """An export needs its cache folder writable: say which setting to change, not a bare errno."""
+    root = folder.parent
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        writable = os.access(root, os.W_OK)  # EROFS too, even for root
+    except OSError:
+        writable = False
+    if not writable:
+        raise OnnxExportError(
+            f"the ONNX cache {root} is not writable, and the model must be exported into it once: give "
+            "embedder.onnx_cache_dir a writable folder, or embedder.backend=torch"
+        )
+
+
+def discard_export(folder: Path) -> None:
+    """Move a cache entry that does not load out of the way (then removed), so that it is exported again."""
+    logger.warning("The ONNX export %s does not load: exporting the model again", folder)
+    aside = folder.with_name(f".damaged-{folder.name}-{os.getpid()}")
+    try:
+        os.rename(folder, aside)
+    except OSError:  # gone already (another process discarded it), or cannot be moved: the export says why
+        return
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def is_exported(folder: Path, quantized: bool = False) -> bool:
@@ -121,6 +150,7 @@ def ensure_exported(model_dir: str | Path, cache_dir: str | Path | None = None, 
     folder = export_dir(model_dir, cache_dir)
     if is_exported(folder, quantized):
         return folder
+    check_cache_writable(folder)
     logger.info("Exporting %s to ONNX into %s (once per model)", model_dir, folder)
     command = [sys.executable, "-m", "components.common.onnx_export", str(model_dir), "--output", str(folder)]
     if quantized:
