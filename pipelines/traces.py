@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from components.errors import BadInputError, KnowledgeFailure
 from components.tracing.trace_database import redact, sqlite_path
-from components.tracing.trace_records import to_jsonable
+from components.tracing.trace_records import finite_only, to_jsonable
 from components.tracing.trace_replay import ReplayReport
 from components.tracing.trace_store import TraceStore
 
@@ -220,11 +220,11 @@ def format_show(row: dict[str, Any]) -> str:  # noqa: C901 (one section per part
 
 
 def row_json(row: dict[str, Any]) -> dict[str, Any]:
-    return to_jsonable(row)
+    return finite_only(to_jsonable(row))
 
 
 def export_jsonl(rows: list[dict[str, Any]], stream: TextIO) -> int:
-    """One JSON object per row (created_at in ISO 8601), oldest first; returns the count."""
+    """One standard JSON object per row (created_at in ISO 8601, no NaN), oldest first; returns the count."""
     for row in rows:
-        stream.write(json.dumps(row_json(row), ensure_ascii=False, default=str) + "\n")
+        stream.write(json.dumps(row_json(row), ensure_ascii=False, default=str, allow_nan=False) + "\n")
     return len(rows)
