@@ -213,6 +213,8 @@ _AT_LEAST = {
     "serve.max_body_bytes": 1,
     "serve.workers": 1,
 }
+# Durations that must be positive: 0 would turn a guard off, a negative one means nothing.
+_POSITIVE = ("serve.read_timeout_s", "serve.health_timeout_s")
 _UNIT_INTERVAL = (
     "retrieval.reference_threshold",
     "retrieval.evidence_threshold",
@@ -271,6 +273,10 @@ def _validate_values(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value < lowest:
             raise ConfigError(f"{key}={value} must be at least {lowest}")
+    for key in _POSITIVE:
+        value = OmegaConf.select(cfg, key)
+        if not value > 0:  # NaN too
+            raise ConfigError(f"{key}={value} must be more than 0 (seconds)")
     _check_milvus_uri(str(cfg.milvus.uri or ""))
     _check_trace_url(str(cfg.trace.db_url or ""))
     for key in ("serve.port", "serve.mcp_port"):

@@ -224,7 +224,11 @@ def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
             expose_headers=["Mcp-Session-Id"],
         )
     return RequestGuard(
-        app, api_key=api_key, max_body_bytes=cfg.serve.max_body_bytes, read_timeout_s=cfg.serve.read_timeout_s
+        app,
+        api_key=api_key,
+        max_body_bytes=cfg.serve.max_body_bytes,
+        read_timeout_s=cfg.serve.read_timeout_s,
+        jsonrpc_prefixes=("/mcp",),
     )
 
 
