@@ -40,6 +40,8 @@ ONNX_OPSET = 17
 # Pooling modes the runtime encoder implements (sentence-transformers' names).
 SUPPORTED_POOLING = ("mean", "cls", "max")
 EXPORT_TIMEOUT_S = 900.0
+# In encoder.json: the size of each exported file, checked before an export is used.
+SIZES_KEY = "file_sizes"
 
 
 class OnnxExportError(BadInputError):
@@ -127,7 +129,7 @@ def check_cache_writable(folder: Path) -> None:
 
 def discard_export(folder: Path) -> None:
     """Move a cache entry that does not load out of the way (then removed), so that it is exported again."""
-    logger.warning("The ONNX export %s does not load: exporting the model again", folder)
+    logger.warning("The ONNX export %s is damaged (a file cut, or one that does not load): exporting again", folder)
     aside = folder.with_name(f".damaged-{folder.name}-{os.getpid()}")
     try:
         os.rename(folder, aside)
@@ -137,7 +139,19 @@ def discard_export(folder: Path) -> None:
 
 
 def is_exported(folder: Path, quantized: bool = False) -> bool:
-    return (folder / ENCODER_FILE).is_file() and (folder / (INT8_MODEL_FILE if quantized else MODEL_FILE)).is_file()
+    return intact(folder) and (folder / (INT8_MODEL_FILE if quantized else MODEL_FILE)).is_file()
+
+
+def intact(folder: Path) -> bool:
+    """
+    The export's files as written: `encoder.json` readable and each file of the sizes it records
+    (a cut file is caught by its size; hashing 90 MB on every start would cost more than loading).
+    """
+    try:
+        recorded = json.loads((folder / ENCODER_FILE).read_text(encoding="utf-8")).get(SIZES_KEY, {})
+        return all((folder / name).stat().st_size == size for name, size in recorded.items())
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def ensure_exported(model_dir: str | Path, cache_dir: str | Path | None = None, quantized: bool = False) -> Path:
@@ -151,6 +165,8 @@ def ensure_exported(model_dir: str | Path, cache_dir: str | Path | None = None, 
     if is_exported(folder, quantized):
         return folder
     check_cache_writable(folder)
+    if folder.exists() and not intact(folder):
+        discard_export(folder)
     logger.info("Exporting %s to ONNX into %s (once per model)", model_dir, folder)
     command = [sys.executable, "-m", "components.common.onnx_export", str(model_dir), "--output", str(folder)]
     if quantized:
@@ -241,6 +257,7 @@ def export_model(model_dir: Path, output: Path) -> None:
         _export_transformer(model, staging / MODEL_FILE)
         model[0].tokenizer.backend_tokenizer.save(str(staging / TOKENIZER_FILE))
         settings["source"] = str(model_dir)
+        settings[SIZES_KEY] = {name: (staging / name).stat().st_size for name in (MODEL_FILE, TOKENIZER_FILE)}
         (staging / ENCODER_FILE).write_text(json.dumps(settings, indent=2), encoding="utf-8")
         try:
             os.rename(staging, output)

@@ -9,7 +9,7 @@ import pytest
 
 from components.common.embedding_models import load_onnx_encoder, resolve_model
 from components.common.onnx_encoder import TOKENS_PER_RUN, OnnxSentenceEncoder
-from components.common.onnx_export import MODEL_FILE, OnnxExportError, ensure_exported, export_dir
+from components.common.onnx_export import MODEL_FILE, OnnxExportError, ensure_exported, export_dir, is_exported
 from components.errors import BadInputError
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from tests.conftest import EVAL_DIR, SAMPLE_KB
@@ -147,8 +147,14 @@ def test_a_cache_entry_that_does_not_load_is_exported_again(tmp_path):
     (entry / MODEL_FILE).write_bytes(b"not an onnx graph" * 100)
     encoder = OnnxSentenceEncoder.load(model, str(cache))
     assert encoder.encode(["disk full"]).shape == (1, 384)
-    assert (entry / MODEL_FILE).stat().st_size > 1_000_000  # exported again, in place
+    size = (entry / MODEL_FILE).stat().st_size
+    assert size > 1_000_000  # exported again, in place
     assert [p.name for p in cache.iterdir() if p.name.startswith(".damaged")] == []
+
+    with (entry / MODEL_FILE).open("r+b") as graph:  # cut, as a full disk would leave it
+        graph.truncate(size // 2)
+    assert not is_exported(entry)  # the sizes the export recorded catch it before ONNX Runtime sees it
+    assert ensure_exported(model, cache) == entry and (entry / MODEL_FILE).stat().st_size == size
 
 
 def test_an_unwritable_cache_names_the_setting_and_the_torch_backend(tmp_path):
