@@ -145,7 +145,8 @@ def is_exported(folder: Path, quantized: bool = False) -> bool:
 def intact(folder: Path) -> bool:
     """
     The export's files as written: `encoder.json` readable and each file of the sizes it records
-    (a cut file is caught by its size; hashing 90 MB on every start would cost more than loading).
+    (a cut file is caught by its size; a hash of the 90 MB graph would cost every cold start, see
+    docs/embedding-backends.md).
     """
     try:
         recorded = json.loads((folder / ENCODER_FILE).read_text(encoding="utf-8")).get(SIZES_KEY, {})
