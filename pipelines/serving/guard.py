@@ -157,7 +157,11 @@ class RequestGuard:
         head, size, more = refused.head, len(refused.head), refused.more
         tail = head
         while more and size <= self.max_body_bytes * JSONRPC_DRAIN_FACTOR:
-            message = await self._receive(receive)
+            try:
+                message = await self._receive(receive)
+            except RequestRefused as stalled:  # the rest of the body stopped arriving: 408 as anywhere
+                await _send_json(send, stalled.status, {"error": stalled.error, "detail": stalled.detail})
+                return True
             if message["type"] == "http.disconnect":
                 return True
             chunk = message.get("body", b"")
