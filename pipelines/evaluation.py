@@ -44,6 +44,9 @@ DEPTH = 50
 UNFILTERED = {"retrieval": {"category_filter": False}}
 
 
+QUERY_KINDS = ("answerable", "off_topic")
+
+
 class EvaluationInputError(BadInputError):
     """The query file cannot be used."""
 
@@ -71,6 +74,13 @@ class Ranked:
     latency_ms: float | None = None
 
 
+def _kind_of(row: dict[str, Any]) -> str:
+    kind = row.get("kind") or ("answerable" if row.get("relevant") else "off_topic")
+    if kind not in QUERY_KINDS:
+        raise ValueError(f"unknown kind {kind!r}: the kinds are {', '.join(QUERY_KINDS)}")
+    return kind
+
+
 def load_queries(path: str | Path) -> list[EvalQuery]:
     queries = []
     try:
@@ -91,13 +101,15 @@ def load_queries(path: str | Path) -> list[EvalQuery]:
                 EvalQuery(
                     query=row["query"],
                     relevant=set(row.get("relevant") or []),
-                    kind=row.get("kind") or ("answerable" if row.get("relevant") else "off_topic"),
+                    kind=_kind_of(row),
                     id=str(row.get("id", number)),
                     style=row.get("style", ""),
                 )
             )
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise EvaluationInputError(f"{path}:{number}: not a query line ({exc})") from exc
+        except ValueError as exc:  # an unknown kind would count as answerable with nothing relevant, silently
+            raise EvaluationInputError(f"{path}:{number}: {exc}") from exc
     if not queries:
         raise EvaluationInputError(f"{path} holds no queries")
     return queries
