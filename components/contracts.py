@@ -342,6 +342,17 @@ class SidecarReport(Contract, CheapDeepcopy):
     comparison: dict[str, Any] = field(default_factory=dict, metadata=wire(camel_keys=True))
 
 
+@dataclass
+class Competition(Contract, CheapDeepcopy):
+    """Another document close to the best one (the leader): the agent must see both (docs/architecture.md)."""
+
+    leader: str
+    competitor: str
+    margin: float  # the leader's best rerank score minus the competitor's
+    reasons: list[str]  # why they compete
+    evidence_key: str | None = None  # the competitor's best block: packed and cited whatever the caps
+
+
 _FAILURE_KEYS = ("found", "evidenceStatus", "message", "error", "evidenceBlocks", "invocationId", "traceStatus")
 
 
@@ -366,6 +377,7 @@ class LookupResult(Contract):
     invocation_id: str | None = None
     trace_status: str | None = field(default=None, metadata=wire(omit_none=True))
     error: dict[str, Any] | None = field(default=None, metadata=wire(omit_none=True))
+    competition: Competition | None = field(default=None, metadata=wire(omit_none=True))
     # Error results only: the result fields that stages finished before the failure filled in.
     completed_parts: list[str] | None = field(default=None, metadata=wire(json=None, record=None))
 
@@ -430,6 +442,7 @@ class LookupResult(Contract):
             "final_evidence_count": self.dedup.final_count,
             "evidence_status": self.evidence_status,
             "relevance_level": self.relevance_level,
+            "competition": self.competition.to_record() if self.competition else None,
         }
         if self.sidecar is not None:
             details["sidecar"] = self.sidecar.to_record()

@@ -38,6 +38,7 @@ from pipelines.adapt_pairs import MinedPairs, check_training_source, mine_pairs
 CHECKPOINTS = "checkpoints"
 RUN_FILE = "run.json"
 LOSS_NAME = "MultipleNegativesRankingLoss"
+MODEL_CARD_TITLE = "# Knowledge-base adapted embedding model"  # the card's first line marks a folder adapt wrote
 
 
 class AdaptOutputError(BadInputError):
@@ -56,6 +57,7 @@ class AdaptOptions:
     learning_rate: float = 2e-5
     max_steps: int | None = None
     progress_bar: bool = False
+    overwrite: bool = False  # write the model's files into a folder adapt did not write (others are left alone)
     callbacks: list[TrainerCallback] = field(default_factory=list)  # more trainer callbacks (observe or stop a run)
 
 
@@ -74,8 +76,9 @@ def default_output(cfg: DictConfig, kb_path: str) -> Path:
 def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResult:
     """Mine pairs, train (or resume, or find the same run already done) and write the model with its card."""
     kb_path = options.kb_path or cfg.kb.path
-    check_training_source(kb_path)
     output = Path(options.output) if options.output else default_output(cfg, kb_path)
+    check_output_folder(output, options.overwrite)
+    check_training_source(kb_path)
     mined = mine_pairs(
         kb_path,
         max_tokens=cfg.chunking.max_tokens,
@@ -87,11 +90,11 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
         raise BadInputError(f"knowledge base {kb_path} gives no training pairs (it needs at least two documents)")
     settings = _settings(cfg, options, kb_path, mined)
     done = _finished_record(output)
-    if done is not None:
+    if done is not None and not (options.overwrite and done.get("settings") != settings):
         if done.get("settings") != settings:
             raise AdaptOutputError(
                 f"{output} holds a model adapted with other settings or another knowledge base: "
-                "give another --output or remove it"
+                "give another --output, or --overwrite to replace it"
             )
         say(f"{output} already holds this adapted model (same knowledge base and settings): nothing to do")
         return AdaptResult(str(output), done, already_done=True)
@@ -115,6 +118,43 @@ def _settings(cfg: DictConfig, options: AdaptOptions, kb_path: str, mined: Mined
     }
 
 
+def check_output_folder(output: Path, overwrite: bool) -> None:
+    """
+    Refuse, before any work, an output that is a file, or a folder holding files adapt did not
+    write (a user's README.md or config.json would be overwritten by the model's), unless
+    `overwrite`. A `checkpoints` folder adapt did not start is refused even then: it is removed at
+    the end of a run.
+    """
+    if output.exists() and not output.is_dir():
+        raise AdaptOutputError(f"--output {output} is a file, not a folder: give a new or empty folder")
+    if not output.is_dir() or _written_by_adapt(output):
+        return
+    checkpoints = output / CHECKPOINTS
+    if checkpoints.exists() and not (checkpoints / RUN_FILE).is_file():
+        raise AdaptOutputError(
+            f"{checkpoints} was not written by adapt (adapt removes it after training): move it away"
+        )
+    if not overwrite:
+        raise AdaptOutputError(
+            f"--output {output} holds files adapt did not write: give a new or empty folder, "
+            "or --overwrite to write the model's files there (other files are left alone)"
+        )
+
+
+def _written_by_adapt(folder: Path) -> bool:
+    """Empty, a model folder whose card adapt wrote, or an interrupted run's checkpoints alone."""
+    entries = {entry.name for entry in folder.iterdir()}
+    if not entries:
+        return True
+    if entries == {CHECKPOINTS}:
+        return (folder / CHECKPOINTS / RUN_FILE).is_file()
+    try:
+        with (folder / "README.md").open(encoding="utf-8") as card:
+            return card.readline().rstrip("\n") == MODEL_CARD_TITLE
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _finished_record(output: Path) -> dict[str, Any] | None:
     record = output / ADAPT_RECORD
     if not record.is_file():
@@ -125,14 +165,16 @@ def _finished_record(output: Path) -> dict[str, Any] | None:
         return None
 
 
-def _check_resumable(checkpoints: Path, settings: dict[str, Any]) -> None:
+def _check_resumable(checkpoints: Path, settings: dict[str, Any], overwrite: bool) -> None:
     """Checkpoints of another run (other data or settings) must not be resumed into this one."""
     run_file = checkpoints / RUN_FILE
     if run_file.is_file() and json.loads(run_file.read_text(encoding="utf-8")) != settings:
-        raise AdaptOutputError(
-            f"{checkpoints} holds checkpoints of a run with other settings or another knowledge base: "
-            "give another --output, or remove it to start again"
-        )
+        if not overwrite:
+            raise AdaptOutputError(
+                f"{checkpoints} holds checkpoints of a run with other settings or another knowledge base: "
+                "give another --output, or --overwrite to start again"
+            )
+        shutil.rmtree(checkpoints)  # adapt's own checkpoints (run.json says so) of the run being replaced
     checkpoints.mkdir(parents=True, exist_ok=True)
     run_file.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
 
@@ -151,7 +193,7 @@ def _train(
     from transformers.trainer_utils import get_last_checkpoint
 
     checkpoints = output / CHECKPOINTS
-    _check_resumable(checkpoints, settings)
+    _check_resumable(checkpoints, settings, options.overwrite)
     set_seed(options.seed)  # before the model loads: anything it initialises draws from the seeded generators
     model = SentenceTransformer(resolve_model(cfg.embedder.model), device=cfg.embedder.device)
     dataset = Dataset.from_dict(
@@ -280,7 +322,7 @@ def model_card(record: dict[str, Any]) -> str:
     settings = record["settings"]
     pairs = settings["pairs"]
     lines = [
-        "# Knowledge-base adapted embedding model",
+        MODEL_CARD_TITLE,
         "",
         f"Fine-tuned from `{settings['base_model']}` by `knowledge adapt` on the markdown knowledge base below, "
         "without labels: training pairs come only from its files (no evaluation query, label or text).",

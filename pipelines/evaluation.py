@@ -33,6 +33,7 @@ from components.errors import BadInputError
 from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD
 from pipelines.evaluation_metrics import RECALL_DEPTH, filter_report, first_hit, score
 from pipelines.manifest import check_sources_indexed
+from pipelines.reliability import reliability
 from pipelines.settings import embedder_params, knowledge_store
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,9 @@ RRF_K = 60
 DEPTH = 50
 # The `unfiltered` system: the configured pipeline without the L0 category filter.
 UNFILTERED = {"retrieval": {"category_filter": False}}
+
+
+QUERY_KINDS = ("answerable", "off_topic")
 
 
 class EvaluationInputError(BadInputError):
@@ -70,6 +74,13 @@ class Ranked:
     latency_ms: float | None = None
 
 
+def _kind_of(row: dict[str, Any]) -> str:
+    kind = row.get("kind") or ("answerable" if row.get("relevant") else "off_topic")
+    if kind not in QUERY_KINDS:
+        raise ValueError(f"unknown kind {kind!r}: the kinds are {', '.join(QUERY_KINDS)}")
+    return kind
+
+
 def load_queries(path: str | Path) -> list[EvalQuery]:
     queries = []
     try:
@@ -90,13 +101,15 @@ def load_queries(path: str | Path) -> list[EvalQuery]:
                 EvalQuery(
                     query=row["query"],
                     relevant=set(row.get("relevant") or []),
-                    kind=row.get("kind") or ("answerable" if row.get("relevant") else "off_topic"),
+                    kind=_kind_of(row),
                     id=str(row.get("id", number)),
                     style=row.get("style", ""),
                 )
             )
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
             raise EvaluationInputError(f"{path}:{number}: not a query line ({exc})") from exc
+        except ValueError as exc:  # an unknown kind would count as answerable with nothing relevant, silently
+            raise EvaluationInputError(f"{path}:{number}: {exc}") from exc
     if not queries:
         raise EvaluationInputError(f"{path} holds no queries")
     return queries
@@ -149,6 +162,10 @@ class PipelineSystem:
                 "top_similarity": max((b.score for b in result.evidence_blocks), default=None),
                 "l0": result.l0_hints.to_record(),
                 "invocation_id": result.invocation_id,
+                # For the reliability table (pipelines/reliability.py).
+                "level": result.relevance_level,
+                "ambiguous": result.competition is not None,
+                "cited": unique(b.source for b in result.evidence_blocks),
             },
         )
 
@@ -300,6 +317,7 @@ def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], labe
     }
     if "pipeline" in answers:
         report["domain_filter"] = filter_report(queries, answers, cfg.l0.index_path)
+        report["reliability"] = reliability(queries, answers["pipeline"])
     return Evaluation(
         queries=queries, answers=answers, report=report, started_ms=started_ms, ended_ms=int(time.time() * 1000)
     )

@@ -52,11 +52,21 @@ class IndexManifest:
     indexed_at: str
     index_config: dict[str, Any] = field(default_factory=dict)
     version: int = MANIFEST_VERSION
+    checksum: str = ""  # of every other field: a hand edit (another kb_path) is caught before it is acted on
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "IndexManifest":
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
         return cls(**known)
+
+    def fields_checksum(self) -> str:
+        fields = {key: value for key, value in asdict(self).items() if key != "checksum"}
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()
+
+    @property
+    def edited(self) -> bool:
+        """Changed since indexing wrote it (a manifest written before checksums cannot tell: False)."""
+        return bool(self.checksum) and self.checksum != self.fields_checksum()
 
 
 def manifest_path(cfg: DictConfig) -> Path:
@@ -104,6 +114,7 @@ def write_manifest(cfg: DictConfig, documents: list[Any], chunks: int) -> IndexM
         indexed_at=datetime.now(UTC).isoformat(timespec="seconds"),
         index_config=index_time_config(cfg),
     )
+    manifest.checksum = manifest.fields_checksum()
     path = manifest_path(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -143,6 +154,11 @@ def kb_to_index(cfg: DictConfig, asked: str | None, rebuild: bool) -> str:
         return kb
     if manifest is None:
         _check_unmanifested_index(cfg, kb)
+    elif manifest.edited:
+        raise KnowledgeBaseMismatchError(
+            f"the index manifest {manifest_path(cfg)} was edited after indexing (its checksum does not match): "
+            "give --rebuild --kb DIR to index DIR again, or another paths.state_dir"
+        )
     elif absolute_kb(kb) != manifest.kb_path:
         raise KnowledgeBaseMismatchError(
             f"{manifest_path(cfg).parent} holds an index of {manifest.kb_path}, not {absolute_kb(kb)}: "
@@ -201,15 +217,24 @@ def check_sources_indexed(cfg: DictConfig, relevant: list[set[str]]) -> None:
     )
 
 
+NO_MANIFEST = "nothing indexed here yet, or indexed before manifests (the next `knowledge index` writes one)"
+
+
+def manifest_status(cfg: DictConfig) -> dict[str, Any]:
+    """`knowledge index --status --json`: the manifest's fields, or why there is none."""
+    path = manifest_path(cfg)
+    manifest = read_manifest(cfg)
+    if manifest is None:
+        return {"manifest": str(path), "indexed": False, "reason": NO_MANIFEST}
+    return {"manifest": str(path), "indexed": True, "edited": manifest.edited, **asdict(manifest)}
+
+
 def format_manifest(cfg: DictConfig) -> str:
     """`knowledge index --status`: the manifest, or why there is none."""
     path = manifest_path(cfg)
     manifest = read_manifest(cfg)
     if manifest is None:
-        return (
-            f"no index manifest at {path}: nothing indexed here yet, or indexed before manifests "
-            "(the next `knowledge index` writes one)"
-        )
+        return f"no index manifest at {path}: {NO_MANIFEST}"
     lines = [
         f"index manifest {path}",
         f"  {'knowledge base':<{KEY_WIDTH}} {manifest.kb_path}",
@@ -219,4 +244,6 @@ def format_manifest(cfg: DictConfig) -> str:
     ]
     for key, value in manifest.index_config.items():
         lines.append(f"  {key:<{KEY_WIDTH}} {json.dumps(value) if isinstance(value, dict) else value}")
+    if manifest.edited:
+        lines.append("  edited after indexing (its checksum does not match): `knowledge index --rebuild --kb DIR`")
     return "\n".join(lines)

@@ -122,6 +122,14 @@ class RerankConfig:
 
 
 @dataclass
+class CompetitionConfig:
+    margin: float = MISSING
+    sibling_margin: float = MISSING
+    sibling_similarity: float = MISSING
+    high_margin: float = MISSING
+
+
+@dataclass
 class ContextConfig:
     budget_tokens: int = MISSING
 
@@ -183,6 +191,7 @@ class KnowledgeConfig:
     query: QueryConfig = field(default_factory=QueryConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     rerank: RerankConfig = field(default_factory=RerankConfig)
+    competition: CompetitionConfig = field(default_factory=CompetitionConfig)
     context: ContextConfig = field(default_factory=ContextConfig)
     sidecar: SidecarConfig = field(default_factory=SidecarConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
@@ -199,6 +208,9 @@ _AT_LEAST = {
     "retrieval.max_evidence": 1,
     "retrieval.per_document_cap": 1,
     "retrieval.bm25_top_k": 0,
+    "competition.margin": 0,
+    "competition.sibling_margin": 0,
+    "competition.high_margin": 0,
     "l0.passing_mention_df": 0,
     "query.max_chars": 1,
     "embedder.batch_size": 1,
@@ -213,12 +225,15 @@ _AT_LEAST = {
     "serve.max_body_bytes": 1,
     "serve.workers": 1,
 }
+# Durations that must be positive: 0 would turn a guard off, a negative one means nothing.
+_POSITIVE = ("serve.read_timeout_s", "serve.health_timeout_s")
 _UNIT_INTERVAL = (
     "retrieval.reference_threshold",
     "retrieval.evidence_threshold",
     "retrieval.uncovered_evidence_threshold",
     "retrieval.high_relevance",
     "retrieval.outscored_margin",
+    "competition.sibling_similarity",
     "l0.title_min_overlap",
     "l0.domain_min_precision",
     "l0.subject_elsewhere_margin",
@@ -271,6 +286,10 @@ def _validate_values(cfg: DictConfig) -> None:
         value = OmegaConf.select(cfg, key)
         if value < lowest:
             raise ConfigError(f"{key}={value} must be at least {lowest}")
+    for key in _POSITIVE:
+        value = OmegaConf.select(cfg, key)
+        if not value > 0:  # NaN too
+            raise ConfigError(f"{key}={value} must be more than 0 (seconds)")
     _check_milvus_uri(str(cfg.milvus.uri or ""))
     _check_trace_url(str(cfg.trace.db_url or ""))
     for key in ("serve.port", "serve.mcp_port"):
@@ -371,6 +390,39 @@ def embedder_params(cfg: DictConfig) -> dict[str, Any]:
 
 # Config keys that hold secrets: masked wherever the config is shown or logged (MLflow params).
 SECRET_KEYS = ("milvus.token", "milvus.user", "milvus.password")
+# Config keys holding a URL that may carry a password (`postgresql://user:PASSWORD@host/db`): it is hidden.
+URL_KEYS = ("trace.db_url", "mlflow.tracking_uri", "milvus.uri")
+MASK = "***"
+
+
+def masked_value(key: str, value: Any) -> Any:
+    """A config value as it may be shown or logged: a credential masked, a URL's password hidden."""
+    if key in SECRET_KEYS and value not in (None, "", "None"):
+        return MASK
+    if key in URL_KEYS and isinstance(value, str):
+        return url_without_password(value)
+    return value
+
+
+def url_without_password(url: str) -> str:
+    """`scheme://user:***@host/...` for a URL with a password; anything else as it is."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.partition("@")
+    if not (sep and at and ":" in userinfo and "/" not in userinfo):
+        return url
+    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:{MASK}@{host}"
+
+
+def mask_secrets(cfg: DictConfig) -> DictConfig:
+    """A copy of the config with every credential masked (`--cfg`, logs)."""
+    masked = cfg.copy()
+    for key in (*SECRET_KEYS, *URL_KEYS):
+        value = OmegaConf.select(masked, key)
+        if value is not None:
+            OmegaConf.update(masked, key, masked_value(key, value))
+    return masked
+
+
 # The `milvus.*` keys a `KnowledgeStore` takes as they are; the credentials and TLS go into its `MilvusAuth`.
 STORE_KEYS = ("uri", "collection", "timeout_ms", "index_type", "index_params", "search_params", "full_text")
 

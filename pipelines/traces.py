@@ -5,14 +5,15 @@ Rows come from `components.tracing.trace_store.TraceStore`; these functions only
 """
 
 import json
+import os
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from omegaconf import DictConfig
 
-from components.errors import BadInputError
+from components.errors import BadInputError, KnowledgeFailure
 from components.tracing.trace_database import redact, sqlite_path
-from components.tracing.trace_records import to_jsonable
+from components.tracing.trace_records import finite_only, to_jsonable
 from components.tracing.trace_replay import ReplayReport
 from components.tracing.trace_store import TraceStore
 
@@ -29,6 +30,10 @@ class NoTraceDatabaseError(BadInputError):
     """A read of a SQLite trace database that does not exist (CLI exit status 2): reading never creates it."""
 
 
+class ReadOnlyTraceFolderError(KnowledgeFailure):
+    """A SQLite trace database in a read-only folder (exit status 1, like a read-only state folder for Milvus Lite)."""
+
+
 def open_store(cfg: DictConfig, reading: bool = False) -> TraceStore:
     """
     The trace store of a config, without building the lookup pipeline. `reading`: for list, show
@@ -39,6 +44,12 @@ def open_store(cfg: DictConfig, reading: bool = False) -> TraceStore:
         if path is not None and not path.is_file():
             raise NoTraceDatabaseError(
                 f"no trace database at {path}: nothing has been recorded there (check trace.db_url / paths.state_dir)"
+            )
+        if path is not None and not os.access(path.parent, os.W_OK):  # EROFS too, even for root
+            raise ReadOnlyTraceFolderError(
+                f"the trace database {path} cannot be opened: its folder {path.parent} is read-only (SQLite writes "
+                "its WAL journal beside it even to read); copy it to a writable folder and give "
+                "trace.db_url=sqlite:///COPY"
             )
     return TraceStore(
         cfg.trace.db_url,
@@ -209,11 +220,11 @@ def format_show(row: dict[str, Any]) -> str:  # noqa: C901 (one section per part
 
 
 def row_json(row: dict[str, Any]) -> dict[str, Any]:
-    return to_jsonable(row)
+    return finite_only(to_jsonable(row))
 
 
 def export_jsonl(rows: list[dict[str, Any]], stream: TextIO) -> int:
-    """One JSON object per row (created_at in ISO 8601), oldest first; returns the count."""
+    """One standard JSON object per row (created_at in ISO 8601, no NaN), oldest first; returns the count."""
     for row in rows:
-        stream.write(json.dumps(row_json(row), ensure_ascii=False, default=str) + "\n")
+        stream.write(json.dumps(row_json(row), ensure_ascii=False, default=str, allow_nan=False) + "\n")
     return len(rows)

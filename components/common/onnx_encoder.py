@@ -11,7 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
-from components.common.onnx_export import ENCODER_FILE, INT8_MODEL_FILE, MODEL_FILE, TOKENIZER_FILE, ensure_exported
+from components.common.onnx_export import (
+    ENCODER_FILE,
+    INT8_MODEL_FILE,
+    MODEL_FILE,
+    TOKENIZER_FILE,
+    discard_export,
+    ensure_exported,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +68,11 @@ class OnnxSentenceEncoder:
         """The encoder of a local sentence-transformers model folder, exported first if the cache lacks it."""
         folder = ensure_exported(model_dir, cache_dir, quantized=quantized)
         logger.debug("ONNX encoder of %s from %s (int8: %s)", model_dir, folder, quantized)
-        return cls(folder, quantized=quantized)
+        try:
+            return cls(folder, quantized=quantized)
+        except Exception:  # a damaged cache entry (cut, overwritten): it is only a cache, export it again
+            discard_export(folder)
+        return cls(ensure_exported(model_dir, cache_dir, quantized=quantized), quantized=quantized)
 
     def encode(self, texts: list[str], batch_size: int = 32) -> np.ndarray:
         """

@@ -40,6 +40,8 @@ ONNX_OPSET = 17
 # Pooling modes the runtime encoder implements (sentence-transformers' names).
 SUPPORTED_POOLING = ("mean", "cls", "max")
 EXPORT_TIMEOUT_S = 900.0
+# In encoder.json: the size of each exported file, checked before an export is used.
+SIZES_KEY = "file_sizes"
 
 
 class OnnxExportError(BadInputError):
@@ -103,12 +105,54 @@ def export_dir(model_dir: str | Path, cache_dir: str | Path | None = None) -> Pa
         key = note.read_text(encoding="utf-8").strip()
     except OSError:
         key = _content_key(model_dir, files)
-        _write_atomically(note, key)
+        try:
+            _write_atomically(note, key)
+        except OSError:  # a read-only cache still serves the exports it holds; an export says why it cannot
+            logger.debug("cannot write the ONNX cache note %s", note)
     return root / key
 
 
+def check_cache_writable(folder: Path) -> None:
+    """An export needs its cache folder writable: say which setting to change, not a bare errno."""
+    root = folder.parent
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        writable = os.access(root, os.W_OK)  # EROFS too, even for root
+    except OSError:
+        writable = False
+    if not writable:
+        raise OnnxExportError(
+            f"the ONNX cache {root} is not writable, and the model must be exported into it once: give "
+            "embedder.onnx_cache_dir a writable folder, or embedder.backend=torch"
+        )
+
+
+def discard_export(folder: Path) -> None:
+    """Move a cache entry that does not load out of the way (then removed), so that it is exported again."""
+    logger.warning("The ONNX export %s is damaged (a file cut, or one that does not load): exporting again", folder)
+    aside = folder.with_name(f".damaged-{folder.name}-{os.getpid()}")
+    try:
+        os.rename(folder, aside)
+    except OSError:  # gone already (another process discarded it), or cannot be moved: the export says why
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
 def is_exported(folder: Path, quantized: bool = False) -> bool:
-    return (folder / ENCODER_FILE).is_file() and (folder / (INT8_MODEL_FILE if quantized else MODEL_FILE)).is_file()
+    return intact(folder) and (folder / (INT8_MODEL_FILE if quantized else MODEL_FILE)).is_file()
+
+
+def intact(folder: Path) -> bool:
+    """
+    The export's files as written: `encoder.json` readable and each file of the sizes it records
+    (a cut file is caught by its size; a hash of the 90 MB graph would cost every cold start, see
+    docs/embedding-backends.md).
+    """
+    try:
+        recorded = json.loads((folder / ENCODER_FILE).read_text(encoding="utf-8")).get(SIZES_KEY, {})
+        return all((folder / name).stat().st_size == size for name, size in recorded.items())
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def ensure_exported(model_dir: str | Path, cache_dir: str | Path | None = None, quantized: bool = False) -> Path:
@@ -121,6 +165,9 @@ def ensure_exported(model_dir: str | Path, cache_dir: str | Path | None = None, 
     folder = export_dir(model_dir, cache_dir)
     if is_exported(folder, quantized):
         return folder
+    check_cache_writable(folder)
+    if folder.exists() and not intact(folder):
+        discard_export(folder)
     logger.info("Exporting %s to ONNX into %s (once per model)", model_dir, folder)
     command = [sys.executable, "-m", "components.common.onnx_export", str(model_dir), "--output", str(folder)]
     if quantized:
@@ -211,6 +258,7 @@ def export_model(model_dir: Path, output: Path) -> None:
         _export_transformer(model, staging / MODEL_FILE)
         model[0].tokenizer.backend_tokenizer.save(str(staging / TOKENIZER_FILE))
         settings["source"] = str(model_dir)
+        settings[SIZES_KEY] = {name: (staging / name).stat().st_size for name in (MODEL_FILE, TOKENIZER_FILE)}
         (staging / ENCODER_FILE).write_text(json.dumps(settings, indent=2), encoding="utf-8")
         try:
             os.rename(staging, output)

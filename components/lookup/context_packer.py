@@ -5,7 +5,7 @@ from haystack import component
 
 from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.text import unique
-from components.contracts import ContextPack, EvidenceBlock, PackedBlock
+from components.contracts import Competition, ContextPack, EvidenceBlock, PackedBlock
 
 # Below this many tokens of room for content, a block is omitted rather than packed as a stub.
 _MIN_CONTENT_TOKENS = 24
@@ -26,7 +26,9 @@ class ContextPacker:
     Each block keeps a header with its source, title, breadcrumb and hit reasons, whole; when the
     budget runs short, block content is truncated (never the header), and blocks that no longer
     fit are omitted. The top-ranked block is never omitted: its content is cut to what fits (and,
-    with a budget smaller than its header alone, the header too), so evidence always has a pack. The pack records included and omitted sources, the evidence keys of omitted
+    with a budget smaller than its header alone, the header too), so evidence always has a pack.
+    Nor is the best block of a competing document (`competition`): the blocks ranked before it
+    leave room for its header and some content. The pack records included and omitted sources, the evidence keys of omitted
     blocks (a source can be included through one block and lose another) and whether it truncated.
 
     Usage example:
@@ -57,9 +59,10 @@ class ContextPacker:
             self._additive = splits_at_whitespace(self._tokenizer)
 
     @component.output_types(context_pack=ContextPack)
-    def run(self, evidence_blocks: list[EvidenceBlock]) -> dict[str, Any]:
+    def run(self, evidence_blocks: list[EvidenceBlock], competition: Competition | None = None) -> dict[str, Any]:
         """
         :param evidence_blocks: Final evidence blocks in rank order.
+        :param competition: A document competing with the best one: its block is always packed.
         :returns: `context_pack`.
         """
         self.warm_up()
@@ -70,14 +73,18 @@ class ContextPacker:
         used = 0
         truncated_any = False
         separator_tokens = self._separator_tokens
+        kept_number, reserve = self._reserved(evidence_blocks, competition)
         for number, block in enumerate(evidence_blocks, start=1):
             header = _header(number, block)
             header_tokens = self._count_header(header)
             room = self.budget_tokens - used - header_tokens - (separator_tokens if parts else 0)
+            room -= reserve if number < kept_number else 0
             encoding = None
             if number == 1 and room < _MIN_CONTENT_TOKENS:
                 # The top-ranked block is always packed, its content cut to what fits.
-                text, truncated, tokens = self._fit_top_block(header, header_tokens, block, room)
+                # Room held for a competing block counts only when the top block's header still fits.
+                held = reserve if kept_number and self.budget_tokens - reserve > header_tokens else 0
+                text, truncated, tokens = self._fit_top_block(header, block, room, self.budget_tokens - held)
                 used += tokens
                 parts.append(text)
                 truncated_any = truncated_any or truncated
@@ -85,7 +92,7 @@ class ContextPacker:
                 continue
             # Omitted when room < min(_MIN_CONTENT_TOKENS, content tokens): only possible, and
             # only worth counting, when room < _MIN_CONTENT_TOKENS.
-            if room < _MIN_CONTENT_TOKENS:
+            if room < _MIN_CONTENT_TOKENS and not (number == kept_number and room > 0):
                 if block.tokens is None:
                     encoding = self._encode(block.content)
                 if room < (block.tokens if block.tokens is not None else len(encoding.ids)):
@@ -117,18 +124,28 @@ class ContextPacker:
         )
         return {"context_pack": pack}
 
-    def _fit_top_block(self, header: str, header_tokens: int, block: EvidenceBlock, room: int) -> tuple[str, bool, int]:
+    def _reserved(self, blocks: list[EvidenceBlock], competition: Competition | None) -> tuple[int, int]:
+        """The pack number of the competing document's block (0 when none) and the tokens held for it."""
+        key = competition.evidence_key if competition else None
+        number = next((n for n, b in enumerate(blocks, start=1) if b.evidence_key == key), 0)
+        if number < 2:
+            return 0, 0
+        return number, self._count_header(
+            _header(number, blocks[number - 1])
+        ) + self._separator_tokens + _MIN_CONTENT_TOKENS
+
+    def _fit_top_block(self, header: str, block: EvidenceBlock, room: int, limit: int) -> tuple[str, bool, int]:
         """
-        The top block within the budget however small: its header whole and its content cut to the
-        room left; only a header longer than the whole budget is cut itself.
+        The top block within `limit` tokens however small: its header whole and its content cut to
+        the room left; only a header longer than the limit is cut itself.
         """
         if room > 0:
             content, truncated, _ = self._fit(block.content, room, None, block.tokens)
             text = f"{header}\n{content}"
             tokens = self._count(text)
-            if tokens <= self.budget_tokens:
+            if tokens <= limit:
                 return text, truncated, tokens
-        text, _, _ = self._fit(f"{header}\n{block.content}", self.budget_tokens)
+        text, _, _ = self._fit(f"{header}\n{block.content}", limit)
         return text, True, self._count(text)
 
     def _encode(self, text: str):

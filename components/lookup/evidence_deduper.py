@@ -9,11 +9,14 @@ from components.contracts import (
     LAYER_L0_L1,
     LAYER_L1,
     Candidate,
+    Competition,
     DedupStats,
     EvidenceBlock,
+    QueryTransform,
     RerankEntry,
     RetrievalTrace,
 )
+from components.lookup.rule_reranker import needed_section_kinds
 
 L0_REASON_PREFIX = "l0_"
 
@@ -29,6 +32,11 @@ class EvidenceDeduper:
       filtered and an unfiltered attempt, say) one block stays, with the hit reasons of both.
     - Chunks of the same source with different keys stay separate blocks, up to
       `per_document_cap` per source; at most `max_evidence` blocks in all.
+    - The best block of a competing document (`competition`) stays whatever the caps: it takes the
+      place of the last block of a third document when `max_evidence` would drop it.
+    - The leading document's blocks include a block of each section the query needs (those it asks
+      for, else the mitigation; see docs/architecture.md) when a usable candidate has one: it takes
+      the place of the leader's later blocks of other sections, never of its first.
 
     Also emits the rerank trace of the final blocks (final rank, source, base score, boosts).
 
@@ -52,10 +60,18 @@ class EvidenceDeduper:
         self.max_evidence = max_evidence
 
     @component.output_types(evidence_blocks=list[EvidenceBlock], rerank_trace=list[RerankEntry], dedup=DedupStats)
-    def run(self, candidates: list[Candidate], retrieval_trace: RetrievalTrace | None = None) -> dict[str, Any]:
+    def run(
+        self,
+        candidates: list[Candidate],
+        retrieval_trace: RetrievalTrace | None = None,
+        competition: Competition | None = None,
+        query_transform: QueryTransform | None = None,
+    ) -> dict[str, Any]:
         """
         :param candidates: Candidates in rank order (from `RuleReranker`).
         :param retrieval_trace: The retriever's trace, for the evidence threshold it applied.
+        :param competition: A document competing with the best one: its best block is kept.
+        :param query_transform: The query, for the sections of the leading document it needs.
         :returns: `evidence_blocks`, `rerank_trace` and `dedup` counts.
         """
         merged: dict[str, Candidate] = {}
@@ -71,7 +87,8 @@ class EvidenceDeduper:
         final: list[Candidate] = []
         capped = 0
         threshold = max(self.evidence_threshold, (retrieval_trace and retrieval_trace.evidence_threshold) or 0.0)
-        for candidate in usable(list(merged.values()), threshold):
+        candidates_usable = usable(list(merged.values()), threshold)
+        for candidate in candidates_usable:
             if per_source.get(candidate.source, 0) >= self.per_document_cap:
                 capped += 1
                 continue
@@ -79,6 +96,10 @@ class EvidenceDeduper:
                 break
             per_source[candidate.source] = per_source.get(candidate.source, 0) + 1
             final.append(candidate)
+        if competition is not None:
+            final = _with_competitor(final, merged.get(competition.evidence_key or ""), self.max_evidence)
+        if query_transform is not None and final:
+            final = _with_needed_sections(final, candidates_usable, needed_section_kinds(query_transform.normalized))
 
         blocks = [_block(c) for c in final]
         trace = [
@@ -99,6 +120,45 @@ class EvidenceDeduper:
             capped=capped,
         )
         return {"evidence_blocks": blocks, "rerank_trace": trace, "dedup": stats}
+
+
+def _with_competitor(final: list[Candidate], best: Candidate | None, max_evidence: int) -> list[Candidate]:
+    """
+    The final blocks with the competitor's best one; when they are full, it takes the place of the
+    last block of a third document, else of the leader's last one (the leader's first always stays).
+    """
+    if best is None or any(c.evidence_key == best.evidence_key for c in final):
+        return final
+    kept = list(final)
+    if len(kept) >= max_evidence:
+        leader = kept[0].source
+        others = [c for c in kept if c.source != leader] or kept[1:]
+        if others:
+            kept.remove(others[-1])
+    return sorted([*kept, best], key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
+
+
+def _with_needed_sections(final: list[Candidate], candidates: list[Candidate], needed: set[str]) -> list[Candidate]:
+    """
+    The final blocks with the leading document's best candidate of each needed section kind it
+    lacks, each in the place of the leader's last block of a section not needed (its first stays).
+    """
+    leader = final[0].source
+    own = [c for c in final if c.source == leader]
+    missing = needed - {c.section_kind for c in own}
+    spare = [c for c in own[1:] if c.section_kind not in needed]
+    chosen = {c.evidence_key for c in final}
+    kept = final
+    for candidate in candidates:
+        if not (missing and spare):
+            break
+        if candidate.source == leader and candidate.section_kind in missing and candidate.evidence_key not in chosen:
+            replaced = spare.pop()
+            kept = [candidate if c is replaced else c for c in kept]
+            missing.discard(candidate.section_kind)
+    if kept is final:  # nothing swapped: the order stays as it came
+        return final
+    return sorted(kept, key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
 
 
 def _block(candidate: Candidate) -> EvidenceBlock:

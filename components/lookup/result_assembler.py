@@ -1,23 +1,29 @@
+from pathlib import PurePosixPath
 from typing import Any
 
 from haystack import component
 
 from components.common.l0_words import is_identifier_name
+from components.common.markdown_sections import section_kind
 from components.contracts import (
     LAYER_L0_L1,
     LAYER_L1,
     STATUS_EVIDENCE,
     STATUS_NO_EVIDENCE,
+    Competition,
     ContextPack,
     DedupStats,
     EvidenceBlock,
     L0Hints,
     LookupResult,
+    PackedBlock,
     QueryTransform,
     RerankEntry,
     RetrievalTrace,
     SidecarReport,
 )
+from components.lookup.rule_reranker import needed_section_kinds
+from components.stores.l0_index_file import L0IndexHandle
 
 LAYER_L0 = "L0"
 LAYER_NONE = "none"
@@ -34,37 +40,86 @@ def retrieval_layer(hints: L0Hints, trace: RetrievalTrace) -> str:
     return LAYER_L0 if hints.has_matches else LAYER_NONE
 
 
-def relevance_level(blocks: list[EvidenceBlock], high: float, medium: float) -> str:
+def relevance_level(
+    blocks: list[EvidenceBlock],
+    high: float,
+    medium: float,
+    runner_up_margin: float | None = None,
+    high_margin: float = 0.0,
+    competing: bool = False,
+) -> str:
     """
-    From the best block's normalized similarity s: `high` when s >= `high`, `medium` when
-    s >= `medium` (the reference threshold), `low` for any other evidence, `none` without evidence.
+    From the best block's normalized similarity s: `high` when s >= `high`, no document competes
+    and the runner-up document trails by at least `high_margin` (or there is none); `medium`
+    when s >= `medium` (the reference threshold); `low` for any other evidence; `none` without.
     """
     if not blocks:
         return "none"
     best = max(b.score for b in blocks)
-    if best >= high:
+    sure = not competing and (runner_up_margin is None or runner_up_margin >= high_margin)
+    if best >= high and sure:
         return "high"
     if best >= medium:
         return "medium"
     return "low"
 
 
-def completeness_hint(blocks: list[EvidenceBlock], pack: ContextPack, level: str) -> str:
+def sections_left_out(query: str, headings: list[str], blocks: list[PackedBlock]) -> list[str]:
+    """
+    The headings of the leading document's sections the query needs that no packed block of it
+    comes from: the kinds the query asks for (a fix, a diagnosis, a meaning, an impact), else its
+    mitigation; only kinds the document has.
+    """
+    kinds = {section_kind([h]): h for h in reversed(headings[1:])}
+    needed = needed_section_kinds(query) & set(kinds)
+    covered = {section_kind((b.breadcrumb or "").split(" > ")) for b in blocks}
+    return [kinds[kind] for kind in sorted(needed - covered)]
+
+
+def document_name(source: str) -> str:
+    return PurePosixPath(source).stem
+
+
+def budget_cut(pack: ContextPack) -> str:
+    """What the context budget cut, as a clause of the hint ("" when nothing)."""
+    if pack.omitted_sources:
+        missing = f"{len(pack.omitted_sources)} source(s) omitted"
+    elif pack.omitted_evidence_keys:
+        missing = f"{len(pack.omitted_evidence_keys)} block(s) omitted"
+    elif pack.truncated:
+        missing = "content truncated"
+    else:
+        return ""
+    return f"; the context budget cut some of it ({missing})"
+
+
+def completeness_hint(
+    blocks: list[EvidenceBlock],
+    pack: ContextPack,
+    level: str,
+    competition: Competition | None = None,
+    left_out: list[str] | None = None,
+) -> str:
     """One sentence telling the agent how far to trust the evidence as a complete answer."""
     if not blocks:
         return "none: no knowledge evidence was found; do not answer from the knowledge base"
     sources = len({b.source for b in blocks})
     base = f"{len(blocks)} evidence block(s) from {sources} source(s)"
-    if pack.omitted_sources or pack.omitted_evidence_keys or pack.truncated:
-        if pack.omitted_sources:
-            missing = f"{len(pack.omitted_sources)} source(s) omitted"
-        elif pack.omitted_evidence_keys:
-            missing = f"{len(pack.omitted_evidence_keys)} block(s) omitted"
-        else:
-            missing = "content truncated"
-        return f"partial: {base}; the context budget cut some of it ({missing}); read the sources for details"
+    sections = ""
+    if left_out:
+        sections = f"; not in the context: {', '.join(left_out)} of {document_name(blocks[0].source)}; read the source"
+    cut = budget_cut(pack)
+    if competition is not None:
+        packed = {b.source for b in pack.blocks}
+        both = "both included" if {competition.leader, competition.competitor} <= packed else "both cited"
+        names = f"{document_name(competition.leader)} vs {document_name(competition.competitor)}"
+        return f"ambiguous: {names}; {both}; {base}; check which one matches before acting{cut}{sections}"
+    if cut:
+        return f"partial: {base}{cut}{sections or '; read the sources for details'}"
     if level == "low":
-        return f"weak: {base}, all of low relevance; verify before relying on it"
+        return f"weak: {base}, all of low relevance; verify before relying on it{sections}"
+    if left_out:
+        return f"partial: {base}{sections}"
     return f"complete: {base}, all within the context budget"
 
 
@@ -81,7 +136,7 @@ class ResultAssembler:
     Usage example:
 
     ```python
-    assembler = ResultAssembler(high_relevance=0.6, reference_threshold=0.5)
+    assembler = ResultAssembler(l0_index_path=".knowledge/knowledge.l0.json", high_relevance=0.6)
     result = assembler.run(query_transform=qt, hints=hints, retrieval_trace=trace, rerank_trace=rt,
                            evidence_blocks=blocks, dedup=stats, context_pack=pack)["result"]
     result.to_dict()["found"]
@@ -89,16 +144,29 @@ class ResultAssembler:
     """
 
     def __init__(
-        self, high_relevance: float = 0.6, reference_threshold: float = 0.5, evidence_threshold: float = 0.35
+        self,
+        l0_index_path: str | None,
+        high_relevance: float = 0.6,
+        reference_threshold: float = 0.5,
+        evidence_threshold: float = 0.35,
+        high_margin: float = 0.15,
     ) -> None:
         """
+        :param l0_index_path: The L0 index, for the sections of the leading document; None leaves
+            the sections out of the completeness hint.
         :param high_relevance: Best similarity for `relevanceLevel="high"`.
         :param reference_threshold: Best similarity for `"medium"`.
         :param evidence_threshold: Quoted in the no-evidence message.
+        :param high_margin: How far the runner-up document must trail for `"high"`.
         """
+        if high_margin < 0:
+            raise ValueError(f"high_margin must be at least 0, got {high_margin}")
         self.high_relevance = high_relevance
         self.reference_threshold = reference_threshold
         self.evidence_threshold = evidence_threshold
+        self.high_margin = high_margin
+        self.l0_index_path = l0_index_path
+        self._l0 = L0IndexHandle(l0_index_path) if l0_index_path else None
 
     @component.output_types(result=LookupResult)
     def run(
@@ -111,12 +179,23 @@ class ResultAssembler:
         dedup: DedupStats,
         context_pack: ContextPack,
         sidecar: SidecarReport | None = None,
+        competition: Competition | None = None,
+        runner_up_margin: float | None = None,
     ) -> dict[str, Any]:
         """
+        :param competition: A document competing with the best one (from `CompetitionDetector`).
+        :param runner_up_margin: How far the second document trails the best one.
         :returns: `result`, the `LookupResult`.
         """
         found = bool(evidence_blocks)
-        level = relevance_level(evidence_blocks, self.high_relevance, self.reference_threshold)
+        level = relevance_level(
+            evidence_blocks,
+            self.high_relevance,
+            self.reference_threshold,
+            runner_up_margin,
+            self.high_margin,
+            competing=competition is not None,
+        )
         message = None if found else self._no_evidence_message(retrieval_trace, hints)
         result = LookupResult(
             found=found,
@@ -127,15 +206,31 @@ class ResultAssembler:
             retrieval_trace=retrieval_trace,
             rerank_trace=rerank_trace,
             relevance_level=level,
-            completeness_hint=completeness_hint(evidence_blocks, context_pack, level),
+            completeness_hint=completeness_hint(
+                evidence_blocks,
+                context_pack,
+                level,
+                competition,
+                self._left_out(query_transform, evidence_blocks, context_pack),
+            ),
             query_transform=query_transform,
             l0_hints=hints,
             dedup=dedup,
             message=message,
             # No sidecar wired into the pipeline: it is disabled (the default).
             sidecar=sidecar if sidecar is not None else SidecarReport(status="disabled"),
+            competition=competition,
         )
         return {"result": result}
+
+    def _left_out(self, query: QueryTransform, blocks: list[EvidenceBlock], pack: ContextPack) -> list[str]:
+        """The needed sections of the leading document that the pack lacks (see `sections_left_out`)."""
+        if self._l0 is None or not blocks:
+            return []
+        entry = self._l0.get().entry(blocks[0].source)
+        if entry is None:
+            return []
+        return sections_left_out(query.normalized, entry.headings, [b for b in pack.blocks if b.source == entry.source])
 
     def _no_evidence_message(self, trace: RetrievalTrace, hints: L0Hints) -> str:
         if not trace.l1_enabled:

@@ -58,6 +58,16 @@ def query_intents(query: str) -> set[str]:
     return {kind for kind, markers in _INTENTS.items() if any(marker in folded for marker in markers)}
 
 
+# The sections a query needs of its document when it names no intent: an alert text or a bare
+# symptom needs what to do about it.
+DEFAULT_NEEDED_SECTIONS = frozenset({"mitigation"})
+
+
+def needed_section_kinds(query: str) -> set[str]:
+    """The section kinds a query needs of its leading document: those it asks for, else the mitigation."""
+    return query_intents(query) or set(DEFAULT_NEEDED_SECTIONS)
+
+
 @component
 class RuleReranker:
     """

@@ -65,7 +65,13 @@ def load_l0_index(path: str | Path) -> L0Index:
             f"the L0 index {path} is damaged ({first_line(exc)}): run `knowledge index` to write it again"
         ) from exc
     vectors_path = summary_vectors_path(path)
-    vectors = np.load(vectors_path) if vectors_path.is_file() else None
+    try:
+        vectors = np.load(vectors_path) if vectors_path.is_file() else None
+    except (OSError, ValueError, EOFError) as exc:  # overwritten or cut: numpy's words name no file, nor a way out
+        raise L0IndexDamagedError(
+            f"the L0 summary vectors {vectors_path} are damaged (not a readable NumPy array): "
+            "run `knowledge index` to write them again"
+        ) from exc
     if vectors is not None and len(vectors) != len(entries):
         logger.warning("L0 summary vectors at %s do not match the entries; ignoring them", vectors_path)
         vectors = None

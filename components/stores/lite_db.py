@@ -14,8 +14,10 @@ from pathlib import Path
 
 from components.stores.milvus_collection import MilvusUnavailableError, exception_chain
 
-# Milvus Lite's loader, when neither copy of a collection's manifest can be read.
+# Milvus Lite's loader, when neither copy of a collection's manifest can be read (the collection
+# folder), and when a data file of a collection is not Parquet any more (a file inside it).
 _DAMAGED = re.compile(r"failed to load in '([^']+)'")
+_DAMAGED_DATA = re.compile(r"Could not open Parquet input source '([^']+)'")
 
 
 def read_only_folder(uri: str) -> Path | None:
@@ -35,19 +37,38 @@ def read_only_message(uri: str, folder: Path) -> str:
 
 def damaged_collection(exc: BaseException) -> Path | None:
     """The collection folder Milvus Lite could not load, when `exc` (or its cause) says so."""
+    found = _damage(exc)
+    return found[0] if found else None
+
+
+def _damage(exc: BaseException) -> tuple[Path, str] | None:
+    """(the damaged collection folder, what does not load) when `exc` or its cause comes from one."""
     for error in exception_chain(exc):
-        if found := _DAMAGED.search(str(getattr(error, "message", None) or error)):
-            return Path(found.group(1))
+        text = str(getattr(error, "message", None) or error)
+        if found := _DAMAGED.search(text):
+            return Path(found.group(1)), "neither copy of its manifest loads"
+        if (found := _DAMAGED_DATA.search(text)) and (folder := _collection_of(Path(found.group(1)))):
+            return folder, f"its data file {found.group(1)} is not Parquet"
     return None
+
+
+def _collection_of(path: Path) -> Path | None:
+    """`<db>/collections/<name>` of a file inside it."""
+    parts = path.parts
+    if "collections" not in parts[:-1]:
+        return None
+    at = len(parts) - 1 - parts[::-1].index("collections")
+    return Path(*parts[: at + 2]) if at + 1 < len(parts) else None
 
 
 def damaged_error(exc: BaseException) -> MilvusUnavailableError | None:
     """The error that names a damaged collection and what to do, when `exc` comes from one."""
-    folder = damaged_collection(exc)
-    if folder is None:
+    found = _damage(exc)
+    if found is None:
         return None
+    folder, reason = found
     return MilvusUnavailableError(
-        f"the Milvus Lite collection {folder} is damaged (neither copy of its manifest loads): "
+        f"the Milvus Lite collection {folder} is damaged ({reason}): "
         "run `knowledge index --rebuild` to remove it and index again"
     )
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
+from components.stores.lite_db import damaged_error
 from components.stores.milvus_collection import MilvusUnavailableError, is_local_uri
 
 T = TypeVar("T")
@@ -64,7 +65,14 @@ def within(uri: str, timeout_ms: int | None, operation: Callable[[], T]) -> T:
     A Milvus Lite db is opened from local files by this machine: its time is the file's, and it
     runs inline. A server's operation runs in a daemon thread, left to end by its own call timeouts.
     """
-    if is_local_uri(uri) or not timeout_ms:
+    if is_local_uri(uri):
+        try:
+            return operation()
+        except Exception as exc:  # a damaged Milvus Lite file: name the collection and the way out
+            if damaged := damaged_error(exc):
+                raise damaged from exc
+            raise
+    if not timeout_ms:
         return operation()
     with lookup_deadline(timeout_ms):
         left = call_timeout(timeout_ms)

@@ -5,6 +5,7 @@ database or file sees it, its JSON form (spool, `traces export`), and its insert
 
 import functools
 import json
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -87,11 +88,46 @@ def to_jsonable(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_jsonable(data: dict[str, Any]) -> dict[str, Any]:
+    """
+    A spooled record as a row. Checked here, the same for every database: SQLite would take NaN,
+    Infinity and an `arguments` that is not an object, which PostgreSQL refuses and which no
+    standard JSON export can carry (ValueError, so the replay dead-letters it with the reason).
+    """
     record = {key: data.get(key) for key in COLUMNS}
+    for key in ("arguments", "retrieval_details"):
+        if record[key] is not None and not isinstance(record[key], dict):
+            raise ValueError(f"{key} is a {type(record[key]).__name__}, not a JSON object")
+    for key, value in record.items():
+        if (where := _non_finite(value, key)) is not None:
+            raise ValueError(f"{where} holds NaN or an infinity: not a JSON number")
     created = record.get("created_at")
     if isinstance(created, str):
         record["created_at"] = datetime.fromisoformat(created)
     return record
+
+
+def _non_finite(value: Any, where: str) -> str | None:
+    """Where a NaN or an infinity sits in a value (`retrieval_details.legs[0].score`), None when nowhere."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    if isinstance(value, dict):
+        items = ((f"{where}.{key}", item) for key, item in value.items())
+    elif isinstance(value, list):
+        items = ((f"{where}[{index}]", item) for index, item in enumerate(value))
+    else:
+        return None
+    return next((found for path, item in items if (found := _non_finite(item, path)) is not None), None)
+
+
+def finite_only(value: Any) -> Any:
+    """A value with every NaN and infinity as null: standard JSON (a row written before the check may hold one)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: finite_only(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [finite_only(item) for item in value]
+    return value
 
 
 @functools.cache

@@ -124,6 +124,7 @@ def compact_result(result: LookupResult) -> dict[str, Any]:
         "evidenceSources": [b.source for b in result.evidence_blocks],
         "fallbackReason": result.retrieval_trace.fallback_reason,
         "traceStatus": result.trace_status,
+        **({"competition": result.competition.to_dict()} if result.competition else {}),
         **({"error": result.error} if result.error else {}),
     }
 

@@ -24,6 +24,12 @@ def add_parser(sub) -> None:
     parser.add_argument(
         "--output", metavar="DIR", help="model folder (default: paths.state_dir/models/adapted-<kb folder name>)"
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write the model into a folder adapt did not write (its files of the same names are replaced, "
+        "other files are left alone)",
+    )
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="B", help="pairs per batch (default 32)")
     parser.add_argument("--max-steps", type=int, metavar="N", help="stop after N steps (default: all epochs)")
@@ -46,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         batch_size=args.batch_size,
         max_steps=args.max_steps,
+        overwrite=args.overwrite,
         progress_bar=sys.stderr.isatty(),
     )
     adapt_model(cfg, options, say=lambda line: print(line, flush=True))

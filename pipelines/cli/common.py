@@ -1,6 +1,7 @@
 """What every command shares: the usage error, the parser conventions, config loading, input checks."""
 
 import argparse
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,20 +67,24 @@ def print_config(overrides: Sequence[str]) -> int:
     """The composed config as YAML, secrets masked (`--cfg`)."""
     from omegaconf import OmegaConf
 
-    from pipelines.settings import SECRET_KEYS
+    from pipelines.settings import mask_secrets
 
-    cfg = load(overrides)
-    for key in SECRET_KEYS:
-        if OmegaConf.select(cfg, key):
-            OmegaConf.update(cfg, key, "***")
-    print(OmegaConf.to_yaml(cfg), end="")
+    print(OmegaConf.to_yaml(mask_secrets(load(overrides))), end="")
     return EXIT_OK
 
 
 def check_writable(path: str | None) -> None:
-    """An output file (when given) whose folder exists: a bad path fails before the work, not after it."""
-    if path and not Path(path).resolve().parent.is_dir():
+    """An output file (when given) that can be written: a bad path fails before the work, not after it."""
+    if not path:
+        return
+    target = Path(path).resolve()
+    if target.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder, give a file name")
+    if not target.parent.is_dir():
         raise UsageError(f"cannot write {path}: its folder does not exist")
+    if not os.access(target if target.exists() else target.parent, os.W_OK):  # EROFS too, even for root
+        where = path if target.exists() else f"its folder {target.parent}"
+        raise UsageError(f"cannot write {path}: {where} is read-only")
 
 
 def check_port(port: int | None) -> None:

@@ -161,6 +161,7 @@ def _eval_builtin(args: argparse.Namespace, cfg) -> int:
     """Each query set evaluated and logged apart (the knowledge base indexed once, before the first)."""
     from pipelines.evaluation import run_evaluation_full
     from pipelines.evaluation_metrics import format_metrics
+    from pipelines.reliability import format_reliability
     from pipelines.tuning.runs import RunLogger
 
     for number, queries in enumerate(args.queries):
@@ -173,6 +174,8 @@ def _eval_builtin(args: argparse.Namespace, cfg) -> int:
             record=args.record,
         )
         print(json.dumps(evaluation.report, indent=2) if args.json else format_metrics(evaluation.report))
+        if not args.json and (evaluation.report.get("reliability") or {}).get("answerable"):
+            print(format_reliability(evaluation.report["reliability"]))
         runs = RunLogger.from_config(cfg, args.experiment)
         run_id = runs.log_evaluation(evaluation, cfg, run_name=Path(queries).stem)
         for line in runs.announce(run_id):

@@ -28,16 +28,16 @@ def add_parser(sub) -> None:
     parser.add_argument(
         "--status", action="store_true", help="print the index manifest (knowledge base, content, config) and exit"
     )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--json", action="store_true", help="print the report (or --status) as JSON")
     add_overrides(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.manifest import format_manifest, kb_to_index
+    from pipelines.manifest import format_manifest, kb_to_index, manifest_status
 
     cfg = load(args.overrides)  # a bad config fails before the slow imports below
     if args.status:
-        print(format_manifest(cfg))
+        print(json.dumps(manifest_status(cfg), indent=2) if args.json else format_manifest(cfg))
         return EXIT_OK
     # `kb.path=DIR` among the overrides asks for a knowledge base as --kb does.
     asked = args.kb or (cfg.kb.path if any(_override_key(o) == "kb.path" for o in args.overrides) else None)

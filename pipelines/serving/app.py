@@ -44,6 +44,8 @@ UNSERVED_PREFIXES = (
     "/files",
     "/traces",
 )
+# uvicorn's protocol with a deadline on request headers (imported by name in each worker process).
+HTTP_PROTOCOL = "pipelines.serving.header_deadline:HeaderDeadlineProtocol"
 # What OpenAPI lists: the routes that answer.
 SERVED_PATHS = (RUN_PATH, "/health", "/status", "/status/{pipeline_name}")
 
@@ -224,13 +226,20 @@ def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
             expose_headers=["Mcp-Session-Id"],
         )
     return RequestGuard(
-        app, api_key=api_key, max_body_bytes=cfg.serve.max_body_bytes, read_timeout_s=cfg.serve.read_timeout_s
+        app,
+        api_key=api_key,
+        max_body_bytes=cfg.serve.max_body_bytes,
+        read_timeout_s=cfg.serve.read_timeout_s,
+        jsonrpc_prefixes=("/mcp",),
     )
 
 
 def build_app(cfg: DictConfig, mcp: bool = False):
     """The served app of one process: its warmed LookupService, health and guard."""
+    from pipelines.serving.header_deadline import HeaderDeadlineProtocol
     from pipelines.serving.health import HealthCheck
+
+    HeaderDeadlineProtocol.timeout_s = float(cfg.serve.read_timeout_s)  # this process's connections
 
     api_key = resolve_api_key(cfg)
     health = HealthCheck(cfg, trace_store=None, auth=api_key is not None, timeout_s=cfg.serve.health_timeout_s)
@@ -273,7 +282,9 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
         workers,
     )
     if workers == 1:
-        uvicorn.run(build_app(cfg, mcp), host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.run(
+            build_app(cfg, mcp), host=host, port=port, log_level="warning", access_log=False, http=HTTP_PROTOCOL
+        )
         return
     # uvicorn binds the port once and hands it to N spawned processes; each builds and warms its own
     # service from the overrides in the environment, and they share the Milvus server and trace database.
@@ -281,6 +292,7 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
         "pipelines.serving.worker:worker_app",
         factory=True,
         workers=workers,
+        http=HTTP_PROTOCOL,
         host=host,
         port=port,
         log_level="warning",

@@ -6,6 +6,7 @@ each refused with a JSON error (`{"error": code, "detail": reason}`) before any 
 import hmac
 import json
 import logging
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,14 +16,21 @@ logger = logging.getLogger(__name__)
 
 # Paths anyone may read without a key: liveness probes must not need a secret.
 OPEN_PATHS = ("/health",)
+# An over-size JSON-RPC body is read to its end (to answer it) up to this many times the limit; beyond, 413.
+JSONRPC_DRAIN_FACTOR = 64
+JSONRPC_INVALID_REQUEST = -32600
+_JSONRPC_ID = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)')
+_JSONRPC_METHOD = re.compile(rb'"method"\s*:\s*"([^"]+)"')
 
 
 class RequestRefused(Exception):
-    def __init__(self, status: int, error: str, detail: str) -> None:
+    def __init__(self, status: int, error: str, detail: str, head: bytes = b"", more: bool = True) -> None:
         super().__init__(detail)
         self.status = status
         self.error = error
         self.detail = detail
+        self.head = head  # of a body over the limit: what was read of it before the refusal
+        self.more = more  # and whether more of it is still to come
 
 
 def check_lookup_body(body: bytes, fields: Iterable[str] = ("query",)) -> None:
@@ -60,6 +68,30 @@ def check_json_content_type(scope: Scope) -> None:
         )
 
 
+def jsonrpc_refusal(head: bytes, tail: bytes, reason: str) -> dict[str, Any] | None:
+    """
+    The JSON-RPC answer to a request refused for `reason`, read from the start and the end of its
+    body (its id and method come before or after `params`, which may hold keys of the same names):
+    a `tools/call` gets a tool error (the agent sees the reason, the session goes on), any other
+    request a JSON-RPC error. None when neither end names an id (nothing to answer to).
+    """
+    before = head.split(b'"params"', 1)[0]
+    after = tail.rstrip()[:-1].rsplit(b"}", 1)[-1]  # between the end of `params` and the body's last brace
+    found = _JSONRPC_ID.search(before) or _JSONRPC_ID.search(after)
+    if found is None:
+        return None
+    request_id = json.loads(found.group(1))
+    method = _JSONRPC_METHOD.search(before) or _JSONRPC_METHOD.search(after)
+    if method is not None and method.group(1) == b"tools/call":
+        text = f"{reason}: send a shorter query (a lookup reads at most query.max_chars characters of it)"
+        return {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "result": {"content": [{"type": "text", "text": text}], "isError": True},
+        }
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": JSONRPC_INVALID_REQUEST, "message": reason}}
+
+
 class RequestGuard:
     """
     Checks each HTTP request: paths it does not serve (404), `Authorization: Bearer <key>` when a key is set (401, constant-time
@@ -81,6 +113,7 @@ class RequestGuard:
         validated_paths: Iterable[str] = (),
         blocked_prefixes: Iterable[str] = (),
         read_timeout_s: float | None = None,
+        jsonrpc_prefixes: Iterable[str] = (),
     ) -> None:
         self.app = app
         self.blocked_prefixes = tuple(blocked_prefixes)
@@ -88,6 +121,9 @@ class RequestGuard:
         self.max_body_bytes = max_body_bytes
         self.validated_paths = tuple(validated_paths)
         self.read_timeout_s = read_timeout_s
+        # Paths of JSON-RPC (MCP) clients: a body over the limit gets a JSON-RPC answer, not a 413
+        # the client's session would not survive.
+        self.jsonrpc_prefixes = tuple(jsonrpc_prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -97,15 +133,48 @@ class RequestGuard:
             if self.blocked_prefixes and scope["path"].startswith(self.blocked_prefixes):
                 raise RequestRefused(404, "not_found", f"{scope['path']} is not served here")
             self._authorize(scope)
-            body = await self._read_body_in_time(scope, receive)
+            body = await self._read_body(scope, receive)
             if body is not None and scope["method"] == "POST" and scope["path"] in self.validated_paths:
                 check_json_content_type(scope)
                 check_lookup_body(body)
         except RequestRefused as refused:
             logger.info("refused %s %s: %s %s", scope["method"], scope["path"], refused.status, refused.error)
+            if self._speaks_jsonrpc(scope, refused) and await self._answer_as_jsonrpc(refused, receive, send):
+                return
             await _send_json(send, refused.status, {"error": refused.error, "detail": refused.detail})
             return
         await self.app(scope, _replay(body, receive) if body is not None else receive, send)
+
+    def _speaks_jsonrpc(self, scope: Scope, refused: RequestRefused) -> bool:
+        return refused.status == 413 and bool(self.jsonrpc_prefixes) and scope["path"].startswith(self.jsonrpc_prefixes)
+
+    async def _answer_as_jsonrpc(self, refused: RequestRefused, receive: Receive, send: Send) -> bool:
+        """
+        Read the rest of an over-size JSON-RPC body (up to `JSONRPC_DRAIN_FACTOR` times the limit)
+        and answer its call: a tool call gets a tool error with the reason, any other request a
+        JSON-RPC error. False (then a 413) for a body larger still, or one that says no id.
+        """
+        head, size, more = refused.head, len(refused.head), refused.more
+        tail = head
+        while more and size <= self.max_body_bytes * JSONRPC_DRAIN_FACTOR:
+            try:
+                message = await self._receive(receive)
+            except RequestRefused as stalled:  # the rest of the body stopped arriving: 408 as anywhere
+                await _send_json(send, stalled.status, {"error": stalled.error, "detail": stalled.detail})
+                return True
+            if message["type"] == "http.disconnect":
+                return True
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            head += chunk[: max(0, self.max_body_bytes - len(head))]
+            tail = (tail + chunk)[-self.max_body_bytes :]
+            more = message.get("more_body", False)
+        reason = f"the request is over serve.max_body_bytes ({self.max_body_bytes} bytes)"
+        answer = jsonrpc_refusal(head, tail, reason)
+        if more or answer is None:
+            return False
+        await _send_json(send, 200, answer)
+        return True
 
     def _authorize(self, scope: Scope) -> None:
         if self._expected is None or scope["path"] in OPEN_PATHS or _is_cors_preflight(scope):
@@ -115,17 +184,21 @@ class RequestGuard:
         if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self._expected):
             raise RequestRefused(401, "unauthorized", "missing or wrong API key: send Authorization: Bearer <key>")
 
-    async def _read_body_in_time(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The body, or 408 when the client stops sending it for `read_timeout_s` (it would hold a connection)."""
+    async def _receive(self, receive: Receive) -> Message:
+        """
+        The next message of a body, or 408 when the client sends nothing for `read_timeout_s`: an
+        idle time between reads, so a slow but steady sender is served (a stalled one would hold a
+        connection and a slot).
+        """
         if not self.read_timeout_s:
-            return await self._read_body(scope, receive)
+            return await receive()
         import anyio
 
-        with anyio.move_on_after(self.read_timeout_s) as scope_timer:
-            return await self._read_body(scope, receive)
-        if scope_timer.cancelled_caught:
-            raise RequestRefused(408, "body_timeout", f"the body did not arrive within {self.read_timeout_s:g} s")
-        return None
+        with anyio.move_on_after(self.read_timeout_s):
+            return await receive()
+        raise RequestRefused(
+            408, "body_timeout", f"nothing of the body arrived for {self.read_timeout_s:g} s (serve.read_timeout_s)"
+        )
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole body of a request that has one (buffered, bounded), else None."""
@@ -137,14 +210,16 @@ class RequestGuard:
         chunks: list[bytes] = []
         size = 0
         while True:
-            message = await receive()
+            message = await self._receive(receive)
             if message["type"] == "http.disconnect":
                 break
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
-                raise RequestRefused(413, "body_too_large", f"body over {self.max_body_bytes} bytes")
             chunks.append(chunk)
+            if size > self.max_body_bytes:
+                head = b"".join(chunks)[: self.max_body_bytes]
+                more = message.get("more_body", False)
+                raise RequestRefused(413, "body_too_large", f"body over {self.max_body_bytes} bytes", head, more)
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)

@@ -66,6 +66,9 @@ class LookupResponse(BaseModel):
     queryTransform: dict[str, Any] | None = omitted_if_none()
     l0Hints: dict[str, Any] | None = omitted_if_none()
     sidecar: dict[str, Any] | None = omitted_if_none()
+    competition: dict[str, Any] | None = omitted_if_none(
+        "Another document close to the best one: leader, competitor, margin, reasons, evidenceKey"
+    )
     error: dict[str, Any] | None = omitted_if_none("type, message, component of a failed lookup")
     invocationId: str | None = Field(default=None, description="Id of the tool_invocation trace row")
     traceStatus: str | None = omitted_if_none()

@@ -18,6 +18,7 @@ violation = guard.violation({"prometheus-dev": {"no_evidence_rate": 0.9, "off_to
 ```
 """
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,8 +67,16 @@ class Constraint:
         if "@" in metric and not _is_metric(metric):
             metric, set_name = metric.rsplit("@", 1)
         try:
-            return cls(rankable(metric), match["op"], float(match["bound"]), set_name or None, origin)
-        except (ConfigError, ValueError) as exc:
+            metric = rankable(metric)
+        except ConfigError as exc:
+            from pipelines.tuning.sweep import RANKABLE
+
+            raise ConfigError(
+                f"{origin}: {text!r}: unknown metric {metric!r}; the metrics are {', '.join(RANKABLE)}"
+            ) from exc
+        try:
+            return cls(metric, match["op"], _bound(match["bound"], metric), set_name or None, origin)
+        except ValueError as exc:
             raise ConfigError(f"{origin}: {text!r}: {exc}") from exc
 
     @property
@@ -103,6 +112,22 @@ class Constraint:
         if value is None:
             return float("inf")
         return self.bound - value if self.op == ">=" else value - self.bound
+
+
+def _bound(text: str, metric: str) -> float:
+    """A finite bound the metric can reach: a rate or score lies in [0, 1], a latency is not negative."""
+    try:
+        bound = float(text)
+    except ValueError:
+        raise ValueError(f"bound {text!r} is not a number") from None
+    if not math.isfinite(bound):
+        raise ValueError(f"bound {text!r} is not a finite number")
+    if metric.endswith("_ms"):
+        if bound < 0:
+            raise ValueError(f"bound {text} is negative: {metric} is a latency in ms")
+    elif not 0 <= bound <= 1:
+        raise ValueError(f"bound {text} is outside [0, 1], the range of {metric}")
+    return bound
 
 
 def parse_constraints(declared: list[str], given: list[str], declared_origin: str) -> list[Constraint]:

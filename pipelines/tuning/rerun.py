@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from components.contracts import InvalidQueryError
 from components.errors import BadInputError
+from pipelines.settings import url_without_password
 from pipelines.tuning.runs import RunLogger, flatten_params
 
 RERUN_EXPERIMENT = "lookup-knowledge-rerun"
@@ -148,7 +149,9 @@ def rerun_traces(
 
     recorded = recorded_rows(cfg, since, last)
     if not recorded:
-        raise RerunInputError(f"no recorded lookup to rerun in {cfg.trace.db_url} (with --since/--last as given)")
+        raise RerunInputError(
+            f"no recorded lookup to rerun in {url_without_password(cfg.trace.db_url)} (with --since/--last as given)"
+        )
     service = LookupService(cfg, pipeline=build_lookup_pipeline(cfg, record=False))
     rows: list[RerunRow] = []
     skipped = 0

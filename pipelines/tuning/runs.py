@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from pipelines.evaluation import Evaluation
-from pipelines.settings import SECRET_KEYS, to_container
+from pipelines.settings import masked_value, to_container
 
 EVAL_EXPERIMENT = "lookup-knowledge-eval"
 PER_QUERY_ARTIFACT = "per_query.json"
@@ -37,10 +37,7 @@ def flatten_params(cfg: DictConfig) -> dict[str, str]:
             flat[prefix] = str(node)[:MAX_PARAM_CHARS]
 
     walk(to_container(cfg), "")
-    for key in SECRET_KEYS:  # credentials never reach MLflow
-        if flat.get(key) not in (None, "None"):
-            flat[key] = "***"
-    return flat
+    return {key: masked_value(key, value) for key, value in flat.items()}  # credentials never reach MLflow
 
 
 def flatten_metrics(system_metrics: dict[str, Any], prefix: str = "") -> dict[str, float]:
@@ -65,6 +62,7 @@ def evaluation_metrics(report: dict[str, Any]) -> dict[str, float]:
     for system, values in report["systems"].items():
         metrics.update(flatten_metrics(values, "" if system == "pipeline" else f"{system}."))
     metrics.update(flatten_metrics(report.get("domain_filter") or {}, "domain_filter."))
+    metrics.update(flatten_metrics(report.get("reliability") or {}, "reliability."))
     for name, values in (report.get("sets") or {}).items():
         metrics.update(flatten_metrics(values, f"set.{name}."))
     return metrics

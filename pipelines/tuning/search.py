@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from components.errors import first_line
 from pipelines.evaluation import build_systems
 from pipelines.settings import ConfigError, load_config
 from pipelines.tuning.guards import (
@@ -92,6 +93,21 @@ def study_storage(state_dir: str) -> str:
     return f"sqlite:///{folder.resolve() / STUDY_FILE}"
 
 
+def _study_summaries(storage: str) -> list[Any]:
+    """The studies of the storage; a damaged study file is named with what to do, not as a bare sqlite error."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return optuna.get_all_study_summaries(storage)
+    except SQLAlchemyError as exc:
+        path = storage.removeprefix("sqlite:///")
+        raise ConfigError(
+            f"the study file {path} is damaged ({first_line(exc)}): move it away to start again (its studies are "
+            "lost), or give another paths.state_dir"
+        ) from exc
+
+
 def open_study(storage: str, space: SearchSpace, study_name: str | None, resume: bool, seed: int, constraints):
     """A new study, or with `resume` the named (or latest) study of this space; Optuna's constrained TPE either way."""
     import warnings
@@ -101,7 +117,7 @@ def open_study(storage: str, space: SearchSpace, study_name: str | None, resume:
     # constraints_func is marked experimental in Optuna 4; it is the documented way to constrain TPE.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
-    names = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
+    names = {s.study_name: s for s in _study_summaries(storage)}
     if resume and study_name is None:
         mine = [s for s in names.values() if s.user_attrs.get("space") == space.name]
         if not mine:

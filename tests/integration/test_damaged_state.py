@@ -42,11 +42,23 @@ def small_state(tmp_path):
     return kb, state
 
 
-def test_a_damaged_milvus_lite_collection_is_named_and_index_rebuild_recovers(small_state):
-    kb, state = small_state
-    collection = state / "milvus.db" / "collections" / "knowledge"
+def _damage_manifest(collection):
     for name in ("manifest.json", "manifest.json.prev"):
         (collection / name).write_text("garbage{", encoding="utf-8")
+    return "neither copy of its manifest loads"
+
+
+def _damage_data(collection):
+    [data] = collection.glob("partitions/*/data/*.parquet")
+    data.write_bytes(b"garbage" * (data.stat().st_size // 7 + 1))
+    return f"its data file {data} is not Parquet"
+
+
+@pytest.mark.parametrize("damage", [_damage_manifest, _damage_data], ids=["manifest", "data"])
+def test_a_damaged_milvus_lite_collection_is_named_and_index_rebuild_recovers(small_state, damage):
+    kb, state = small_state
+    collection = state / "milvus.db" / "collections" / "knowledge"
+    reason = damage(collection)
     overrides = [f"paths.state_dir={state}", "mlflow=off"]
     for broken in (
         run_cli("lookup", "--compact", "disk almost full", *overrides),
@@ -55,7 +67,7 @@ def test_a_damaged_milvus_lite_collection_is_named_and_index_rebuild_recovers(sm
         assert broken.returncode == 1
         assert "Traceback" not in broken.stderr
         [line] = stderr_lines(broken)
-        assert f"the Milvus Lite collection {collection} is damaged" in line
+        assert f"the Milvus Lite collection {collection} is damaged ({reason})" in line
         assert "run `knowledge index --rebuild`" in line
     rebuilt = run_cli("index", "--rebuild", "--kb", str(kb), *overrides)
     assert rebuilt.returncode == 0, rebuilt.stderr
@@ -90,3 +102,41 @@ def test_a_read_only_state_folder_is_named_as_read_only(small_state, tmp_path):
         assert done.returncode == 1, done.stderr
         [line] = stderr_lines(done)
         assert f"{state / 'milvus.db'} is read-only" in line and "give paths.state_dir a writable folder" in line
+
+
+def test_damaged_l0_summary_vectors_are_named_and_knowledge_index_repairs_them(small_state):
+    kb, state = small_state
+    vectors = state / "knowledge.l0.summaries.npy"
+    assert vectors.is_file()
+    vectors.write_bytes(b"\x93NUMPY garbage over the summary vectors" * 4)
+    overrides = [f"paths.state_dir={state}", "mlflow=off"]
+    broken = run_cli("lookup", "--compact", "disk almost full", *overrides)
+    assert broken.returncode == 2, broken.stderr
+    [line] = stderr_lines(broken)
+    assert f"the L0 summary vectors {vectors} are damaged" in line and "run `knowledge index`" in line
+    repaired = run_cli("index", "--kb", str(kb), *overrides)
+    assert repaired.returncode == 0, repaired.stderr
+    again = run_cli("lookup", "--compact", "disk almost full", *overrides)
+    assert again.returncode == 0 and '"found": true' in again.stdout, again.stderr
+
+
+def test_traces_list_on_a_read_only_state_folder_names_it_read_only(small_state):
+    _, state = small_state
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is needed for a read-only mount")
+    overrides = [f"paths.state_dir={state}", "mlflow=off"]
+    recorded = run_cli("lookup", "--compact", "disk almost full", *overrides)
+    assert recorded.returncode == 0 and (state / "traces.db").is_file(), recorded.stderr
+    done = subprocess.run(
+        read_only_mount_command(state, "traces", "list", *overrides),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
+    )
+    if "unshare" in done.stderr and done.returncode not in (1, 2):
+        pytest.skip(f"no mount namespace here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 1, done.stderr
+    [line] = stderr_lines(done)
+    assert f"the trace database {state / 'traces.db'} cannot be opened: its folder {state} is read-only" in line

@@ -78,6 +78,39 @@ def test_index_status_prints_the_manifest_or_says_there_is_none(tmp_path, index_
     assert str(kb_a.resolve()) in shown.stdout and "1 documents" in shown.stdout
 
 
+def test_index_status_json_prints_the_manifest_as_json(tmp_path, index_kb):
+    kb_a = _kb(tmp_path / "a", "disk/disk-full.md")
+    empty = run_cli("index", "--status", "--json", f"paths.state_dir={tmp_path / 'nothing'}", "mlflow=off")
+    assert empty.returncode == 0 and json.loads(empty.stdout)["indexed"] is False
+
+    cfg, _ = index_kb(kb_a)
+    shown = run_cli("index", "--status", "--json", f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off")
+    assert shown.returncode == 0, shown.stderr
+    status = json.loads(shown.stdout)
+    assert status["kb_path"] == str(kb_a.resolve()) and status["documents"] == 1 and status["edited"] is False
+    assert status["manifest"] == str(manifest_path(cfg))
+
+
+def test_a_hand_edited_manifest_kb_path_is_refused_like_another_kb(tmp_path, index_kb):
+    kb_a = _kb(tmp_path / "a", "disk/disk-full.md")
+    kb_b = _kb(tmp_path / "b", "cpu/runaway-process.md")
+    cfg, _ = index_kb(kb_a)
+    path = manifest_path(cfg)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**data, "kb_path": str(kb_b.resolve())}), encoding="utf-8")
+    state = [f"paths.state_dir={_released(cfg).paths.state_dir}", "mlflow=off"]
+
+    refused = run_cli("index", *state)
+    assert refused.returncode == 2
+    [line] = stderr_lines(refused)
+    assert str(path) in line and "edited" in line and "--rebuild" in line
+    assert _sources(cfg) == {"disk/disk-full.md"}  # nothing indexed from the edited path, nothing removed
+
+    rebuilt = run_cli("index", "--rebuild", "--kb", str(kb_a), *state)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert not read_manifest(cfg).edited
+
+
 def test_a_state_dir_indexed_before_manifests_indexes_as_before_and_gets_one(tmp_path, index_kb):
     kb_a = _kb(tmp_path / "a", "disk/disk-full.md")
     cfg, _ = index_kb(kb_a)

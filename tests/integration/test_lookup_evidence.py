@@ -291,6 +291,6 @@ def test_no_evidence_message_tells_unknown_words_from_alert_names_no_document_ha
     )
     trace = RetrievalTrace(attempts=[attempt], selected_attempt=0, evidence_threshold=0.5)
     hints = L0Hints(uncovered_terms=["backlog", "CassandraCompactionBacklog"])
-    message = ResultAssembler(evidence_threshold=0.35)._no_evidence_message(trace, hints)
+    message = ResultAssembler(l0_index_path=None, evidence_threshold=0.35)._no_evidence_message(trace, hints)
     assert "never mentions 'backlog' and has no document named 'CassandraCompactionBacklog'" in message
     assert "at least 0.5" in message and "reached 0.455" in message

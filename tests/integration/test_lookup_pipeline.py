@@ -13,6 +13,7 @@ from haystack.components.agents import Agent
 from haystack.core.errors import DeserializationError
 from haystack.dataclasses import ChatMessage, ToolCall
 
+from components.lookup.competition_detector import CompetitionDetector
 from components.lookup.context_packer import ContextPacker
 from components.lookup.evidence_deduper import EvidenceDeduper
 from components.lookup.fallback_retriever import FallbackRetriever
@@ -38,6 +39,7 @@ COMPONENT_TYPES = {
     "query_embedder": KnowledgeQueryEmbedder,
     "retriever": FallbackRetriever,
     "reranker": RuleReranker,
+    "competition": CompetitionDetector,
     "deduper": EvidenceDeduper,
     "context_packer": ContextPacker,
     "assembler": ResultAssembler,
@@ -91,6 +93,7 @@ def test_pipeline_components_execute_in_order(sample_service):
         "query_embedder",
         "retriever",
         "reranker",
+        "competition",
         "deduper",
         "context_packer",
         "assembler",
@@ -98,6 +101,8 @@ def test_pipeline_components_execute_in_order(sample_service):
     assert set(stages) <= set(ran) and all(ran.count(name) == 1 for name in ran)
     assert position["query_transformer"] < position["retriever"]  # transform before retrieval
     assert position["retriever"] < position["reranker"] < position["deduper"]  # retrieve before post-processing
+    # Competing documents are judged on the reranked order, before the blocks are chosen.
+    assert position["reranker"] < position["competition"] < position["deduper"]
     assert position["deduper"] < position["context_packer"]  # evidence blocks before packing
     # Result assembly comes after every stage, and trace recording after result assembly.
     assert all(position[name] < position["assembler"] for name in stages[:-1])
@@ -188,7 +193,10 @@ def test_rendered_yaml_loads_and_answers_a_query(rendered, sample_cfg, sample_se
         RuleReranker(l0_index_path="/data/kb.l0.json", weights={"lexical_overlap": 0.1}, evidence_threshold=0.3),
         EvidenceDeduper(evidence_threshold=0.3, per_document_cap=1, max_evidence=3),
         ContextPacker(budget_tokens=300, tokenizer_model="packaged:all-MiniLM-L6-v2"),
-        ResultAssembler(high_relevance=0.7, reference_threshold=0.45, evidence_threshold=0.3),
+        ResultAssembler(
+            l0_index_path="/data/kb.l0.json", high_relevance=0.7, reference_threshold=0.45, high_margin=0.2
+        ),
+        CompetitionDetector(l0_index_path="/data/kb.l0.json", margin=0.1, sibling_margin=0.3, sibling_similarity=0.9),
     ],
     ids=lambda instance: type(instance).__name__,
 )

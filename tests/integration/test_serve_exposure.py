@@ -8,11 +8,12 @@ body is cut off, and start-up refuses a busy port or a blank key before loading 
 import json
 import re
 import socket
+import time
 
 import httpx
 import pytest
 
-from tests.helpers import child_env, cli_command, run_cli
+from tests.helpers import REPO, child_env, cli_command, run_cli
 from tests.integration.serving_helpers import copy_state, free_port, running
 
 EVIL = "http://evil.example"
@@ -81,7 +82,10 @@ def test_a_client_that_stops_mid_body_gets_408(default_server):
             b"POST /lookup_knowledge/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b'Content-Length: 100\r\n\r\n{"query": '
         )
-        answer = client.recv(4096).decode()
+        answer = b""
+        while chunk := client.recv(4096):  # until the server closes the connection
+            answer += chunk
+        answer = answer.decode()
     assert answer.startswith("HTTP/1.1 408")
     assert '"error": "body_timeout"' in answer
 
@@ -94,9 +98,16 @@ def test_routes_that_cannot_answer_are_not_served(default_server, path):
 
 
 def test_openapi_lists_only_the_routes_that_answer(default_server):
+    from pipelines.serving.app import SERVED_PATHS
+
     paths = set(httpx.get(f"{default_server}/openapi.json").json()["paths"])
-    assert "/lookup_knowledge/run" in paths and "/health" in paths
-    assert not [p for p in paths if p.startswith(("/draw", "/deploy", "/undeploy", "/v1", "/chat", "/models"))]
+    assert paths == set(SERVED_PATHS)
+    assert httpx.get(f"{default_server}/status/lookup_knowledge").status_code == 200
+    for doc in ("docs/reliability.md", "docs/serving.md"):  # the docs name exactly the routes served
+        row = next(
+            line for line in (REPO / doc).read_text(encoding="utf-8").splitlines() if "OpenAPI lists only" in line
+        )
+        assert set(re.findall(r"`(/[^`]*)`", row.split("OpenAPI lists only", 1)[1])) == paths, (doc, row)
 
 
 def test_the_docs_page_loads_swagger_ui_from_the_server_itself(default_server):
@@ -144,3 +155,42 @@ def test_an_unknown_view_gets_the_documented_422(default_server):
     )
     assert response.status_code == 422
     assert response.json()["error"] == "invalid_request" and "view" in response.json()["detail"]
+
+
+def test_a_slow_but_steady_body_is_served(default_server):
+    """serve.read_timeout_s bounds a pause between reads, not the whole body."""
+    host, port = default_server.removeprefix("http://").split(":")
+    body = json.dumps({"query": "disk almost full"}).encode()
+    pieces = [body[i : i + 4] for i in range(0, len(body), 4)]
+    pause = READ_TIMEOUT_S * 1.5 / len(pieces)  # the body takes 1.5 x the timeout, no pause near it
+    with socket.create_connection((host, int(port)), timeout=120) as client:
+        client.sendall(
+            b"POST /lookup_knowledge/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        )
+        for piece in pieces:
+            time.sleep(pause)
+            client.sendall(piece)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+
+
+def test_headers_that_never_finish_get_408_and_the_connection_closed(default_server):
+    host, port = default_server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=READ_TIMEOUT_S * 6) as client:
+        client.sendall(b"POST /lookup_knowledge/run HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+        answer = b""
+        while chunk := client.recv(4096):  # until the server closes (a socket timeout fails the test)
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408") and b'"error": "header_timeout"' in answer
+
+
+@pytest.mark.parametrize(("value", "shown"), [("0", "0.0"), ("-1", "-1.0"), ("nan", "nan")])
+def test_a_read_timeout_that_is_not_positive_is_refused(value, shown, tmp_path):
+    result = run_cli("serve", f"paths.state_dir={tmp_path}", "mlflow=off", f"serve.read_timeout_s={value}")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"knowledge: error: serve.read_timeout_s={shown} must be more than 0 (seconds)"
+    ]

@@ -97,3 +97,32 @@ def test_an_empty_query_is_a_tool_error(mcp_server):
 def test_mcp_requests_without_the_key_get_401(mcp_server):
     response = httpx.post(f"{mcp_server}/mcp/", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert response.status_code == 401
+
+
+def test_a_query_over_the_body_limit_is_a_tool_error_and_the_session_goes_on(mcp_server):
+    async def calls(session):
+        huge = await session.call_tool("lookup_knowledge", {"query": "disk full " * 10_000})  # 100,000 characters
+        after = await session.call_tool("lookup_knowledge", {"query": "disk almost full"})
+        return huge, after
+
+    huge, after = asyncio.run(_session(mcp_server, calls))
+    assert huge.isError
+    assert "over serve.max_body_bytes (16384 bytes)" in huge.content[0].text and "shorter query" in huge.content[0].text
+    assert not after.isError and json.loads(after.content[0].text)["found"] is True
+
+
+def test_an_over_size_call_that_stalls_gets_408(mcp_server):
+    import socket
+
+    host, port = mcp_server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=120) as client:
+        client.sendall(
+            b"POST /mcp/ HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: application/json\r\n"
+            + f"Authorization: Bearer {API_KEY}\r\nContent-Length: 100000\r\n\r\n".encode()
+            + b'{"method": "tools/call", "params": {"arguments": {"query": "'
+            + b"x" * 20_000  # over the limit, then nothing more
+        )
+        answer = b""
+        while chunk := client.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408") and b'"error": "body_timeout"' in answer

@@ -79,3 +79,49 @@ def test_the_next_lookup_replays_around_a_bad_record_and_is_recorded(db_url, ser
     assert [store.get(i)["trace_status"] for i in good] == ["replayed", "replayed"]
     assert [letter["id"] for letter in dead_letters(state)] == [bad]
     assert (state / "trace-spool.jsonl").read_text() == ""
+
+
+def _strict_json(line: str):
+    def refuse(constant):
+        raise ValueError(f"not standard JSON: {constant}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_nan_infinity_and_a_non_object_arguments_are_refused_alike_and_exports_are_standard_json(db_url, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    good = str(uuid.uuid4())
+    bad = {
+        str(uuid.uuid4()): {"latency_ms": float("nan")},
+        str(uuid.uuid4()): {"retrieval_details": {"legs": [{"score": float("inf")}]}},
+        str(uuid.uuid4()): {"arguments": "disk full"},
+        str(uuid.uuid4()): {"arguments": ["disk", "full"]},
+    }
+    lines = [spooled(db_url, good, latency_ms=12.5)] + [spooled(db_url, i, **values) for i, values in bad.items()]
+    (state / "trace-spool.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    overrides = [f"paths.state_dir={state}", "mlflow=off", f"trace.db_url='{db_url}'"]
+    done = run_cli("traces", "replay", *overrides)
+    assert done.returncode == 0, done.stderr
+    assert "1 new" in done.stdout and "4 refused" in done.stdout, done.stdout
+    reasons = {letter["id"]: letter["reason"] for letter in dead_letters(state)}
+    assert set(reasons) == set(bad)
+    assert all("not a JSON number" in reasons[i] for i in list(bad)[:2]), reasons
+    assert all("not a JSON object" in reasons[i] for i in list(bad)[2:]), reasons
+    exported = run_cli("traces", "export", "--output", str(tmp_path / "out.jsonl"), *overrides)
+    assert exported.returncode == 0, exported.stderr
+    rows = [_strict_json(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert good in [row["id"] for row in rows]
+
+
+def test_a_nan_already_in_a_sqlite_row_exports_as_null(tmp_path):
+    from datetime import UTC, datetime
+
+    db_url = f"sqlite:///{tmp_path}/traces.db"
+    store = TraceStore(db_url, str(tmp_path / "trace-spool.jsonl"))
+    record = {"id": "old-row", "tool_name": "lookup_knowledge", "arguments": {"query": "x"}, "status": "ok"}
+    assert store.write({**record, "latency_ms": float("nan"), "created_at": datetime.now(UTC)}) == "recorded"
+    exported = run_cli("traces", "export", f"paths.state_dir={tmp_path}", "mlflow=off", f"trace.db_url={db_url}")
+    assert exported.returncode == 0, exported.stderr
+    [row] = [_strict_json(line) for line in exported.stdout.splitlines()]
+    assert row["id"] == "old-row" and row["latency_ms"] is None

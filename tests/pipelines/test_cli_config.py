@@ -28,3 +28,26 @@ def test_search_options_without_a_search_are_refused(capsys):
     assert "--guard: only with a search (--search NAME) or a sweep (-m)" in capsys.readouterr().err
     assert main(["eval", "--queries", "eval/sample-kb.jsonl", "-m", "--resume", "retrieval.top_k=5,10"]) == 2
     assert "--resume: only with a search (--search NAME)" in capsys.readouterr().err
+
+
+def test_cfg_masks_every_credential_the_trace_url_password_too(tmp_path, capsys):
+    overrides = [
+        f"paths.state_dir={tmp_path}",
+        "trace.db_url=postgresql://ops:pg-s3cret@127.0.0.1:5432/test",
+        "milvus.password=mv-s3cret",
+        "mlflow.tracking_uri=postgresql://ml:ml-s3cret@127.0.0.1/mlflow",
+    ]
+    assert main(["lookup", "--cfg", *overrides]) == 0
+    out = capsys.readouterr().out
+    assert "s3cret" not in out
+    printed = yaml.safe_load(out)
+    assert printed["trace"]["db_url"] == "postgresql://ops:***@127.0.0.1:5432/test"
+    assert printed["milvus"]["password"] == "***"
+
+
+def test_mlflow_params_hide_the_trace_url_password(make_config):
+    from pipelines.tuning.runs import flatten_params
+
+    params = flatten_params(make_config("trace.db_url=postgresql://ops:pg-s3cret@127.0.0.1/test"))
+    assert params["trace.db_url"] == "postgresql://ops:***@127.0.0.1/test"
+    assert params["milvus.password"] == "None"  # an empty credential stays visibly empty

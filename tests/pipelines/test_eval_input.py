@@ -1,4 +1,4 @@
-"""`knowledge eval` on a query file that is not UTF-8: one line naming the file and line, exit 2."""
+"""`knowledge eval` on a query file that is not UTF-8 or names an unknown kind: one line naming the file and line, exit 2."""
 
 from tests.helpers import run_cli, stderr_lines
 
@@ -9,3 +9,28 @@ def test_bad_utf8_in_the_query_file_names_file_and_line_and_exits_2(tmp_path):
     done = run_cli("eval", "--queries", str(queries), f"paths.state_dir={tmp_path / 'state'}", "mlflow=off")
     assert done.returncode == 2
     assert stderr_lines(done) == [f"knowledge: error: {queries}:2: not UTF-8 text (byte 0xe9)"]
+
+
+def test_an_unknown_kind_names_file_line_and_the_kinds_and_exits_2(tmp_path):
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(
+        '{"query": "disk full", "relevant": ["disk/disk-full.md"]}\n{"query": "lunch menu", "kind": "offtopic"}\n',
+        encoding="utf-8",
+    )
+    done = run_cli("eval", "--queries", str(queries), f"paths.state_dir={tmp_path / 'state'}", "mlflow=off")
+    assert done.returncode == 2
+    assert stderr_lines(done) == [
+        f"knowledge: error: {queries}:2: unknown kind 'offtopic': the kinds are answerable, off_topic"
+    ]
+
+
+def test_every_known_kind_loads(tmp_path):
+    from pipelines.evaluation import load_queries
+
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text(
+        '{"query": "a", "relevant": ["x.md"], "kind": "answerable"}\n{"query": "b", "kind": "off_topic"}\n'
+        '{"query": "c"}\n',
+        encoding="utf-8",
+    )
+    assert [q.kind for q in load_queries(queries)] == ["answerable", "off_topic", "off_topic"]

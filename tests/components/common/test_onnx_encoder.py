@@ -9,7 +9,7 @@ import pytest
 
 from components.common.embedding_models import load_onnx_encoder, resolve_model
 from components.common.onnx_encoder import TOKENS_PER_RUN, OnnxSentenceEncoder
-from components.common.onnx_export import MODEL_FILE, OnnxExportError, ensure_exported, export_dir
+from components.common.onnx_export import MODEL_FILE, OnnxExportError, ensure_exported, export_dir, is_exported
 from components.errors import BadInputError
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from tests.conftest import EVAL_DIR, SAMPLE_KB
@@ -135,3 +135,48 @@ def test_a_folder_that_is_no_model_fails_with_the_reason(tmp_path):
     (tmp_path / "not-a-model" / "README.md").write_text("nothing here")
     with pytest.raises(OnnxExportError, match="cannot export"):
         ensure_exported(str(tmp_path / "not-a-model"), tmp_path / "cache")
+
+
+def test_a_cache_entry_that_does_not_load_is_exported_again(tmp_path):
+    import shutil
+
+    model = resolve_model(MODEL)
+    cache = tmp_path / "cache"
+    entry = export_dir(model, cache)
+    shutil.copytree(ensure_exported(model), entry)  # the shared cache's export, then damaged here only
+    (entry / MODEL_FILE).write_bytes(b"not an onnx graph" * 100)
+    encoder = OnnxSentenceEncoder.load(model, str(cache))
+    assert encoder.encode(["disk full"]).shape == (1, 384)
+    size = (entry / MODEL_FILE).stat().st_size
+    assert size > 1_000_000  # exported again, in place
+    assert [p.name for p in cache.iterdir() if p.name.startswith(".damaged")] == []
+
+    with (entry / MODEL_FILE).open("r+b") as graph:  # cut, as a full disk would leave it
+        graph.truncate(size // 2)
+    assert not is_exported(entry)  # the sizes the export recorded catch it before ONNX Runtime sees it
+    assert ensure_exported(model, cache) == entry and (entry / MODEL_FILE).stat().st_size == size
+
+
+def test_an_unwritable_cache_names_the_setting_and_the_torch_backend(tmp_path):
+    import shutil
+    import subprocess
+
+    from tests.helpers import child_env
+    from tests.integration.test_damaged_state import read_only_mount_command
+
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is needed for a read-only mount")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / "disk.md").write_text("# Disk full\n\nRotate the old logs.\n", encoding="utf-8")
+    args = ["index", "--kb", str(kb), f"paths.state_dir={tmp_path / 'state'}", "mlflow=off"]
+    args += ["embedder.backend=onnx", f"embedder.onnx_cache_dir={cache}"]
+    done = subprocess.run(read_only_mount_command(cache, *args), capture_output=True, text=True, env=child_env())
+    if "unshare" in done.stderr and done.returncode != 2:
+        pytest.skip(f"no mount namespace here: {done.stderr.strip()[:200]}")
+    assert done.returncode == 2, done.stderr
+    [line] = [line for line in done.stderr.splitlines() if line.strip()]
+    assert f"the ONNX cache {cache} is not writable" in line
+    assert "embedder.onnx_cache_dir" in line and "embedder.backend=torch" in line

@@ -2,7 +2,7 @@
 
 import copy
 
-from components.contracts import RetrievalTrace
+from components.contracts import Competition, QueryTransform, RetrievalTrace
 from components.lookup.evidence_deduper import EvidenceDeduper
 from tests.helpers import assert_round_trips, candidate
 
@@ -55,6 +55,46 @@ def test_dedup_applies_the_evidence_threshold_the_retriever_recorded():
     raised = deduper.run(candidates=copy.deepcopy(cands), retrieval_trace=RetrievalTrace(evidence_threshold=0.5))
     assert [b.evidence_key for b in raised["evidence_blocks"]] == ["a"]
     assert raised["dedup"].candidate_count == 2 and raised["dedup"].final_count == 1
+
+
+def test_the_competitor_block_stays_when_the_caps_would_drop_it():
+    candidates = [candidate("a0", "ops/a.md", 0.9), candidate("a1", "ops/a.md", 0.85), candidate("b0", "ops/b.md", 0.8)]
+    deduper = EvidenceDeduper(max_evidence=2)
+    assert [b.evidence_key for b in deduper.run(candidates=copy.deepcopy(candidates))["evidence_blocks"]] == [
+        "a0",
+        "a1",
+    ]
+    competition = Competition("ops/a.md", "ops/b.md", 0.02, ["score margin 0.020 < 0.05"], evidence_key="b0")
+    kept = deduper.run(candidates=copy.deepcopy(candidates), competition=competition)["evidence_blocks"]
+    assert [b.evidence_key for b in kept] == ["a0", "b0"]
+    # A third document's block gives way before the leader's second one.
+    candidates.append(candidate("c0", "ops/c.md", 0.7))
+    competition.evidence_key = "c0"
+    competition.competitor = "ops/c.md"
+    kept = EvidenceDeduper(max_evidence=3, per_document_cap=2).run(candidates=candidates, competition=competition)
+    assert [b.evidence_key for b in kept["evidence_blocks"]] == ["a0", "a1", "c0"]
+
+
+def sections(*kinds_by_key: tuple[str, str, float]):
+    return [candidate(key, "ops/a.md", similarity, section_kind=kind) for key, kind, similarity in kinds_by_key]
+
+
+def query(text: str) -> QueryTransform:
+    return QueryTransform(raw=text, normalized=text, variants=[text])
+
+
+def test_the_leaders_needed_section_takes_the_place_of_its_later_block():
+    candidates = sections(("meaning", "overview", 0.9), ("impact", "impact", 0.85), ("fix", "mitigation", 0.6))
+    candidates.append(candidate("b0", "ops/b.md", 0.8))
+    deduper = EvidenceDeduper(per_document_cap=2)
+    plain = deduper.run(candidates=copy.deepcopy(candidates))["evidence_blocks"]
+    assert [b.evidence_key for b in plain] == ["meaning", "impact", "b0"]
+    # An alert text needs the mitigation: it replaces the impact, never the first block.
+    alert = deduper.run(candidates=copy.deepcopy(candidates), query_transform=query("disk full on node-1"))
+    assert [b.evidence_key for b in alert["evidence_blocks"]] == ["meaning", "b0", "fix"]
+    # A question about the impact needs the impact, which is already there.
+    impact = deduper.run(candidates=copy.deepcopy(candidates), query_transform=query("what is the impact"))
+    assert [b.evidence_key for b in impact["evidence_blocks"]] == ["meaning", "impact", "b0"]
 
 
 def test_round_trips():

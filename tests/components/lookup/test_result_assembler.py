@@ -5,16 +5,24 @@ import pytest
 from components.contracts import (
     STATUS_EVIDENCE,
     STATUS_NO_EVIDENCE,
+    Competition,
     ContextPack,
     DedupStats,
     EvidenceBlock,
     L0Hints,
+    PackedBlock,
     QueryTransform,
     RetrievalAttempt,
     RetrievalTrace,
     SidecarReport,
 )
-from components.lookup.result_assembler import ResultAssembler, completeness_hint, relevance_level, retrieval_layer
+from components.lookup.result_assembler import (
+    ResultAssembler,
+    completeness_hint,
+    relevance_level,
+    retrieval_layer,
+    sections_left_out,
+)
 from tests.helpers import assert_round_trips
 
 
@@ -50,7 +58,7 @@ def pack(**fields) -> ContextPack:
 
 
 def assemble(blocks, trace, hints=None, assembler=None, **inputs):
-    return (assembler or ResultAssembler()).run(
+    return (assembler or ResultAssembler(l0_index_path=None)).run(
         query_transform=QueryTransform(raw="disk full", normalized="disk full", variants=["disk full"]),
         hints=hints or L0Hints(),
         retrieval_trace=trace,
@@ -73,7 +81,11 @@ def test_evidence_gives_a_found_result():
 
 
 def test_no_evidence_gives_found_false_with_a_message_naming_the_threshold():
-    result = assemble([], RetrievalTrace([attempt(0), attempt(0)]), assembler=ResultAssembler(evidence_threshold=0.3))
+    result = assemble(
+        [],
+        RetrievalTrace([attempt(0), attempt(0)]),
+        assembler=ResultAssembler(l0_index_path=None, evidence_threshold=0.3),
+    )
     assert not result.found and result.evidence_status == STATUS_NO_EVIDENCE
     assert result.relevance_level == "none" and result.completeness_hint.startswith("none:")
     assert "2 retrieval attempt(s) returned no chunk with a similarity of at least 0.3" in result.message
@@ -114,6 +126,58 @@ def test_relevance_level_from_the_best_block(best, level):
     assert relevance_level([], high=0.6, medium=0.5) == "none"
 
 
+@pytest.mark.parametrize(
+    ("margin", "competing", "level"),
+    [(None, False, "high"), (0.15, False, "high"), (0.14, False, "medium"), (0.5, True, "medium")],
+)
+def test_high_needs_a_clear_lead_over_the_runner_up(margin, competing, level):
+    blocks = [block("x#0", "x.md", 0.8)]
+    assert relevance_level(blocks, 0.6, 0.5, runner_up_margin=margin, high_margin=0.15, competing=competing) == level
+
+
+def test_competing_documents_lead_the_hint():
+    blocks = [block("a#0", "ops/NodeDiskSpaceFillingUp.md", 0.7), block("b#0", "ops/NodeDiskInodesFillingUp.md", 0.6)]
+    competition = Competition("ops/NodeDiskSpaceFillingUp.md", "ops/NodeDiskInodesFillingUp.md", 0.05, ["score margin"])
+    packed = [packed_block(b.source, "Meaning") for b in blocks]
+    hint = completeness_hint(blocks, pack(blocks=packed), "medium", competition)
+    assert hint.startswith("ambiguous: NodeDiskSpaceFillingUp vs NodeDiskInodesFillingUp; both included; 2 evidence")
+    # Only the leader packed (a budget under two headers): both are still cited.
+    assert "; both cited;" in completeness_hint(blocks, pack(blocks=packed[:1]), "medium", competition)
+    # What the budget cut is still said.
+    cut = completeness_hint(blocks, pack(blocks=packed, omitted_sources=["c.md"]), "medium", competition)
+    assert cut.startswith("ambiguous: ") and "; the context budget cut some of it (1 source(s) omitted)" in cut
+
+
+def packed_block(source: str, section: str) -> PackedBlock:
+    return PackedBlock("k", source, "T", f"Name > {section}", [], 10, False)
+
+
+HEADINGS = ["NodeDiskSpaceFillingUp", "Meaning", "Impact", "Diagnosis", "Mitigation"]
+
+
+@pytest.mark.parametrize(
+    ("query", "headings", "packed", "left_out"),
+    [
+        ("disk on worker-3 is full", HEADINGS, ["Meaning", "Diagnosis"], ["Mitigation"]),  # an alert needs the fix
+        ("disk on worker-3 is full", HEADINGS, ["Meaning", "Mitigation"], []),
+        ("why is the disk on worker-3 full", HEADINGS, ["Meaning", "Mitigation"], ["Diagnosis"]),
+        ("why is it full and how do I fix it", HEADINGS, ["Meaning"], ["Diagnosis", "Mitigation"]),
+        ("disk on worker-3 is full", ["NodeDiskSpaceFillingUp", "Meaning"], ["Meaning"], []),  # no such section
+    ],
+)
+def test_sections_left_out(query, headings, packed, left_out):
+    assert sections_left_out(query, headings, [packed_block("a.md", s) for s in packed]) == left_out
+
+
+def test_a_left_out_section_makes_a_complete_pack_partial():
+    blocks = [block("a#0", "ops/NodeDiskSpaceFillingUp.md", 0.7)]
+    hint = completeness_hint(blocks, pack(), "high", left_out=["Mitigation"])
+    assert hint == (
+        "partial: 1 evidence block(s) from 1 source(s); not in the context: Mitigation of NodeDiskSpaceFillingUp; "
+        "read the source"
+    )
+
+
 def test_completeness_hint_says_what_the_budget_cut():
     blocks = [block("a#0", "a.md", 0.7)]
     assert "(1 source(s) omitted)" in completeness_hint(blocks, pack(omitted_sources=["b.md"]), "high")
@@ -123,4 +187,6 @@ def test_completeness_hint_says_what_the_budget_cut():
 
 
 def test_round_trips():
-    assert_round_trips(ResultAssembler(high_relevance=0.7, reference_threshold=0.45, evidence_threshold=0.3))
+    assert_round_trips(
+        ResultAssembler(l0_index_path=None, high_relevance=0.7, reference_threshold=0.45, evidence_threshold=0.3)
+    )

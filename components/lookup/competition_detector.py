@@ -1,0 +1,144 @@
+import re
+from pathlib import PurePosixPath
+from typing import Any
+
+import numpy as np
+from haystack import component
+
+from components.common.evidence import usable
+from components.common.text import identifier_words
+from components.contracts import Candidate, Competition, RetrievalTrace
+from components.stores.l0_index_file import L0IndexHandle
+
+# Two document names sharing this many leading words are one family ("NodeFilesystem...").
+_FAMILY_PREFIX_WORDS = 2
+_NAME_BREAKS = re.compile(r"[-_\s]+")
+
+
+def name_words(source: str) -> list[str]:
+    """The words of a document's file name, case kept: `NodeFilesystemSpaceFillingUp.md` -> Node, Filesystem, ..."""
+    stem = PurePosixPath(source).stem
+    return [word for part in _NAME_BREAKS.split(stem) for word in identifier_words(part).split()]
+
+
+def shared_name_stem(leader: str, competitor: str) -> str | None:
+    """
+    The name stem two documents share when they are one family: at least two leading words in
+    common, e.g. `NodeFilesystem…FillingUp` for NodeFilesystemSpaceFillingUp and
+    NodeFilesystemFilesFillingUp. None otherwise.
+    """
+    words = name_words(leader)
+    first, second = [w.casefold() for w in words], [w.casefold() for w in name_words(competitor)]
+    shortest = min(len(first), len(second))
+    prefix = 0
+    while prefix < shortest and first[prefix] == second[prefix]:
+        prefix += 1
+    if prefix < _FAMILY_PREFIX_WORDS:
+        return None
+    suffix = 0
+    while suffix < shortest - prefix and first[-1 - suffix] == second[-1 - suffix]:
+        suffix += 1
+    joiner = "-" if _NAME_BREAKS.search(PurePosixPath(leader).stem) else ""
+    head, tail = joiner.join(words[:prefix]), joiner.join(words[len(words) - suffix :])
+    return head if prefix == len(words) else f"{head}…{tail}"
+
+
+def document_scores(candidates: list[Candidate]) -> dict[str, tuple[float, Candidate]]:
+    """
+    Each document's best candidate and its score, in rank order: the rerank score, or the
+    similarity when nothing reranked the candidates (`pipeline.rerank=false`).
+    """
+    reranked = any(c.final_score for c in candidates)
+    best: dict[str, tuple[float, Candidate]] = {}
+    for candidate in candidates:
+        value = candidate.final_score if reranked else candidate.similarity
+        if candidate.source not in best or value > best[candidate.source][0]:
+            best[candidate.source] = (value, candidate)
+    return dict(sorted(best.items(), key=lambda item: -item[1][0]))
+
+
+@component
+class CompetitionDetector:
+    """
+    Says when another document competes with the best one, so that the result is not presented
+    as sure when it may name the wrong sibling (docs/architecture.md, "Competing documents").
+
+    The runner-up document (by its best usable candidate) competes with the leader when its score
+    is within `margin` of the leader's, or within `sibling_margin` when the two are siblings: their
+    names share a stem (`NodeFilesystem…FillingUp`) or their summary vectors have a cosine of at
+    least `sibling_similarity`. The result then names both, packs both and is not `high`; how far
+    behind the runner-up is, competing or not, is `runner_up_margin`, which `relevanceLevel`
+    reads too.
+
+    Usage example:
+
+    ```python
+    detector = CompetitionDetector(l0_index_path=".knowledge/knowledge.l0.json")
+    out = detector.run(candidates=ranked)
+    out["competition"]  # None, or Competition(leader=..., competitor=..., margin=0.03, reasons=[...])
+    ```
+    """
+
+    def __init__(
+        self,
+        l0_index_path: str,
+        margin: float = 0.05,
+        sibling_margin: float = 0.2,
+        sibling_similarity: float = 0.85,
+        evidence_threshold: float = 0.35,
+    ) -> None:
+        """
+        :param l0_index_path: The L0 index (document summary vectors).
+        :param margin: A runner-up within this rerank-score margin of the leader competes.
+        :param sibling_margin: A sibling runner-up within this margin competes.
+        :param sibling_similarity: Summary-vector cosine at or above which two documents are siblings.
+        :param evidence_threshold: Only candidates at or above it (or the retriever's bar) are considered.
+        """
+        for name, value in (("margin", margin), ("sibling_margin", sibling_margin)):
+            if value < 0:
+                raise ValueError(f"{name} must be at least 0, got {value}")
+        if not 0.0 <= sibling_similarity <= 1.0:
+            raise ValueError(f"sibling_similarity must lie in [0, 1], got {sibling_similarity}")
+        self.l0_index_path = l0_index_path
+        self.margin = margin
+        self.sibling_margin = sibling_margin
+        self.sibling_similarity = sibling_similarity
+        self.evidence_threshold = evidence_threshold
+        self._l0 = L0IndexHandle(l0_index_path)
+
+    @component.output_types(competition=Competition | None, runner_up_margin=float | None)
+    def run(self, candidates: list[Candidate], retrieval_trace: RetrievalTrace | None = None) -> dict[str, Any]:
+        """
+        :param candidates: Reranked candidates, in rank order.
+        :param retrieval_trace: The retriever's trace, for the evidence threshold it applied.
+        :returns: `competition` (None when the leader stands alone) and `runner_up_margin` (None
+            without a second usable document).
+        """
+        threshold = max(self.evidence_threshold, (retrieval_trace and retrieval_trace.evidence_threshold) or 0.0)
+        documents = list(document_scores(usable(candidates, threshold)).items())
+        if len(documents) < 2:
+            return {"competition": None, "runner_up_margin": None}
+        (leader, (leader_score, _)), (runner_up, (runner_score, best)) = documents[0], documents[1]
+        margin = round(leader_score - runner_score, 4)
+        reasons = self._sibling_reasons(leader, runner_up)
+        limit = self.sibling_margin if reasons else self.margin
+        if margin >= limit:
+            return {"competition": None, "runner_up_margin": margin}
+        reasons.insert(0, f"score margin {margin:.3f} < {limit}")
+        competition = Competition(
+            leader=leader, competitor=runner_up, margin=margin, reasons=reasons, evidence_key=best.evidence_key
+        )
+        return {"competition": competition, "runner_up_margin": margin}
+
+    def _sibling_reasons(self, leader: str, runner_up: str) -> list[str]:
+        reasons = []
+        stem = shared_name_stem(leader, runner_up)
+        if stem:
+            reasons.append(f"shared name stem {stem}")
+        index = self._l0.get()
+        first, second = index.summary_vector(leader), index.summary_vector(runner_up)
+        if first is not None and second is not None:
+            similarity = float(np.dot(first, second))
+            if similarity >= self.sibling_similarity:
+                reasons.append(f"document similarity {similarity:.3f} >= {self.sibling_similarity}")
+        return reasons

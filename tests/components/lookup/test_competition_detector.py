@@ -1,0 +1,28 @@
+"""CompetitionDetector's name rule: which document names are one family, and the stem it reports."""
+
+import pytest
+
+from components.lookup.competition_detector import CompetitionDetector, shared_name_stem
+
+
+@pytest.mark.parametrize(
+    ("leader", "competitor", "stem"),
+    [
+        ("node/NodeFilesystemSpaceFillingUp.md", "node/NodeFilesystemFilesFillingUp.md", "NodeFilesystem…FillingUp"),
+        ("node/NodeRAIDDiskFailure.md", "node/NodeRAIDDegraded.md", "NodeRAID…"),
+        ("x/node-disk-space-filling-up.md", "x/node-disk-inodes-filling-up.md", "node-disk…filling-up"),
+        ("k/KubeletDown.md", "k/KubeSchedulerDown.md", None),  # one word in common is no family
+        ("k/KubeQuotaAlmostFull.md", "k/KubeQuotaAlmostFullSoon.md", "KubeQuotaAlmostFull"),
+    ],
+)
+def test_shared_name_stem(leader, competitor, stem):
+    assert shared_name_stem(leader, competitor) == stem
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [({"margin": -0.1}, "margin must be at least 0"), ({"sibling_similarity": 1.5}, "must lie in [0, 1]")],
+)
+def test_init_refuses_bad_values(params, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        CompetitionDetector(l0_index_path="kb.l0.json", **params)
