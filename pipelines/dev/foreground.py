@@ -95,10 +95,10 @@ def watch(server: MilvusServerProcess) -> int:
 
 
 def grpc_status(exc: Exception) -> str:
-    """The gRPC status of a failed probe ("DEADLINE_EXCEEDED"), else its first line."""
+    """The gRPC status of a failed probe ("DEADLINE_EXCEEDED"), else pymilvus' message or the first line."""
     code = getattr(exc, "code", None)
     status = code() if callable(code) else None
-    return getattr(status, "name", None) or first_line(exc)
+    return getattr(status, "name", None) or str(getattr(exc, "message", "") or first_line(exc))
 
 
 def health_line(server: MilvusServerProcess, answering: bool, error: str) -> str:
