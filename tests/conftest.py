@@ -212,6 +212,18 @@ def milvus_server(tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def lite_server(tmp_path_factory):
+    """One Milvus Lite gRPC server (BM25 functions included) per session on a free loopback port, always stopped."""
+    from pipelines.dev.lite_server import LiteServerProcess
+
+    server = LiteServerProcess(tmp_path_factory.mktemp("lite-server")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 # --- markers by place: unit tests mirror the source tree, the rest is integration --------------
 
 SLOW_MODULES = {"test_runbooks_corpus.py", "test_bench.py", "test_notebooks.py"}
