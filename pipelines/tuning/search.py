@@ -29,8 +29,10 @@ from pipelines.tuning.guards import (
     evaluate_sets,
     feasible,
     set_violations,
+    untested_guards,
     violated,
 )
+from pipelines.tuning.recommend import Policy, set_values
 from pipelines.tuning.runs import RunLogger, metric_name
 from pipelines.tuning.space import SearchSpace
 from pipelines.tuning.sweep import Trial, metric_value
@@ -39,8 +41,9 @@ logger = logging.getLogger(__name__)
 
 STUDY_FILE = "optuna.db"
 IMPORTANCES_ARTIFACT = "param_importances.json"
-# Optuna user attributes: what a trial needs to be shown again when its study is resumed.
-_ATTRS = ("overrides", "metrics", "sets", "run_id")
+# Optuna user attributes: what a trial needs to be shown again when its study is resumed (or repeated).
+_ATTRS = ("overrides", "metrics", "sets", "run_id", "values")
+CURRENT_ATTR = "current_settings"
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Judged:
 
     metrics: dict[str, Any]
     sets: dict[str, dict[str, Any]]
+    values: dict[str, list[float | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -63,27 +67,17 @@ class SearchResult:
     parent_run_id: str | None
     runs: RunLogger
     roles: dict[str, str] = field(default_factory=dict)  # set name -> tuning, guard, held-out
+    verdict: Any = None  # pipelines/tuning/recommend.py's Verdict
+    repeats: int = 0  # trials that drew a setting already evaluated (not re-run)
 
     @property
     def override_line(self) -> str:
         return " ".join(self.best.overrides) if self.best else ""
 
     @property
-    def held_out_breaks(self) -> list[str]:
-        """The constraints the best setting breaks on the held-out sets ("LABEL on SET"): a best that does not carry over."""
-        judged = self.judged.get("best on held-out")
-        if self.best is None or judged is None:
-            return []
-        return [
-            f"{label} on {name}"
-            for name, values in judged.sets.items()
-            for label in set_violations(self.constraints, name, values)
-        ]
-
-    @property
     def recommended(self) -> Trial | None:
-        """The best trial, if it also keeps every constraint on the held-out queries; else nothing to recommend."""
-        return self.best if self.best is not None and not self.held_out_breaks else None
+        """The best trial, if the recommendation rule picks it over the current settings."""
+        return self.best if self.verdict is not None and self.verdict.recommended is not None else None
 
 
 def study_storage(state_dir: str) -> str:
@@ -100,6 +94,8 @@ def open_study(storage: str, space: SearchSpace, study_name: str | None, resume:
 
     # constraints_func is marked experimental in Optuna 4; it is the documented way to constrain TPE.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    # The current settings are a trial even when they lie off the space's grid (pipelines/tuning/search.py::_enqueue_current).
+    warnings.filterwarnings("ignore", message="Fixed parameter .* is out of range")
 
     names = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
     if resume and study_name is None:
@@ -156,6 +152,7 @@ def run_search(
     study_name: str | None = None,
     resume: bool = False,
     experiment: str | None = None,
+    say=logger.info,
 ) -> SearchResult:
     """Run `trials` constrained Optuna trials on the tuning and guard sets, then judge the best and the defaults."""
     import optuna
@@ -183,10 +180,20 @@ def run_search(
         },
     )
 
+    policy = Policy.from_config(base_cfg, space.metric)
+    evaluated = _evaluated(study)
+
     def objective(trial) -> float:
         overrides = space.suggest(trial)
+        if tuple(overrides) in evaluated:  # Optuna drew a setting it already has: copy it, do not evaluate it again
+            number, attrs = evaluated[tuple(overrides)]
+            for name in (*_ATTRS, "constraint_values"):
+                trial.set_user_attr(name, attrs[name])
+            trial.set_user_attr("repeat_of", number)
+            return _finish(trial, space.objective(attrs["metrics"]), attrs["constraint_values"])
         cfg = load_config([*base_overrides, *overrides])
-        evaluation, per_set = evaluate_sets(cfg, [*tuning, *guards], build_systems(cfg, baselines=False))
+        sets = [*tuning, *guards]
+        evaluation, per_set = evaluate_sets(cfg, sets, build_systems(cfg, baselines=False))
         metrics = evaluation.report["systems"]["pipeline"]
         run_id = runs.log_evaluation(
             evaluation,
@@ -199,16 +206,22 @@ def run_search(
                 "search.feasible": str(feasible(constraints, per_set)).lower(),
             },
         )
-        for name, value in zip(_ATTRS, (overrides, metrics, per_set, run_id), strict=True):
+        values = set_values(sets, evaluation.answers["pipeline"], policy.metric)
+        attrs = dict(zip(_ATTRS, (overrides, metrics, per_set, run_id, values), strict=True))
+        attrs["constraint_values"] = [c.violation(per_set) for c in constraints]
+        for name, value in attrs.items():
             trial.set_user_attr(name, json.loads(json.dumps(value)))
-        trial.set_user_attr("constraint_values", [c.violation(per_set) for c in constraints])
-        return space.objective(metrics)
+        evaluated[tuple(overrides)] = (trial.number, attrs)
+        return _finish(trial, space.objective(metrics), attrs["constraint_values"])
 
     try:
-        study.optimize(objective, n_trials=trials)
-        done = [_trial_of(t, constraints) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-        best = _best(study, done)
-        judged = _judge(base_overrides, best, tuning, guards, held_out)
+        _enqueue_current(study, space, base_cfg)
+        study.optimize(objective, n_trials=trials, callbacks=[_progress_printer(space, constraints, trials, say)])
+        done = [
+            _trial_of(t, constraints) for t in study.trials if _evaluated_state(t) and "repeat_of" not in t.user_attrs
+        ]
+        best = _best(space, done)
+        judged = _judge(base_overrides, best, done, tuning, guards, held_out, policy.metric)
     except BaseException:
         runs.finish(parent, "FAILED")
         raise
@@ -224,9 +237,94 @@ def run_search(
         runs,
         _roles(tuning, guards, held_out),
     )
+    result.repeats = sum("repeat_of" in t.user_attrs for t in study.trials)
+    result.verdict = _verdict(result, base_cfg, policy, held_out or tuning)
     _log_search(result, study)
     runs.finish(parent)
     return result
+
+
+def _finish(trial, value: float, violations: list[float]) -> float:
+    """
+    The trial's value; an infeasible trial is reported and pruned instead of completed, so that
+    whatever reads the study's best completed trial (optuna-dashboard's "Best Trial") sees a feasible one.
+    """
+    import optuna
+
+    if any(v > 0 for v in violations):
+        trial.report(value, step=0)
+        trial.set_user_attr("infeasible", True)
+        raise optuna.TrialPruned("breaks a constraint")
+    return value
+
+
+def _evaluated_state(frozen) -> bool:
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    return frozen.state in states and "overrides" in frozen.user_attrs
+
+
+def _evaluated(study) -> dict[tuple, tuple[int, dict[str, Any]]]:
+    """The study's evaluated trials (a resumed study's too): their number and attributes by their overrides."""
+    return {
+        tuple(t.user_attrs["overrides"]): (t.number, t.user_attrs)
+        for t in study.trials
+        if _evaluated_state(t) and "repeat_of" not in t.user_attrs
+    }
+
+
+def _enqueue_current(study, space: SearchSpace, cfg) -> None:
+    """The settings in force are always a trial (the first of a new study): the baseline every trial is judged against."""
+    from omegaconf import OmegaConf
+
+    params = {key: OmegaConf.select(cfg, key) for key in space.space}
+    if any("choices" in spec and params[key] not in spec["choices"] for key, spec in space.space.items()):
+        return  # Optuna cannot draw a choice outside the list: the defaults are then scored apart (_judge)
+    study.enqueue_trial(params, user_attrs={CURRENT_ATTR: True}, skip_if_exists=True)
+
+
+def _progress_printer(space: SearchSpace, constraints: list[Constraint], total: int, say):
+    """One line per finished trial, as the search goes (a trial takes seconds to minutes)."""
+    count = {"done": 0}
+
+    def callback(study, frozen) -> None:
+        count["done"] += 1
+        attrs = frozen.user_attrs
+        if "overrides" not in attrs:
+            return
+        value = _fmt(metric_value(attrs["metrics"], space.metric))
+        state = "infeasible" if attrs.get("infeasible") else "feasible"
+        repeat = f" (repeats trial {attrs['repeat_of']}, not re-run)" if "repeat_of" in attrs else ""
+        current = " (current settings)" if attrs.get(CURRENT_ATTR) else ""
+        say(
+            f"trial {frozen.number} ({count['done']}/{total}): {space.metric} {value}, {state}{current}{repeat}: "
+            + " ".join(attrs["overrides"])
+        )
+
+    return callback
+
+
+def _verdict(result: "SearchResult", cfg, policy, paired: list[QuerySet]):
+    """The recommendation rule (pipelines/tuning/recommend.py): the best trial against the current settings."""
+    from pipelines.tuning.recommend import Candidate, recommend
+
+    def candidate(who: str) -> Candidate | None:
+        if who == "best" and result.best is None:
+            return None
+        label = result.override_line if who == "best" else "the current settings"
+        tuned, held = result.judged[f"{who} on tuning"], result.judged.get(f"{who} on held-out")
+        values = {f"tuning:{name}": v for name, v in tuned.values.items()}
+        values.update({f"held-out:{name}": v for name, v in (held.values if held else {}).items()})
+        return Candidate(label, tuned.sets, values, held.sets if held else {})
+
+    where = "held-out" if paired and paired[0].role == "held-out" else "tuning"
+    unguarded = untested_guards(result.constraints, [t.sets for t in result.trials], int(cfg.guard.min_off_topic))
+    current = candidate("default")
+    if result.best is not None and result.best.current:
+        current.label = result.override_line
+    names = [f"{where}:{s.name}" for s in paired]
+    return recommend(current, candidate("best"), result.constraints, policy, names, unguarded)
 
 
 def _trial_of(frozen, constraints: list[Constraint]) -> Trial:
@@ -235,15 +333,17 @@ def _trial_of(frozen, constraints: list[Constraint]) -> Trial:
     trial = Trial(attrs["overrides"], attrs["overrides"], attrs["metrics"], attrs.get("run_id"), sets=per_set)
     trial.number = frozen.number
     trial.feasible = feasible(constraints, per_set)
+    trial.values = attrs.get("values") or {}
+    trial.current = bool(attrs.get(CURRENT_ATTR))
     return trial
 
 
-def _best(study, done: list[Trial]) -> Trial | None:
-    try:
-        number = study.best_trial.number  # Optuna picks among feasible trials only; ValueError when none is
-    except ValueError:
+def _best(space: SearchSpace, done: list[Trial]) -> Trial | None:
+    """The feasible trial with the best objective (the earliest of equals), as Optuna's constrained best_trial picks."""
+    feasible_trials = [t for t in done if t.feasible]
+    if not feasible_trials:
         return None
-    return next(t for t in done if t.number == number)
+    return min(feasible_trials, key=lambda t: (space.better_first(space.objective(t.metrics)), t.number))
 
 
 def _roles(*groups: list[QuerySet]) -> dict[str, str]:
@@ -254,22 +354,36 @@ def _roles(*groups: list[QuerySet]) -> dict[str, str]:
     return roles
 
 
-def _judge(base_overrides, best: Trial | None, tuning, guards, held_out) -> dict[str, Judged]:
-    """The defaults (and the best, if any) on the tuning + guard sets and on the held-out sets."""
-    settings = {"default": base_overrides}
+def _judge(base_overrides, best: Trial | None, done: list[Trial], tuning, guards, held_out, metric: str):
+    """
+    The defaults (and the best, if any) on the tuning + guard sets and on the held-out sets; what a
+    trial already scored (the best's, and the current settings' trial on the tuning sets) is not re-run.
+    """
+    current = next((t for t in done if t.current), None)
+    settings = {"default": (base_overrides, current)}
     if best is not None:
-        settings["best"] = [*base_overrides, *best.overrides]
+        settings["best"] = ([*base_overrides, *best.overrides], best)
     judged = {}
-    for name, overrides in settings.items():
+    for name, (overrides, trial) in settings.items():
         cfg = load_config(overrides)
         systems = build_systems(cfg, baselines=False)
         for where, sets in (("tuning", [*tuning, *guards]), ("held-out", held_out)):
-            if best is not None and name == "best" and where == "tuning":
-                judged[f"{name} on {where}"] = Judged(best.metrics, best.sets)
+            if where == "tuning" and trial is not None:
+                judged[f"{name} on {where}"] = Judged(trial.metrics, trial.sets, trial.values)
+                continue
+            if (
+                where == "held-out"
+                and name == "best"
+                and best is not None
+                and best.current
+                and "default on held-out" in judged
+            ):
+                judged[f"{name} on {where}"] = judged["default on held-out"]
                 continue
             evaluation, per_set = evaluate_sets(cfg, sets, systems)
             metrics = evaluation.report["systems"]["pipeline"] if where == "tuning" else _pooled(evaluation, held_out)
-            judged[f"{name} on {where}"] = Judged(metrics, per_set)
+            values = set_values(sets, evaluation.answers["pipeline"], metric)
+            judged[f"{name} on {where}"] = Judged(metrics, per_set, values)
     return judged
 
 
@@ -302,8 +416,8 @@ def _log_search(result: SearchResult, study) -> None:
     runs.log_metrics(parent, metrics)
     if result.recommended is not None:
         client.set_tag(parent, "best.overrides", result.override_line)
-    elif result.best is not None:
-        client.set_tag(parent, "best.rejected", f"{result.override_line}: breaks {', '.join(result.held_out_breaks)}")
+    else:
+        client.set_tag(parent, "best.kept", result.verdict.reason)
     importances = param_importances(study)
     if importances is not None:
         client.log_dict(parent, importances, IMPORTANCES_ARTIFACT)
@@ -314,11 +428,28 @@ def param_importances(study) -> dict[str, Any] | None:
     import optuna
 
     try:
-        importances = optuna.importance.get_param_importances(study)
+        importances = optuna.importance.get_param_importances(_evaluated_study(study))
     except (ValueError, RuntimeError) as exc:  # fewer than two completed trials, or no variance to explain
         logger.info("No parameter importances for study %s: %s", study.study_name, exc)
         return None
     return {"study": study.study_name, "evaluator": "fanova", "importances": dict(importances)}
+
+
+def _evaluated_study(study):
+    """
+    The study's evaluated trials as completed ones in an in-memory study: infeasible trials are stored
+    pruned (with their value as step 0), and what a parameter does to the metric counts them too.
+    """
+    import optuna
+
+    copy = optuna.create_study(directions=study.directions)
+    for frozen in study.trials:
+        value = frozen.value if frozen.value is not None else frozen.intermediate_values.get(0)
+        if value is not None and _evaluated_state(frozen):
+            copy.add_trial(
+                optuna.trial.create_trial(params=frozen.params, distributions=frozen.distributions, value=value)
+            )
+    return copy
 
 
 def format_search(result: SearchResult) -> str:
@@ -327,8 +458,8 @@ def format_search(result: SearchResult) -> str:
     metric = space.metric
     feasible_count = sum(t.feasible for t in result.trials)
     lines = [
-        f"{len(result.trials)} trials of search={space.name} (study {result.study_name} in {result.storage}), "
-        f"{feasible_count} feasible under {', '.join(c.label for c in constraints) or 'no constraints'}; "
+        f"{len(result.trials) + result.repeats} trials of search={space.name} (study {result.study_name} in "
+        f"{result.storage}), {len(result.trials)} distinct settings, {feasible_count} feasible under {', '.join(c.label for c in constraints) or 'no constraints'}; "
         f"{metric} on {', '.join(n for n, r in result.roles.items() if r == 'tuning')}:",
     ]
     header = [f"{'trial':>5}", f"{metric:>8}", f"{'mrr@10':>8}", *(f"{c.label:>{len(c.label)}}" for c in constraints)]
@@ -339,25 +470,14 @@ def format_search(result: SearchResult) -> str:
         cells.append(f"{_fmt(metric_value(trial.metrics, 'mrr@10')):>8}")
         cells += [f"{_fmt(c.value(trial.sets)):>{len(c.label)}}" for c in constraints]
         mark = "yes" if trial.feasible else "NO: " + ", ".join(violated(constraints, trial.sets))
-        lines.append("  ".join([*cells, f"{mark:<8}", trial.override_line]))
+        current = "  (current)" if trial.current else ""
+        lines.append("  ".join([*cells, f"{mark:<8}", trial.override_line]) + current)
     lines += _judged_lines(result)
-    default = result.judged["default on tuning"]
-    if feasible(constraints, default.sets) and (
-        result.best is None
-        or space.better_first(space.objective(default.metrics))
-        < space.better_first(space.objective(result.best.metrics))
-    ):
-        lines.append("the defaults meet the constraints and score better on the tuning queries: keep them")
+    if result.repeats:
+        lines.append(f"{result.repeats} trials drew a setting already evaluated and were not re-run")
     if result.best is None:
         lines.append("no trial met the constraints: no best setting (more --trials, a wider space or other bounds)")
-    elif result.held_out_breaks:
-        lines.append(
-            f"no setting to recommend: the best trial ({result.override_line}) breaks "
-            f"{', '.join(result.held_out_breaks)} (held out): it does not carry over "
-            "(more --trials, a wider space or other bounds)"
-        )
-    else:
-        lines.append(f"best setting: {result.override_line}")
+    lines += result.verdict.lines()
     return "\n".join(lines)
 
 
