@@ -14,10 +14,7 @@ a search can be resumed (`--resume`) and opened in optuna-dashboard.
 
 import json
 import logging
-import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from pipelines.evaluation import build_systems
@@ -35,15 +32,25 @@ from pipelines.tuning.guards import (
 from pipelines.tuning.recommend import Policy, set_values
 from pipelines.tuning.runs import RunLogger, metric_name
 from pipelines.tuning.space import SearchSpace
+from pipelines.tuning.study import (
+    CURRENT_ATTR,
+    IMPORTANCES_ARTIFACT,
+    enqueue_current,
+    evaluated_settings,
+    evaluated_state,
+    finish_trial,
+    format_value,
+    open_study,
+    param_importances,
+    progress_printer,
+    study_storage,
+)
 from pipelines.tuning.sweep import Trial, metric_value
 
 logger = logging.getLogger(__name__)
 
-STUDY_FILE = "optuna.db"
-IMPORTANCES_ARTIFACT = "param_importances.json"
 # Optuna user attributes: what a trial needs to be shown again when its study is resumed (or repeated).
 _ATTRS = ("overrides", "metrics", "sets", "run_id", "values")
-CURRENT_ATTR = "current_settings"
 
 
 @dataclass
@@ -78,66 +85,6 @@ class SearchResult:
     def recommended(self) -> Trial | None:
         """The best trial, if the recommendation rule picks it over the current settings."""
         return self.best if self.verdict is not None and self.verdict.recommended is not None else None
-
-
-def study_storage(state_dir: str) -> str:
-    folder = Path(state_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder.resolve() / STUDY_FILE}"
-
-
-def open_study(storage: str, space: SearchSpace, study_name: str | None, resume: bool, seed: int, constraints):
-    """A new study, or with `resume` the named (or latest) study of this space; Optuna's constrained TPE either way."""
-    import warnings
-
-    import optuna
-
-    # constraints_func is marked experimental in Optuna 4; it is the documented way to constrain TPE.
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    # The current settings are a trial even when they lie off the space's grid (pipelines/tuning/search.py::_enqueue_current).
-    warnings.filterwarnings("ignore", message="Fixed parameter .* is out of range")
-
-    names = {s.study_name: s for s in optuna.get_all_study_summaries(storage)}
-    if resume and study_name is None:
-        mine = [s for s in names.values() if s.user_attrs.get("space") == space.name]
-        if not mine:
-            raise ConfigError(f"--resume: no study of search={space.name} in {storage}; start one without --resume")
-        study_name = max(mine, key=lambda s: s.datetime_start or datetime.min).study_name
-    if resume and study_name not in names:
-        raise ConfigError(
-            f"--resume: no study {study_name!r} in {storage}; known: {', '.join(sorted(names)) or 'none'}"
-        )
-    if not resume and study_name in names:
-        raise ConfigError(f"study {study_name!r} exists in {storage}: --resume continues it, or give another --study")
-    study_name = study_name or f"{space.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:4]}"
-    # A resumed study moves the seed on by its trials: the same seed would draw the same startup settings again.
-    done = names[study_name].n_trials if resume else 0
-    sampler = optuna.samplers.TPESampler(seed=seed + done, constraints_func=_constraint_values)
-    study = optuna.create_study(
-        storage=storage, study_name=study_name, direction=space.direction, sampler=sampler, load_if_exists=resume
-    )
-    if resume:
-        _check_same_search(study, space, constraints)
-    else:
-        study.set_user_attr("space", space.name)
-        study.set_user_attr("metric", space.metric)
-        study.set_user_attr("constraints", [c.label for c in constraints])
-    return study
-
-
-def _check_same_search(study, space: SearchSpace, constraints: list[Constraint]) -> None:
-    attrs = study.user_attrs
-    if attrs.get("space") != space.name or attrs.get("constraints") != [c.label for c in constraints]:
-        raise ConfigError(
-            f"--resume: study {study.study_name!r} is search={attrs.get('space')} under "
-            f"{', '.join(attrs.get('constraints') or []) or 'no constraints'}, not search={space.name} under "
-            f"{', '.join(c.label for c in constraints) or 'no constraints'}"
-        )
-
-
-def _constraint_values(trial) -> list[float]:
-    """Optuna's constraints_func: the values the objective stored (a failed trial counts as infeasible)."""
-    return trial.user_attrs.get("constraint_values", [float("inf")])
 
 
 def run_search(
@@ -181,7 +128,7 @@ def run_search(
     )
 
     policy = Policy.from_config(base_cfg, space.metric)
-    evaluated = _evaluated(study)
+    evaluated = evaluated_settings(study)
 
     def objective(trial) -> float:
         overrides = space.suggest(trial)
@@ -190,7 +137,7 @@ def run_search(
             for name in (*_ATTRS, "constraint_values"):
                 trial.set_user_attr(name, attrs[name])
             trial.set_user_attr("repeat_of", number)
-            return _finish(trial, space.objective(attrs["metrics"]), attrs["constraint_values"])
+            return finish_trial(trial, space.objective(attrs["metrics"]), attrs["constraint_values"])
         cfg = load_config([*base_overrides, *overrides])
         sets = [*tuning, *guards]
         evaluation, per_set = evaluate_sets(cfg, sets, build_systems(cfg, baselines=False))
@@ -212,13 +159,13 @@ def run_search(
         for name, value in attrs.items():
             trial.set_user_attr(name, json.loads(json.dumps(value)))
         evaluated[tuple(overrides)] = (trial.number, attrs)
-        return _finish(trial, space.objective(metrics), attrs["constraint_values"])
+        return finish_trial(trial, space.objective(metrics), attrs["constraint_values"])
 
     try:
-        _enqueue_current(study, space, base_cfg)
-        study.optimize(objective, n_trials=trials, callbacks=[_progress_printer(space, constraints, trials, say)])
+        enqueue_current(study, space, base_cfg)
+        study.optimize(objective, n_trials=trials, callbacks=[progress_printer(space, constraints, trials, say)])
         done = [
-            _trial_of(t, constraints) for t in study.trials if _evaluated_state(t) and "repeat_of" not in t.user_attrs
+            _trial_of(t, constraints) for t in study.trials if evaluated_state(t) and "repeat_of" not in t.user_attrs
         ]
         best = _best(space, done)
         judged = _judge(base_overrides, best, done, tuning, guards, held_out, policy.metric)
@@ -242,67 +189,6 @@ def run_search(
     _log_search(result, study)
     runs.finish(parent)
     return result
-
-
-def _finish(trial, value: float, violations: list[float]) -> float:
-    """
-    The trial's value; an infeasible trial is reported and pruned instead of completed, so that
-    whatever reads the study's best completed trial (optuna-dashboard's "Best Trial") sees a feasible one.
-    """
-    import optuna
-
-    if any(v > 0 for v in violations):
-        trial.report(value, step=0)
-        trial.set_user_attr("infeasible", True)
-        raise optuna.TrialPruned("breaks a constraint")
-    return value
-
-
-def _evaluated_state(frozen) -> bool:
-    import optuna
-
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-    return frozen.state in states and "overrides" in frozen.user_attrs
-
-
-def _evaluated(study) -> dict[tuple, tuple[int, dict[str, Any]]]:
-    """The study's evaluated trials (a resumed study's too): their number and attributes by their overrides."""
-    return {
-        tuple(t.user_attrs["overrides"]): (t.number, t.user_attrs)
-        for t in study.trials
-        if _evaluated_state(t) and "repeat_of" not in t.user_attrs
-    }
-
-
-def _enqueue_current(study, space: SearchSpace, cfg) -> None:
-    """The settings in force are always a trial (the first of a new study): the baseline every trial is judged against."""
-    from omegaconf import OmegaConf
-
-    params = {key: OmegaConf.select(cfg, key) for key in space.space}
-    if any("choices" in spec and params[key] not in spec["choices"] for key, spec in space.space.items()):
-        return  # Optuna cannot draw a choice outside the list: the defaults are then scored apart (_judge)
-    study.enqueue_trial(params, user_attrs={CURRENT_ATTR: True}, skip_if_exists=True)
-
-
-def _progress_printer(space: SearchSpace, constraints: list[Constraint], total: int, say):
-    """One line per finished trial, as the search goes (a trial takes seconds to minutes)."""
-    count = {"done": 0}
-
-    def callback(study, frozen) -> None:
-        count["done"] += 1
-        attrs = frozen.user_attrs
-        if "overrides" not in attrs:
-            return
-        value = _fmt(metric_value(attrs["metrics"], space.metric))
-        state = "infeasible" if attrs.get("infeasible") else "feasible"
-        repeat = f" (repeats trial {attrs['repeat_of']}, not re-run)" if "repeat_of" in attrs else ""
-        current = " (current settings)" if attrs.get(CURRENT_ATTR) else ""
-        say(
-            f"trial {frozen.number} ({count['done']}/{total}): {space.metric} {value}, {state}{current}{repeat}: "
-            + " ".join(attrs["overrides"])
-        )
-
-    return callback
 
 
 def _verdict(result: "SearchResult", cfg, policy, paired: list[QuerySet]):
@@ -423,35 +309,6 @@ def _log_search(result: SearchResult, study) -> None:
         client.log_dict(parent, importances, IMPORTANCES_ARTIFACT)
 
 
-def param_importances(study) -> dict[str, Any] | None:
-    """Optuna's parameter importances (fANOVA) over the study's trials; None with too few trials to tell."""
-    import optuna
-
-    try:
-        importances = optuna.importance.get_param_importances(_evaluated_study(study))
-    except (ValueError, RuntimeError) as exc:  # fewer than two completed trials, or no variance to explain
-        logger.info("No parameter importances for study %s: %s", study.study_name, exc)
-        return None
-    return {"study": study.study_name, "evaluator": "fanova", "importances": dict(importances)}
-
-
-def _evaluated_study(study):
-    """
-    The study's evaluated trials as completed ones in an in-memory study: infeasible trials are stored
-    pruned (with their value as step 0), and what a parameter does to the metric counts them too.
-    """
-    import optuna
-
-    copy = optuna.create_study(directions=study.directions)
-    for frozen in study.trials:
-        value = frozen.value if frozen.value is not None else frozen.intermediate_values.get(0)
-        if value is not None and _evaluated_state(frozen):
-            copy.add_trial(
-                optuna.trial.create_trial(params=frozen.params, distributions=frozen.distributions, value=value)
-            )
-    return copy
-
-
 def format_search(result: SearchResult) -> str:
     """Every trial (feasible ones first, best first) with its guard metrics; then best vs defaults per set."""
     space, constraints = result.space, result.constraints
@@ -466,9 +323,9 @@ def format_search(result: SearchResult) -> str:
     lines.append("  ".join([*header, "feasible", "setting"]))
     ordered = sorted(result.trials, key=lambda t: (not t.feasible, space.better_first(space.objective(t.metrics))))
     for trial in ordered:
-        cells = [f"{trial.number:>5}", f"{_fmt(metric_value(trial.metrics, metric)):>8}"]
-        cells.append(f"{_fmt(metric_value(trial.metrics, 'mrr@10')):>8}")
-        cells += [f"{_fmt(c.value(trial.sets)):>{len(c.label)}}" for c in constraints]
+        cells = [f"{trial.number:>5}", f"{format_value(metric_value(trial.metrics, metric)):>8}"]
+        cells.append(f"{format_value(metric_value(trial.metrics, 'mrr@10')):>8}")
+        cells += [f"{format_value(c.value(trial.sets)):>{len(c.label)}}" for c in constraints]
         mark = "yes" if trial.feasible else "NO: " + ", ".join(violated(constraints, trial.sets))
         current = "  (current)" if trial.current else ""
         lines.append("  ".join([*cells, f"{mark:<8}", trial.override_line]) + current)
@@ -496,12 +353,8 @@ def _judged_lines(result: SearchResult) -> list[str]:
                     continue
                 values = judged.sets[name]
                 broken = set_violations(result.constraints, name, values)
-                cells = "".join(f"{_fmt(metric_value(values, c)):>18}" for c in columns)
+                cells = "".join(f"{format_value(metric_value(values, c)):>18}" for c in columns)
                 shown_role = "held-out" if where == "held-out" else role
                 status = "violates " + ", ".join(broken) if broken else "ok"
                 lines.append(f"  {name:<28}{shown_role:<10}{who:<9}{cells}  {status}")
     return lines
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None or value == float("-inf") else f"{value:.3f}"

@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 from pipelines.cli import main
 from pipelines.settings import ConfigError
 from pipelines.tuning.guards import Constraint, QuerySet, check_measurable, parse_constraints
-from pipelines.tuning.search import IMPORTANCES_ARTIFACT, STUDY_FILE
+from pipelines.tuning.study import IMPORTANCES_ARTIFACT, STUDY_FILE
 from tests.conftest import EVAL_DIR, sample_overrides
 
 DATA = Path(__file__).parent / "data"
@@ -160,8 +160,8 @@ def test_a_sweep_ranks_feasible_combinations_first(sample_cfg, tmp_path, capsys)
 
 
 def test_a_resumed_study_draws_new_settings_not_the_first_ones_again(tmp_path):
-    from pipelines.tuning.search import open_study, study_storage
     from pipelines.tuning.space import SearchSpace
+    from pipelines.tuning.study import open_study, study_storage
 
     space = SearchSpace("s", "hit@1", "maximize", {"retrieval.top_k": {"low": 1, "high": 10_000}})
     storage = study_storage(str(tmp_path))
