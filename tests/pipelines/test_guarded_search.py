@@ -100,6 +100,14 @@ def test_the_printed_best_keeps_the_guard_and_infeasible_trials_are_marked(sampl
     (parent,) = [r for r in client.search_runs([found.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
     assert "best.overrides" not in parent.data.tags and "is not better" in parent.data.tags["best.kept"]
     assert parent.data.metrics["tuning.best.set.offtopic-sample.no_evidence_rate"] == 1.0
+    # optuna-dashboard's "Best Trial" is the storage's best completed trial: infeasible ones are stored pruned.
+    (study,) = optuna.get_all_study_summaries(f"sqlite:///{tmp_path / STUDY_FILE}")
+    loaded = optuna.load_study(study_name=study.study_name, storage=f"sqlite:///{tmp_path / STUDY_FILE}")
+    shown = loaded._storage.get_best_trial(loaded._study_id)
+    assert shown.params == {"retrieval.evidence_threshold": 0.5}
+    assert {t.state for t in loaded.trials if t.params["retrieval.evidence_threshold"] == 0.1} == {
+        optuna.trial.TrialState.PRUNED
+    }
     artifact = Path(client.download_artifacts(parent.info.run_id, IMPORTANCES_ARTIFACT, str(tmp_path)))
     importances = json.loads(artifact.read_text())["importances"]
     assert set(importances) == {"retrieval.evidence_threshold"}
@@ -176,3 +184,37 @@ def test_a_resumed_study_draws_new_settings_not_the_first_ones_again(tmp_path):
     resumed.optimize(objective, n_trials=3)
     values = [t.params["retrieval.top_k"] for t in resumed.trials]
     assert len(values) == 6 and not set(values[:3]) & set(values[3:])
+
+
+def test_a_search_scores_the_current_settings_once_and_keeps_them_when_nothing_beats_them(
+    sample_cfg, mlflow_store, tmp_path, capsys
+):
+    space = tmp_path / "current-space.yaml"
+    space.write_text(
+        "metric: hit@1\nconstraints: [no_evidence_rate>=0.95]\n"
+        "space:\n  retrieval.evidence_threshold: {choices: [0.35, 0.9]}\n"
+    )
+    experiment = f"current-{uuid.uuid4().hex[:8]}"
+    overrides = sample_overrides(sample_cfg, f"paths.state_dir={tmp_path}", "guard.sets=[]")
+    argv = ["eval", "--queries", QUERIES, "--guard", GUARD, "--search", str(space), "--trials", "5", "--seed", "0"]
+    tracking = [f"mlflow.tracking_uri={mlflow_store}", f"mlflow.artifact_location={tmp_path / 'artifacts'}"]
+    code = main([*argv, "--experiment", experiment, *tracking, *overrides])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    lines = captured.out.splitlines()
+    # The defaults (0.35) are trial 0, marked as the current settings.
+    (first,) = [line for line in _trial_rows(captured.out) if line.split()[0] == "0"]
+    assert first.endswith("retrieval.evidence_threshold=0.35  (current)")
+    assert any(line.startswith("keep the current settings: the current settings are the best") for line in lines)
+    assert not any(line.startswith("best setting") for line in lines)
+    # Five trials over two settings: each setting evaluated (one MLflow child run) once; a line per trial as it goes.
+    assert "5 trials of search=current-space" in lines[0] and "2 distinct settings" in lines[0]
+    progress = [line for line in captured.err.splitlines() if line.startswith("trial ")]
+    assert len(progress) == 5 and sum("not re-run" in line for line in progress) == 3
+    client = MlflowClient(mlflow_store)
+    found = client.get_experiment_by_name(experiment)
+    children = [r for r in client.search_runs([found.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+    assert sorted(r.data.tags["search.overrides"] for r in children) == [
+        "retrieval.evidence_threshold=0.35",
+        "retrieval.evidence_threshold=0.9",
+    ]
