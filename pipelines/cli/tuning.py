@@ -8,23 +8,18 @@ from pipelines.cli.common import load
 
 
 def run_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
-    from pipelines.tuning.guards import guard_constraints
-    from pipelines.tuning.sweep import format_ranking, parse_overrides, run_sweep
+    from pipelines.tuning.sweep import format_ranking, run_guarded_sweep
 
-    cfg = load([o for o in overrides if not parse_overrides([o])[0].is_sweep_override()])
-    constraints = guard_constraints(cfg, [], args.constraint, "guard.constraints")
-    tuning, guards = _query_sets(args, cfg)
-    result = run_sweep(
+    result = run_guarded_sweep(
         overrides,
-        [],
-        ", ".join(args.queries),
+        args.queries,
+        args.guard,
+        args.constraint,
         kb_path=args.kb,
         baselines=not args.no_baselines,
         rank_by=args.rank_by,
         experiment=args.experiment,
         say=lambda line: print(line, file=sys.stderr, flush=True),
-        sets=[*tuning, *guards],
-        constraints=constraints,
     )
     print(format_ranking(result))
     for line in result.runs.announce(result.parent_run_id, f"parent run of {len(result.trials)} child runs"):

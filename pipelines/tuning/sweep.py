@@ -39,6 +39,9 @@ RANKABLE = (
     "latency_p95_ms",
 )
 LOWER_IS_BETTER = ("fallback_rate", "latency_p50_ms", "latency_p95_ms")
+# What a sweep's runs keep for the verdict to be given again from MLflow (pipelines/tuning/review.py).
+PAIRED_VALUES_ARTIFACT = "paired_values.json"
+CURRENT_TAG = "sweep.current"
 INDEX_KEY_PREFIXES = ("kb.", "chunking.", "embedder.", "milvus.index_type", "milvus.index_params", "milvus.collection")
 
 
@@ -198,9 +201,41 @@ def run_sweep(
         raise
     result = SweepResult(sweep.trials, parent, rank_by, runs, list(constraints), repeats=sweep.repeats)
     result.verdict = _verdict(result, base_cfg, sets)
+    if parent is not None:
+        from pipelines.tuning.recommend import Policy
+
+        policy = Policy.from_config(base_cfg, rankable(rank_by))
+        verdict_tags = {
+            "verdict.metric": policy.metric,
+            "verdict.level": str(policy.level),
+            "verdict.min_off_topic": str(base_cfg.guard.min_off_topic),
+            "verdict.tuning_sets": " ".join(s.name for s in sets if s.role == "tuning"),
+        }
+        for key, value in verdict_tags.items():
+            runs.client().set_tag(parent, key, value)
     _log_best(runs, parent, result)
     runs.finish(parent)
     return result
+
+
+def run_guarded_sweep(
+    overrides: list[str],
+    query_files: list[str],
+    guard_files: list[str] = (),
+    constraint_texts: list[str] = (),
+    **options: Any,
+) -> SweepResult:
+    """
+    A sweep under the configured guard (conf/guard/: its sets and constraints) plus `guard_files` and
+    `constraint_texts` (`none` drops the configured constraints): what `knowledge eval -m` and the notebook run.
+    """
+    from pipelines.tuning.guards import guard_constraints, guard_sets, load_sets
+
+    cfg = load_config([o for o in overrides if not parse_overrides([o])[0].is_sweep_override()])
+    constraints = guard_constraints(cfg, [], list(constraint_texts), "guard.constraints")
+    tuning = load_sets(list(query_files), "tuning")
+    sets = [*tuning, *guard_sets(cfg, list(guard_files), tuning)]
+    return run_sweep(overrides, [], ", ".join(query_files), sets=sets, constraints=constraints, **options)
 
 
 @dataclass
@@ -256,12 +291,16 @@ class _Sweep:
         known = self.seen.get(self.setting(cfg))
         if known is not None:
             known.current = True
+            if known.run_id is not None:
+                self.runs.client().set_tag(known.run_id, CURRENT_TAG, "true")
             return
         from omegaconf import OmegaConf
 
         swept = [f"{key}={OmegaConf.select(cfg, key)}" for key in self.keys]
         trial = self._run(cfg, [*current, *swept], swept, len(self.trials) + len(self.repeats))
         trial.current = True
+        if trial.run_id is not None:
+            self.runs.client().set_tag(trial.run_id, CURRENT_TAG, "true")
         self.say(f"current settings: {_progress(trial, self.rank_by)}")
 
     def _run(self, cfg, combination: list[str], swept: list[str], number: int) -> Trial:
@@ -278,6 +317,8 @@ class _Sweep:
         trial = Trial(combination, swept, metrics, run_id, sets=per_set, feasible=ok, number=number)
         policy = Policy.from_config(self.base_cfg, rankable(self.rank_by))
         trial.values = set_values(self.sets, evaluation.answers["pipeline"], policy.metric)
+        if run_id is not None:  # what the notebook needs to give the same verdict from the runs
+            self.runs.client().log_dict(run_id, trial.values, PAIRED_VALUES_ARTIFACT)
         self.trials.append(trial)
         return trial
 
@@ -289,17 +330,25 @@ def _progress(trial: Trial, rank_by: str) -> str:
 
 
 def _verdict(result: SweepResult, cfg, sets: list[Any]):
-    """The one recommendation rule (pipelines/tuning/recommend.py): the best feasible combination against the current settings."""
+    """The sweep's verdict: the best feasible combination against the current settings."""
+    from pipelines.tuning.recommend import Policy
+
+    tuning = [s.name for s in sets if s.role == "tuning"]
+    return sweep_verdict(
+        result, Policy.from_config(cfg, rankable(result.rank_by)), int(cfg.guard.min_off_topic), tuning
+    )
+
+
+def sweep_verdict(result: SweepResult, policy, min_off_topic: int, tuning: list[str]):
+    """The one recommendation rule (pipelines/tuning/recommend.py) over a sweep's trials, as run or read back."""
     from pipelines.tuning.guards import untested_guards
-    from pipelines.tuning.recommend import Candidate, Policy, recommend
+    from pipelines.tuning.recommend import Candidate, recommend
 
     def candidate(trial: Trial | None) -> Candidate | None:
         return None if trial is None else Candidate(trial.override_line, trial.sets, trial.values)
 
     current = next(t for t in result.trials if t.current)
-    unguarded = untested_guards(result.constraints, [t.sets for t in result.trials], int(cfg.guard.min_off_topic))
-    tuning = [s.name for s in sets if s.role == "tuning"]
-    policy = Policy.from_config(cfg, rankable(result.rank_by))
+    unguarded = untested_guards(result.constraints, [t.sets for t in result.trials], min_off_topic)
     return recommend(candidate(current), candidate(result.best), result.constraints, policy, tuning, unguarded)
 
 
