@@ -83,7 +83,9 @@ def test_the_documented_notebook_commands_run_and_take_the_parent_run_on_the_com
 
     printed = run(own_sweep, tmp_path / "own.ipynb")
     (parent,) = [line.split(": ", 1)[1] for line in printed.splitlines() if line.startswith("sweep parent run: ")]
-    (verdict,) = [line for line in printed.splitlines() if line.startswith(("keep the current settings", "best setting"))]
+    (verdict,) = [
+        line for line in printed.splitlines() if line.startswith(("keep the current settings", "best setting"))
+    ]
     assert not list(NOTEBOOKS.glob("*.out.ipynb"))  # the executed notebook went where the command said
 
     store = f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}"
