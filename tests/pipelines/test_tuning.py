@@ -185,7 +185,10 @@ def test_eval_with_record_links_each_query_to_its_tool_invocation_row(tracked, t
         rank = row[table["columns"].index("first_relevant_rank")]
         if expected.get("relevant"):
             assert labelled["hit_at_1"].feedback.value is (rank == 1)
-            assert labelled["first_relevant_rank"].feedback.value == (rank or 0)
+            if rank is None:  # a miss has no rank to average: no feedback rather than 0
+                assert "first_relevant_rank" not in labelled
+            else:
+                assert labelled["first_relevant_rank"].feedback.value == rank
         else:
             assert labelled["no_evidence"].feedback.value is not row[table["columns"].index("found")]
     # The run spans the evaluation itself, not the moment it was logged.
