@@ -71,9 +71,11 @@ def _compare_ab(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     guards, constraints = _guard(args)
-    report = run_ab(
-        list(args.overrides), a, b, queries, args.queries, args.report, say=say, guards=guards, constraints=constraints
-    )
+    from pipelines.lite_snapshot import snapshot_overrides
+
+    with snapshot_overrides(load(args.overrides), say) as snapshot:
+        base = [*snapshot, *args.overrides]
+        report = run_ab(base, a, b, queries, args.queries, args.report, say=say, guards=guards, constraints=constraints)
     if args.json:
         payload = {
             "verdict": report.verdict,

@@ -120,9 +120,23 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give --queries FILE (or --cfg to print the config)")
     _check_tuning_options(args, search)
     try:
-        return _run_kind(args, search, overrides)
+        with _snapshot(args, overrides) as snapshot:
+            return _run_kind(args, search, [*snapshot, *overrides])
     except EvaluationInputError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def _snapshot(args: argparse.Namespace, overrides: list[str]):
+    """A snapshot copy of the Lite db while `knowledge serve` holds it (pipelines/lite_snapshot.py); none to index."""
+    from contextlib import nullcontext
+
+    from pipelines.lite_snapshot import snapshot_overrides
+    from pipelines.tuning.sweep import parse_overrides
+
+    if args.kb:
+        return nullcontext([])
+    fixed = [o for o in overrides if not parse_overrides([o])[0].is_sweep_override()]
+    return snapshot_overrides(load(fixed), say=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def _check_tuning_options(args: argparse.Namespace, search: str | None) -> None:
