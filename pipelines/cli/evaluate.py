@@ -30,8 +30,9 @@ def add_parser(sub) -> None:
         "BM25 + dense reciprocal-rank-fusion hybrid over the same chunks, and log them as one MLflow run. "
         "-m sweeps Hydra overrides (a=1,2, range(), choice()): one child run per combination; --search NAME "
         "runs Optuna's constrained search over conf/search/NAME.yaml (or a YAML path) with a held-out split. "
-        "Searches and sweeps keep to constraints (--constraint, --guard): the printed best meets all of them, "
-        "and none feasible exits 1.",
+        "Searches and sweeps keep to the guard of conf/guard/ (guard sets and constraints; --guard, --constraint "
+        "add to it, guard=none drops it) and print a setting only when it keeps every guard and beats the "
+        "current settings by a paired sign test, else 'keep the current settings' and why; none feasible exits 1.",
     )
     _add_query_options(parser)
     _add_run_options(parser)
@@ -84,7 +85,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="FILE",
-        help="a query set scored in every trial for the constraints only, e.g. eval/offtopic-alerts.jsonl (repeatable)",
+        help="a query set scored in every trial for the constraints only, beside guard.sets (repeatable)",
     )
     parser.add_argument(
         "--constraint",
@@ -93,7 +94,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="search/sweep constraint METRIC[@SET]>=X or <=X, e.g. 'no_evidence_rate>=0.95' (every set with "
         "off-topic queries) or 'answer_rate@prometheus-dev>=0.95' (SET: a query file's stem); adds to the "
-        "space's constraints (a sweep's default: no_evidence_rate>=0.95); 'none' drops those (repeatable)",
+        "guard's (conf/guard/, guard.constraints) and the space's constraints; 'none' drops those (repeatable)",
     )
     parser.add_argument("--study", metavar="NAME", help="Optuna study name in paths.state_dir/optuna.db")
     parser.add_argument(
