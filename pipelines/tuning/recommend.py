@@ -165,7 +165,21 @@ def recommend(
     Recommend `best` over `current` only when it keeps every constraint on every set it was scored on and
     the sign test over `paired_sets` finds it better at `policy.level`; else keep the current settings.
     """
-    unguarded = list(unguarded)
+    verdict = _decide(current, best, constraints, policy, paired_sets, list(unguarded))
+    current_breaks = current.breaks(constraints)
+    if verdict.recommended is None and current_breaks:  # keeping them keeps a broken guard: say so
+        verdict.reason += f"; note: the current settings break {', '.join(current_breaks)}"
+    return verdict
+
+
+def _decide(
+    current: Candidate,
+    best: Candidate | None,
+    constraints: list[Constraint],
+    policy: Policy,
+    paired_sets: list[str],
+    unguarded: list[str],
+) -> Verdict:
     if best is None:
         return Verdict(None, "no setting tried met the constraints", unguarded=unguarded)
     if best.label == current.label:

@@ -35,6 +35,10 @@ def test_a_setting_is_recommended_only_when_feasible_and_better_by_the_paired_te
     held_out = _candidate("x=4", [1.0] * 10, KEPT, BROKEN)
     assert "on dev (held out)" in recommend(current, held_out, GUARD, POLICY, ["dev"]).reason
     assert recommend(current, None, GUARD, POLICY, ["dev"]).reason == "no setting tried met the constraints"
+    broken_current = _candidate("current", [0.0] * 10, BROKEN)
+    assert recommend(broken_current, slightly, GUARD, POLICY, ["dev"]).reason.endswith(
+        "; note: the current settings break no_evidence_rate>=0.95 on dev"
+    )
 
 
 def test_an_unguarded_best_says_so_and_an_ab_gives_one_verdict():
