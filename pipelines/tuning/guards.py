@@ -207,7 +207,8 @@ def resolve_guard_path(path: str) -> str:
     in_project = CONF_DIR.resolve().parent / given
     if in_project.exists():
         return str(in_project)
-    raise ConfigError(f"guard.sets: {path} not found (from {Path.cwd()} or {in_project.parent}); guard=none drops it")
+    where = sorted({str(Path.cwd()), str(CONF_DIR.resolve().parent)})
+    raise ConfigError(f"guard.sets: {path} not found in {' nor in '.join(where)}; guard=none drops the guard sets")
 
 
 def guard_sets(cfg, given: list[str], taken: list[QuerySet]) -> list[QuerySet]:

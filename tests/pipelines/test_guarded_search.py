@@ -218,3 +218,10 @@ def test_a_search_scores_the_current_settings_once_and_keeps_them_when_nothing_b
         "retrieval.evidence_threshold=0.35",
         "retrieval.evidence_threshold=0.9",
     ]
+
+
+def test_a_missing_guard_set_is_one_line_and_exit_2(tmp_path, capsys):
+    argv = ["eval", "--queries", QUERIES, "-m", "retrieval.top_k=5,10", f"paths.state_dir={tmp_path}", "mlflow=off"]
+    assert main([*argv, "guard.sets=[nope.jsonl]"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "guard.sets: nope.jsonl not found in " in err and "guard=none" in err
