@@ -27,7 +27,9 @@ def served(served_index, tmp_path_factory):
         yield url, state
 
 
-def test_rerun_and_eval_work_while_the_server_holds_the_store_and_replay_production_traffic(served, capsys):
+def test_rerun_eval_and_compare_work_while_the_server_holds_the_store_and_replay_production_traffic(
+    served, tmp_path, capsys
+):
     url, state = served
     response = httpx.post(
         f"{url}/lookup_knowledge/run", json={"query": "disk almost full on a worker node"}, timeout=60
@@ -48,4 +50,16 @@ def test_rerun_and_eval_work_while_the_server_holds_the_store_and_replay_product
 
     assert main(["traces", "rerun", "--json", "--include-evaluation", *options]) == 0
     assert json.loads(capsys.readouterr().out)["totals"]["queries"] == 1 + 10
+    ab = [
+        "compare",
+        "--queries",
+        QUERIES,
+        "--b",
+        "retrieval.evidence_threshold=0.45",
+        "--report",
+        str(tmp_path / "ab.html"),
+    ]
+    assert main([*ab, *options]) == 0
+    captured = capsys.readouterr()
+    assert "snapshot copy" in captured.err and "A = (defaults); B = retrieval.evidence_threshold=0.45" in captured.out
     assert list((state / "lite-snapshots").iterdir()) == []  # each copy is removed when its command ends
