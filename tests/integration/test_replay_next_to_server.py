@@ -20,6 +20,8 @@ QUERIES = str(EVAL_DIR / "sample-kb.jsonl")
 @pytest.fixture(scope="module")
 def served(served_index, tmp_path_factory):
     state = copy_state(served_index, tmp_path_factory, "replay")
+    # Other tests may have recorded lookups in the shared index's trace db: this test counts its own rows only.
+    (state / "traces.db").unlink(missing_ok=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [*cli_command("serve", "--port", str(port)), f"paths.state_dir={state}", "mlflow=off"]

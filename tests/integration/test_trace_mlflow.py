@@ -22,6 +22,7 @@ COMPONENTS = [
     "query_embedder",
     "retriever",
     "reranker",
+    "competition",
     "deduper",
     "context_packer",
     "assembler",
