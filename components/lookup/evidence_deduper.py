@@ -1,3 +1,4 @@
+from dataclasses import replace
 from typing import Any
 
 from haystack import component
@@ -77,12 +78,7 @@ class EvidenceDeduper:
         merged: dict[str, Candidate] = {}
         for candidate in candidates:
             kept = merged.get(candidate.evidence_key)
-            if kept is None:
-                merged[candidate.evidence_key] = candidate
-            else:
-                kept.hit_reasons = unique([*kept.hit_reasons, *candidate.hit_reasons])
-                if kept.bm25_score is None:  # found by BM25 in the other attempt only
-                    kept.bm25_score, kept.bm25_rank = candidate.bm25_score, candidate.bm25_rank
+            merged[candidate.evidence_key] = candidate if kept is None else _merged(kept, candidate)
         per_source: dict[str, int] = {}
         final: list[Candidate] = []
         capped = 0
@@ -120,6 +116,12 @@ class EvidenceDeduper:
             capped=capped,
         )
         return {"evidence_blocks": blocks, "rerank_trace": trace, "dedup": stats}
+
+
+def _merged(kept: Candidate, other: Candidate) -> Candidate:
+    """A new candidate: `kept` with the hit reasons of both and, when only `other` has one, its BM25 score."""
+    bm25 = {} if kept.bm25_score is not None else {"bm25_score": other.bm25_score, "bm25_rank": other.bm25_rank}
+    return replace(kept, hit_reasons=unique([*kept.hit_reasons, *other.hit_reasons]), **bm25)
 
 
 def _with_competitor(final: list[Candidate], best: Candidate | None, max_evidence: int) -> list[Candidate]:

@@ -1,5 +1,6 @@
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Any
@@ -158,6 +159,7 @@ class RuleReranker:
 
         # Document-level signals are the same for every chunk of a source: computed once each.
         document_signals: dict[str, tuple[float, float]] = {}
+        scored = []
         for candidate in candidates:
             source = candidate.source
             if source not in document_signals:
@@ -182,16 +184,23 @@ class RuleReranker:
                 "bm25": (candidate.bm25_score or 0.0) / best_bm25 if best_bm25 > 0 else 0.0,
             }
             contributions = {name: self.weights[name] * value for name, value in signals.items()}
-            candidate.final_score = round(sum(contributions.values()), 6)
-            candidate.boosts = {
-                name: round(value, 4) for name, value in contributions.items() if name != "similarity" and value > 0
-            }
-            candidate.hit_reasons.extend(
-                self._hint_reasons(
-                    candidate, source in named_sources, matched_titles, matched_keywords, matched_entities, domains
+            reasons = self._hint_reasons(
+                candidate, source in named_sources, matched_titles, matched_keywords, matched_entities, domains
+            )
+            # A new candidate: the caller's list (also read by other components) stays as it came.
+            scored.append(
+                replace(
+                    candidate,
+                    final_score=round(sum(contributions.values()), 6),
+                    boosts={
+                        name: round(value, 4)
+                        for name, value in contributions.items()
+                        if name != "similarity" and value > 0
+                    },
+                    hit_reasons=[*candidate.hit_reasons, *reasons],
                 )
             )
-        ranked = sorted(candidates, key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
+        ranked = sorted(scored, key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
         return {"candidates": ranked}
 
     @staticmethod

@@ -99,3 +99,15 @@ def test_the_leaders_needed_section_takes_the_place_of_its_later_block():
 
 def test_round_trips():
     assert_round_trips(EvidenceDeduper(evidence_threshold=0.4, per_document_cap=3, max_evidence=7))
+
+
+def test_run_leaves_the_candidates_it_merges_unchanged():
+    dense = candidate("k", "a.md", 0.8, "vector:haystack attempt 0 (unfiltered)")
+    lexical = candidate("k", "a.md", 0.8, "bm25:sdk attempt 1", bm25_score=3.0, bm25_rank=1)
+    given = [dense, lexical]
+    before = copy.deepcopy(given)
+    out = EvidenceDeduper().run(candidates=given)
+    assert given == before
+    block = out["evidence_blocks"][0]
+    assert block.hit_reasons == ["vector:haystack attempt 0 (unfiltered)", "bm25:sdk attempt 1"]
+    assert (block.bm25_score, block.bm25_rank) == (3.0, 1)

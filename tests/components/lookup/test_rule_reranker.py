@@ -69,3 +69,20 @@ def test_every_signal_has_a_default_weight(l0_path):
 
 def test_round_trips(l0_path):
     assert_round_trips(RuleReranker(l0_index_path=l0_path, weights={"keyword_match": 0.2}, evidence_threshold=0.4))
+
+
+def test_run_returns_new_candidates_and_leaves_its_inputs_unchanged(l0_path):
+    hints = L0Hints(matched_keywords=["zebra crossing"])
+    qt = QueryTransform(raw="q", normalized="quokka", variants=["quokka"])
+    given = [
+        candidate("a", "elsewhere/a.md", 0.70, content="same text"),
+        candidate("b", "elsewhere/b.md", 0.60, content="same text", keywords=["Zebra Crossing"]),
+    ]
+    before = copy.deepcopy(given)
+    ranked = RuleReranker(l0_index_path=l0_path).run(
+        query_transform=qt, hints=hints, candidates=given, embeddings=[[0.0] * 384]
+    )["candidates"]
+    assert given == before
+    assert not any(out is inp for out in ranked for inp in given)
+    hinted = next(c for c in ranked if c.evidence_key == "b")
+    assert hinted.hit_reasons == ["l0_keyword: Zebra Crossing"] and hinted.final_score > 0
