@@ -226,7 +226,7 @@ def lite_server(tmp_path_factory):
 
 # --- markers by place: unit tests mirror the source tree, the rest is integration --------------
 
-SLOW_MODULES = {"test_runbooks_corpus.py", "test_bench.py", "test_notebooks.py"}
+SLOW_MODULES = {"test_runbooks_corpus.py", "test_bench.py", "test_notebooks.py", "test_guarded_tuning_runbooks.py"}
 
 
 def pytest_collection_modifyitems(config, items):
