@@ -202,7 +202,7 @@ class DenseSystem:
         self.search = knowledge_store(cfg).vector_search("sdk")
 
     def chunks(self, query: str):
-        embedding = self.embedder.run(texts=[self.clean(query)])["embeddings"][0]
+        embedding = self.embedder.run(query=self.clean(query))["query_embedding"]
         return self.search.search(embedding, DEPTH, None)
 
     def rank(self, query: str) -> Ranked:

@@ -3,7 +3,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 from haystack import component
 
@@ -26,8 +26,8 @@ from components.stores.milvus_collection import is_local_uri
 from components.stores.milvus_deadline import lookup_deadline
 from components.stores.vector_search import (
     Bm25Hit,
+    Embedding,
     NoFullTextError,
-    QueryEmbeddings,
     UnsupportedFilterError,
     VectorSearch,
 )
@@ -46,6 +46,13 @@ HIT_PREVIEW_CHARS = 200
 EXACT_INDEX_TYPES = frozenset({"FLAT"})
 # Threads of a retriever for the searches it waits on side by side (BM25 legs, a speculative retry).
 LEG_THREADS = 8
+
+
+class QueryVectors(NamedTuple):
+    """The two embeddings an attempt may search with: the plain query's and the expanded query's."""
+
+    query: Embedding
+    expanded: Embedding
 
 
 class PendingSearch:
@@ -122,7 +129,7 @@ class FallbackRetriever:
 
     ```python
     retriever = FallbackRetriever(store=KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge"))
-    out = retriever.run(query_transform=qt, hints=hints, embeddings=[embedding])
+    out = retriever.run(query_transform=qt, hints=hints, query_embedding=embedding)
     out["retrieval_trace"].attempts[0].outcome  # "selected"
     ```
     """
@@ -190,11 +197,19 @@ class FallbackRetriever:
         return self._searches[path]
 
     @component.output_types(candidates=list[Candidate], retrieval_trace=RetrievalTrace)
-    def run(self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryEmbeddings) -> dict[str, Any]:
+    def run(
+        self,
+        query_transform: QueryTransform,
+        hints: L0Hints,
+        query_embedding: Embedding,
+        expanded_query_embedding: Embedding | None = None,
+    ) -> dict[str, Any]:
         """
         :param query_transform: The transformed query (the expanded variant is the first attempt's).
         :param hints: L0 hints; `hints.single_domain` decides the filter.
-        :param embeddings: Embeddings of `query_transform.variants`, in order.
+        :param query_embedding: The normalised query's embedding (the unfiltered retry searches with it).
+        :param expanded_query_embedding: The expanded query's, searched by the first attempt (the
+            query's own when None).
         :returns: `candidates` (unsorted beyond each attempt's own order; after a retry, the retry's
             and the first attempt's usable ones) and the `retrieval_trace`.
         """
@@ -211,17 +226,19 @@ class FallbackRetriever:
         try:
             # One `milvus.timeout_ms` for every search of the lookup together (see milvus_deadline).
             with lookup_deadline(self.store.timeout_ms):
+                expanded = query_embedding if expanded_query_embedding is None else expanded_query_embedding
+                embeddings = QueryVectors(query_embedding, expanded)
                 return self._attempts(query_transform, hints, embeddings, bar, trace)
         except Exception as exc:
             exc.retrieval_trace = trace  # the attempts that ran, for the error's record
             raise
 
     def _attempts(
-        self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryEmbeddings, bar: float, trace
+        self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryVectors, bar: float, trace
     ) -> dict[str, Any]:
         category = hints.single_domain if self.category_filter else None
         query = query_transform.retrieval_query
-        first, first_attempt = self._attempt(0, category, query, embeddings[-1], bar, trace)
+        first, first_attempt = self._attempt(0, category, query, embeddings.expanded, bar, trace)
         trace.attempts.append(first_attempt)
         trace.index_type = self._search(first_attempt.path).described_index_type
         reason, retry_legs = None, None
@@ -232,7 +249,7 @@ class FallbackRetriever:
                 reason = FALLBACK_LOW_QUALITY
             elif self.outscored_margin < 1.0 and (first_attempt.top_similarity or 0.0) < self.outscored_check_below:
                 retry_legs = self._speculative_retry(query_transform, embeddings)
-                best = self._search(first_attempt.path).top_similarity(embeddings[-1], None)
+                best = self._search(first_attempt.path).top_similarity(embeddings.expanded, None)
                 first_attempt.unfiltered_top_similarity = best
                 if best - (first_attempt.top_similarity or 0.0) >= self.outscored_margin - 1e-9:
                     reason = FALLBACK_OUTSCORED
@@ -243,7 +260,7 @@ class FallbackRetriever:
 
         first_attempt.outcome = f"retried: {reason}"
         retry, retry_attempt = self._attempt(
-            1, None, query_transform.normalized, embeddings[0], bar, trace, *(retry_legs or ())
+            1, None, query_transform.normalized, embeddings.query, bar, trace, *(retry_legs or ())
         )
         retry_attempt.outcome = "selected"
         trace.attempts.append(retry_attempt)
@@ -255,7 +272,7 @@ class FallbackRetriever:
         return {"candidates": retry + usable(first, bar), "retrieval_trace": trace}
 
     def _speculative_retry(
-        self, query_transform: QueryTransform, embeddings: QueryEmbeddings
+        self, query_transform: QueryTransform, embeddings: QueryVectors
     ) -> tuple[PendingSearch, PendingSearch] | None:
         """
         On a Milvus server, the unfiltered retry's two legs started beside the outscored check
@@ -265,8 +282,8 @@ class FallbackRetriever:
         path = self._warm_path()
         if path is None or is_local_uri(self.store.uri):
             return None
-        dense = PendingSearch(self._in_background(self._search_with_mode, embeddings[0], None), path)
-        return dense, self._start_bm25(None, query_transform.normalized, embeddings[0])
+        dense = PendingSearch(self._in_background(self._search_with_mode, embeddings.query, None), path)
+        return dense, self._start_bm25(None, query_transform.normalized, embeddings.query)
 
     def _warm_path(self) -> str | None:
         """The path the next search takes, once its collection is open (None before: searches stay serial)."""

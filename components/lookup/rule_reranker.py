@@ -13,7 +13,7 @@ from components.common.text import fold, terms
 from components.contracts import Candidate, L0Hints, QueryTransform
 from components.stores.l0_index import L0Index
 from components.stores.l0_index_file import L0IndexHandle
-from components.stores.vector_search import QueryEmbeddings
+from components.stores.vector_search import Embedding
 
 DEFAULT_WEIGHTS = DEFAULT_RERANK_WEIGHTS
 
@@ -99,7 +99,7 @@ class RuleReranker:
 
     ```python
     reranker = RuleReranker(l0_index_path=".knowledge/knowledge.l0.json", weights={"lexical_overlap": 0.3})
-    ranked = reranker.run(query_transform=qt, hints=hints, candidates=candidates, embeddings=[q])["candidates"]
+    ranked = reranker.run(query_transform=qt, hints=hints, candidates=candidates, query_embedding=q)["candidates"]
     ranked[0].boosts  # {"document_similarity": 0.21, "lexical_overlap": 0.12, ...}
     ```
     """
@@ -129,13 +129,13 @@ class RuleReranker:
         query_transform: QueryTransform,
         hints: L0Hints,
         candidates: list[Candidate],
-        embeddings: QueryEmbeddings,
+        query_embedding: Embedding,
     ) -> dict[str, Any]:
         """
         :param query_transform: The transformed query.
         :param hints: L0 hints of the query.
         :param candidates: Vector candidates (any order; duplicates allowed).
-        :param embeddings: Query embeddings; the first (plain query) is compared with document summaries.
+        :param query_embedding: The normalised query's embedding, compared with document summaries.
         :returns: The candidates sorted by final score, with `final_score`, `boosts` and hit reasons set.
         """
         if not candidates:
@@ -144,7 +144,7 @@ class RuleReranker:
         query_term_set = set(terms(query_transform.normalized, drop_noise=True))
         query_terms = self._weighted_query_terms(index, query_term_set)
         intents = query_intents(query_transform.normalized)
-        document_scores = self._document_similarities(index, candidates, embeddings[0])
+        document_scores = self._document_similarities(index, candidates, query_embedding)
         support = Counter(
             c.source
             for c in {c.evidence_key: c for c in candidates}.values()
@@ -218,7 +218,7 @@ class RuleReranker:
 
     @staticmethod
     def _document_similarities(
-        index: L0Index, candidates: list[Candidate], query_embedding: list[float]
+        index: L0Index, candidates: list[Candidate], query_embedding: Embedding
     ) -> dict[str, float]:
         query = np.asarray(query_embedding, dtype=np.float32)
         scores = {}

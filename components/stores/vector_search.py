@@ -54,9 +54,9 @@ if TYPE_CHECKING:
 
 PATHS = ("sdk", "haystack")
 
-# Query embeddings as components receive them: the query embedder's float32 array (one row per
-# query variant), or plain nested lists when a component is called directly.
-QueryEmbeddings = np.ndarray | list[list[float]]
+# A query embedding as components receive it: the query embedder's float32 array, or a plain
+# list of floats when a component is called directly.
+Embedding = np.ndarray | list[float]
 
 
 def as_float_list(vector: Any) -> list[float]:

@@ -266,14 +266,14 @@ def test_a_document_named_in_the_query_is_boosted_with_a_hit_reason(sample_cfg):
     hints = L0Hints(matched_titles=["Kube Quota Almost Full"], named_sources=["k8s/KubeQuotaAlmostFull.md"])
     reranker = RuleReranker(l0_index_path=sample_cfg.l0.index_path)
     ranked = reranker.run(
-        query_transform=qt, hints=hints, candidates=copy.deepcopy([sibling, named]), embeddings=[[0.0] * 384]
+        query_transform=qt, hints=hints, candidates=copy.deepcopy([sibling, named]), query_embedding=[0.0] * 384
     )["candidates"]
     assert [c.evidence_key for c in ranked] == ["n", "s"]
     assert ranked[0].boosts["name_match"] == DEFAULT_WEIGHTS["name_match"]
     assert "l0_name: KubeQuotaAlmostFull" in ranked[0].hit_reasons
     assert not any(r.startswith("l0_name") for r in ranked[1].hit_reasons)
     off = RuleReranker(l0_index_path=sample_cfg.l0.index_path, weights={"name_match": 0.0}).run(
-        query_transform=qt, hints=hints, candidates=copy.deepcopy([sibling, named]), embeddings=[[0.0] * 384]
+        query_transform=qt, hints=hints, candidates=copy.deepcopy([sibling, named]), query_embedding=[0.0] * 384
     )["candidates"]
     assert [c.evidence_key for c in off] == ["s", "n"]
 

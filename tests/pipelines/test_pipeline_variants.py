@@ -290,7 +290,7 @@ def test_without_components_drops_their_connections():
     pruned = without_components(data, ["sidecar"])
     assert "sidecar" not in pruned["components"]
     assert not [c for c in pruned["connections"] if "sidecar" in c["sender"] + c["receiver"]]
-    assert len(data["connections"]) - len(pruned["connections"]) == 4
+    assert len(data["connections"]) - len(pruned["connections"]) == 5
 
 
 # the CLI --------------------------------------------------------------------------------------
