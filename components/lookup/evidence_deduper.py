@@ -3,7 +3,7 @@ from typing import Any
 
 from haystack import component
 
-from components.common.evidence import usable
+from components.common.evidence import EvidenceBar, usable
 from components.common.scoring import SIMILARITY_LABEL
 from components.common.text import unique
 from components.contracts import (
@@ -15,7 +15,6 @@ from components.contracts import (
     EvidenceBlock,
     QueryTransform,
     RerankEntry,
-    RetrievalTrace,
 )
 from components.lookup.rule_reranker import needed_section_kinds
 
@@ -27,8 +26,8 @@ class EvidenceDeduper:
     """
     Turns reranked candidates into the final evidence blocks.
 
-    - Only usable candidates (similarity at or above `evidence_threshold`, or the higher bar the
-      retriever applied and recorded in `retrieval_trace.evidence_threshold`) become evidence.
+    - Only usable candidates (similarity at or above the bar the retriever applied,
+      `evidence_bar.applied`) become evidence.
     - One block per `evidence_key` (chunk identity): when two candidates share a key (found by a
       filtered and an unfiltered attempt, say) one block stays, with the hit reasons of both.
     - Chunks of the same source with different keys stay separate blocks, up to
@@ -45,18 +44,16 @@ class EvidenceDeduper:
 
     ```python
     deduper = EvidenceDeduper(per_document_cap=2, max_evidence=5)
-    out = deduper.run(candidates=ranked)
+    out = deduper.run(candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.35))
     out["dedup"].candidate_count, out["dedup"].final_count
     ```
     """
 
-    def __init__(self, evidence_threshold: float = 0.35, per_document_cap: int = 2, max_evidence: int = 5) -> None:
+    def __init__(self, per_document_cap: int = 2, max_evidence: int = 5) -> None:
         """
-        :param evidence_threshold: Minimum normalized similarity of an evidence block.
         :param per_document_cap: Most blocks from one source.
         :param max_evidence: Most blocks in all.
         """
-        self.evidence_threshold = evidence_threshold
         self.per_document_cap = per_document_cap
         self.max_evidence = max_evidence
 
@@ -64,13 +61,13 @@ class EvidenceDeduper:
     def run(
         self,
         candidates: list[Candidate],
-        retrieval_trace: RetrievalTrace | None = None,
+        evidence_bar: EvidenceBar,
         competition: Competition | None = None,
         query_transform: QueryTransform | None = None,
     ) -> dict[str, Any]:
         """
         :param candidates: Candidates in rank order (from `RuleReranker`).
-        :param retrieval_trace: The retriever's trace, for the evidence threshold it applied.
+        :param evidence_bar: The retriever's; its applied bar decides which candidates are evidence.
         :param competition: A document competing with the best one: its best block is kept.
         :param query_transform: The query, for the sections of the leading document it needs.
         :returns: `evidence_blocks`, `rerank_trace` and `dedup` counts.
@@ -82,8 +79,7 @@ class EvidenceDeduper:
         per_source: dict[str, int] = {}
         final: list[Candidate] = []
         capped = 0
-        threshold = max(self.evidence_threshold, (retrieval_trace and retrieval_trace.evidence_threshold) or 0.0)
-        candidates_usable = usable(list(merged.values()), threshold)
+        candidates_usable = usable(list(merged.values()), evidence_bar.applied)
         for candidate in candidates_usable:
             if per_source.get(candidate.source, 0) >= self.per_document_cap:
                 capped += 1

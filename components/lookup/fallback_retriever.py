@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from haystack import component
 
 from components.common.choices import RetrievalLeg, VectorStoreMode
-from components.common.evidence import usable
+from components.common.evidence import EvidenceBar, usable
 from components.contracts import (
     FALLBACK_LOW_QUALITY,
     FALLBACK_NO_EVIDENCE,
@@ -196,7 +196,7 @@ class FallbackRetriever:
             self._searches[path] = self.store.vector_search(path)
         return self._searches[path]
 
-    @component.output_types(candidates=list[Candidate], retrieval_trace=RetrievalTrace)
+    @component.output_types(candidates=list[Candidate], retrieval_trace=RetrievalTrace, evidence_bar=EvidenceBar)
     def run(
         self,
         query_transform: QueryTransform,
@@ -211,9 +211,11 @@ class FallbackRetriever:
         :param expanded_query_embedding: The expanded query's, searched by the first attempt (the
             query's own when None).
         :returns: `candidates` (unsorted beyond each attempt's own order; after a retry, the retry's
-            and the first attempt's usable ones) and the `retrieval_trace`.
+            and the first attempt's usable ones), the `retrieval_trace` and the `evidence_bar` the
+            components after it apply (the one place the evidence threshold enters the pipeline).
         """
         bar = self.evidence_bar(hints)
+        evidence_bar = EvidenceBar(configured=self.evidence_threshold, applied=bar)
         trace = RetrievalTrace(
             vector_store_mode=self.vector_store_mode,
             l1_enabled=self.l1_enabled,
@@ -221,14 +223,14 @@ class FallbackRetriever:
             reference_threshold=self.reference_threshold,
         )
         if not self.l1_enabled:
-            return {"candidates": [], "retrieval_trace": trace}
+            return {"candidates": [], "retrieval_trace": trace, "evidence_bar": evidence_bar}
 
         try:
             # One `milvus.timeout_ms` for every search of the lookup together (see milvus_deadline).
             with lookup_deadline(self.store.timeout_ms):
                 expanded = query_embedding if expanded_query_embedding is None else expanded_query_embedding
                 embeddings = QueryVectors(query_embedding, expanded)
-                return self._attempts(query_transform, hints, embeddings, bar, trace)
+                return {**self._attempts(query_transform, hints, embeddings, bar, trace), "evidence_bar": evidence_bar}
         except Exception as exc:
             exc.retrieval_trace = trace  # the attempts that ran, for the error's record
             raise

@@ -9,6 +9,7 @@ import numpy as np
 from haystack import component
 
 from components.common.choices import DEFAULT_RERANK_WEIGHTS
+from components.common.evidence import EvidenceBar
 from components.common.text import fold, terms
 from components.contracts import Candidate, L0Hints, QueryTransform
 from components.stores.l0_index import L0Index
@@ -99,7 +100,8 @@ class RuleReranker:
 
     ```python
     reranker = RuleReranker(l0_index_path=".knowledge/knowledge.l0.json", weights={"lexical_overlap": 0.3})
-    ranked = reranker.run(query_transform=qt, hints=hints, candidates=candidates, query_embedding=q)["candidates"]
+    ranked = reranker.run(query_transform=qt, hints=hints, candidates=candidates, query_embedding=q,
+                       evidence_bar=EvidenceBar(configured=0.35, applied=0.35))["candidates"]
     ranked[0].boosts  # {"document_similarity": 0.21, "lexical_overlap": 0.12, ...}
     ```
     """
@@ -108,19 +110,16 @@ class RuleReranker:
         self,
         l0_index_path: str,
         weights: Mapping[str, float] | None = MappingProxyType(DEFAULT_WEIGHTS),
-        evidence_threshold: float = 0.35,
     ) -> None:
         """
         :param l0_index_path: The L0 index (summary vectors, term statistics, document metadata).
         :param weights: Signal weights; missing signals take the defaults, 0 turns one off.
-        :param evidence_threshold: Only candidates at or above it count as document support.
         """
         unknown = set(weights or {}) - set(DEFAULT_WEIGHTS)
         if unknown:
             raise ValueError(f"unknown rerank signal(s) {sorted(unknown)}; known: {', '.join(DEFAULT_WEIGHTS)}")
         self.l0_index_path = l0_index_path
         self.weights = {**DEFAULT_WEIGHTS, **(weights or {})}
-        self.evidence_threshold = evidence_threshold
         self._l0 = L0IndexHandle(l0_index_path)
 
     @component.output_types(candidates=list[Candidate])
@@ -130,12 +129,15 @@ class RuleReranker:
         hints: L0Hints,
         candidates: list[Candidate],
         query_embedding: Embedding,
+        evidence_bar: EvidenceBar,
     ) -> dict[str, Any]:
         """
         :param query_transform: The transformed query.
         :param hints: L0 hints of the query.
         :param candidates: Vector candidates (any order; duplicates allowed).
         :param query_embedding: The normalised query's embedding, compared with document summaries.
+        :param evidence_bar: The retriever's; candidates at or above its configured threshold count
+            as document support.
         :returns: The candidates sorted by final score, with `final_score`, `boosts` and hit reasons set.
         """
         if not candidates:
@@ -148,7 +150,7 @@ class RuleReranker:
         support = Counter(
             c.source
             for c in {c.evidence_key: c for c in candidates}.values()
-            if c.similarity >= self.evidence_threshold
+            if c.similarity >= evidence_bar.configured
         )
         named_sources = set(hints.named_sources)
         matched_titles = set(hints.matched_titles)

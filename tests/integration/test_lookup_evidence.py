@@ -9,6 +9,7 @@ import copy
 import pytest
 
 from components.common.embedding_models import count_tokens
+from components.common.evidence import EvidenceBar
 from components.contracts import L0Hints, QueryTransform, RetrievalAttempt, RetrievalTrace
 from components.lookup.context_packer import ContextPacker
 from components.lookup.result_assembler import ResultAssembler
@@ -34,6 +35,8 @@ BLOCK_KEYS = {
     "content",
     "hitReasons",
 }
+
+BAR = EvidenceBar(configured=0.35, applied=0.35)
 
 
 def all_keys(value) -> set[str]:
@@ -266,14 +269,22 @@ def test_a_document_named_in_the_query_is_boosted_with_a_hit_reason(sample_cfg):
     hints = L0Hints(matched_titles=["Kube Quota Almost Full"], named_sources=["k8s/KubeQuotaAlmostFull.md"])
     reranker = RuleReranker(l0_index_path=sample_cfg.l0.index_path)
     ranked = reranker.run(
-        query_transform=qt, hints=hints, candidates=copy.deepcopy([sibling, named]), query_embedding=[0.0] * 384
+        query_transform=qt,
+        hints=hints,
+        candidates=copy.deepcopy([sibling, named]),
+        query_embedding=[0.0] * 384,
+        evidence_bar=BAR,
     )["candidates"]
     assert [c.evidence_key for c in ranked] == ["n", "s"]
     assert ranked[0].boosts["name_match"] == DEFAULT_WEIGHTS["name_match"]
     assert "l0_name: KubeQuotaAlmostFull" in ranked[0].hit_reasons
     assert not any(r.startswith("l0_name") for r in ranked[1].hit_reasons)
     off = RuleReranker(l0_index_path=sample_cfg.l0.index_path, weights={"name_match": 0.0}).run(
-        query_transform=qt, hints=hints, candidates=copy.deepcopy([sibling, named]), query_embedding=[0.0] * 384
+        query_transform=qt,
+        hints=hints,
+        candidates=copy.deepcopy([sibling, named]),
+        query_embedding=[0.0] * 384,
+        evidence_bar=BAR,
     )["candidates"]
     assert [c.evidence_key for c in off] == ["s", "n"]
 
@@ -291,6 +302,7 @@ def test_no_evidence_message_tells_unknown_words_from_alert_names_no_document_ha
     )
     trace = RetrievalTrace(attempts=[attempt], selected_attempt=0, evidence_threshold=0.5)
     hints = L0Hints(uncovered_terms=["backlog", "CassandraCompactionBacklog"])
-    message = ResultAssembler(l0_index_path=None, evidence_threshold=0.35)._no_evidence_message(trace, hints)
+    bar = EvidenceBar(configured=0.35, applied=0.5)
+    message = ResultAssembler(l0_index_path=None)._no_evidence_message(trace, hints, bar)
     assert "never mentions 'backlog' and has no document named 'CassandraCompactionBacklog'" in message
     assert "at least 0.5" in message and "reached 0.455" in message

@@ -5,9 +5,12 @@ import random
 
 import pytest
 
+from components.common.evidence import EvidenceBar
 from components.contracts import L0Hints, QueryTransform
 from components.lookup.rule_reranker import DEFAULT_WEIGHTS, RuleReranker
 from tests.helpers import assert_round_trips, candidate
+
+BAR = EvidenceBar(configured=0.35, applied=0.35)
 
 
 def test_weights_change_the_order_and_ties_break_by_key(l0_path):
@@ -19,7 +22,11 @@ def test_weights_change_the_order_and_ties_break_by_key(l0_path):
 
     def order(weights, cands):
         out = RuleReranker(l0_index_path=l0_path, weights=weights).run(
-            query_transform=qt, hints=hints, candidates=copy.deepcopy(cands), query_embedding=embedding
+            query_transform=qt,
+            hints=hints,
+            candidates=copy.deepcopy(cands),
+            query_embedding=embedding,
+            evidence_bar=BAR,
         )["candidates"]
         return out
 
@@ -47,13 +54,21 @@ def test_bm25_is_a_signal_of_its_own_relative_to_the_best_bm25_score(l0_path):
     dense = candidate("c", "elsewhere/c.md", 0.62, content="same text")
     weights = {name: 0.0 for name in DEFAULT_WEIGHTS} | {"similarity": 1.0, "bm25": 0.1}
     ranked = RuleReranker(l0_index_path=l0_path, weights=weights).run(
-        query_transform=qt, hints=L0Hints(), candidates=[dense, half, lexical], query_embedding=[0.0] * 384
+        query_transform=qt,
+        hints=L0Hints(),
+        candidates=[dense, half, lexical],
+        query_embedding=[0.0] * 384,
+        evidence_bar=BAR,
     )["candidates"]
     assert [c.evidence_key for c in ranked] == ["a", "b", "c"]
     assert [c.boosts for c in ranked] == [{"bm25": 0.1}, {"bm25": 0.05}, {}]
     assert [c.similarity for c in ranked] == [0.60, 0.60, 0.62]  # the score stays the dense similarity
     off = RuleReranker(l0_index_path=l0_path, weights=weights | {"bm25": 0.0}).run(
-        query_transform=qt, hints=L0Hints(), candidates=[dense, half, lexical], query_embedding=[0.0] * 384
+        query_transform=qt,
+        hints=L0Hints(),
+        candidates=[dense, half, lexical],
+        query_embedding=[0.0] * 384,
+        evidence_bar=BAR,
     )["candidates"]
     assert off[0].evidence_key == "c"
 
@@ -68,7 +83,7 @@ def test_every_signal_has_a_default_weight(l0_path):
 
 
 def test_round_trips(l0_path):
-    assert_round_trips(RuleReranker(l0_index_path=l0_path, weights={"keyword_match": 0.2}, evidence_threshold=0.4))
+    assert_round_trips(RuleReranker(l0_index_path=l0_path, weights={"keyword_match": 0.2}))
 
 
 def test_run_returns_new_candidates_and_leaves_its_inputs_unchanged(l0_path):
@@ -80,7 +95,7 @@ def test_run_returns_new_candidates_and_leaves_its_inputs_unchanged(l0_path):
     ]
     before = copy.deepcopy(given)
     ranked = RuleReranker(l0_index_path=l0_path).run(
-        query_transform=qt, hints=hints, candidates=given, query_embedding=[0.0] * 384
+        query_transform=qt, hints=hints, candidates=given, query_embedding=[0.0] * 384, evidence_bar=BAR
     )["candidates"]
     assert given == before
     assert not any(out is inp for out in ranked for inp in given)
