@@ -127,7 +127,7 @@ def completeness_hint(
 @component
 class ResultAssembler:
     """
-    Assembles the evidence-first `LookupResult` of DESIGN.md.
+    Assembles the evidence-first `LookupResult` (docs/architecture.md, "The result").
 
     With evidence: `found=true`, the blocks, context pack, retrieval and rerank traces,
     `relevanceLevel` and `completenessHint`. Without: `found=false`,

@@ -8,15 +8,13 @@ from typing import Any
 import numpy as np
 from haystack import component
 
-from components.common.choices import DEFAULT_RERANK_WEIGHTS
+from components.common.choices import DEFAULT_RERANK_WEIGHTS, check_rerank_weights
 from components.common.evidence import EvidenceBar
 from components.common.text import fold, terms
 from components.contracts import Candidate, L0Hints, QueryTransform
 from components.stores.l0_index import L0Index
 from components.stores.l0_index_file import L0IndexHandle
 from components.stores.vector_search import Embedding
-
-DEFAULT_WEIGHTS = DEFAULT_RERANK_WEIGHTS
 
 # What a query asks for, by words it uses; matched against the kind of a chunk's section.
 _INTENTS: dict[str, tuple[str, ...]] = {
@@ -109,17 +107,15 @@ class RuleReranker:
     def __init__(
         self,
         l0_index_path: str,
-        weights: Mapping[str, float] | None = MappingProxyType(DEFAULT_WEIGHTS),
+        weights: Mapping[str, float] | None = MappingProxyType(DEFAULT_RERANK_WEIGHTS),
     ) -> None:
         """
         :param l0_index_path: The L0 index (summary vectors, term statistics, document metadata).
         :param weights: Signal weights; missing signals take the defaults, 0 turns one off.
         """
-        unknown = set(weights or {}) - set(DEFAULT_WEIGHTS)
-        if unknown:
-            raise ValueError(f"unknown rerank signal(s) {sorted(unknown)}; known: {', '.join(DEFAULT_WEIGHTS)}")
+        check_rerank_weights(weights or {})
         self.l0_index_path = l0_index_path
-        self.weights = {**DEFAULT_WEIGHTS, **(weights or {})}
+        self.weights = {**DEFAULT_RERANK_WEIGHTS, **(weights or {})}
         self._l0 = L0IndexHandle(l0_index_path)
 
     @component.output_types(candidates=list[Candidate])

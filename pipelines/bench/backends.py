@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from components.common.stats import percentile
 from pipelines.bench.cold_start import COLD_QUERY, REPO, bare_imports_of, run_seconds
-from pipelines.bench.machine import OtherCpu, format_other_cpu, percentile
+from pipelines.bench.machine import OtherCpu, format_other_cpu
 from pipelines.settings import embedder_params, load_config
 
 BACKENDS = ("torch", "onnx", "onnx_int8")

@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from components.common.stats import percentile
 from pipelines.bench.corpus import build_repeated_kb, copy_category, load_bench_config, read_corpus, resolve_corpus
 from pipelines.bench.index_bench import _cleanup_milvus
 from pipelines.bench.machine import (
@@ -20,7 +21,6 @@ from pipelines.bench.machine import (
     latency_summary,
     load_average,
     peak_rss_mb,
-    percentile,
     settle,
     timed,
 )

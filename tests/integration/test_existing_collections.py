@@ -15,7 +15,8 @@ from components.contracts import L0Hints, QueryTransform
 from components.lookup.fallback_retriever import FallbackRetriever
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
 from components.stores.knowledge_store import KnowledgeStore
-from components.stores.milvus_collection import CollectionMismatchError, describe_layout, row_count
+from components.stores.milvus_collection import describe_layout, row_count
+from components.stores.milvus_errors import CollectionMismatchError
 from components.stores.vector_search import HaystackVectorSearch, SdkVectorSearch, UnsupportedFilterError
 from pipelines.indexing import run_indexing
 from pipelines.settings import load_config

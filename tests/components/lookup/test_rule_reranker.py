@@ -5,9 +5,10 @@ import random
 
 import pytest
 
+from components.common.choices import DEFAULT_RERANK_WEIGHTS
 from components.common.evidence import EvidenceBar
 from components.contracts import L0Hints, QueryTransform
-from components.lookup.rule_reranker import DEFAULT_WEIGHTS, RuleReranker
+from components.lookup.rule_reranker import RuleReranker
 from tests.helpers import assert_round_trips, candidate
 
 BAR = EvidenceBar(configured=0.35, applied=0.35)
@@ -52,7 +53,7 @@ def test_bm25_is_a_signal_of_its_own_relative_to_the_best_bm25_score(l0_path):
     lexical = candidate("a", "elsewhere/a.md", 0.60, content="same text", bm25_score=8.0, bm25_rank=1)
     half = candidate("b", "elsewhere/b.md", 0.60, content="same text", bm25_score=4.0, bm25_rank=2)
     dense = candidate("c", "elsewhere/c.md", 0.62, content="same text")
-    weights = {name: 0.0 for name in DEFAULT_WEIGHTS} | {"similarity": 1.0, "bm25": 0.1}
+    weights = {name: 0.0 for name in DEFAULT_RERANK_WEIGHTS} | {"similarity": 1.0, "bm25": 0.1}
     ranked = RuleReranker(l0_index_path=l0_path, weights=weights).run(
         query_transform=qt,
         hints=L0Hints(),
@@ -78,8 +79,13 @@ def test_an_unknown_signal_is_refused(l0_path):
         RuleReranker(l0_index_path=l0_path, weights={"popularity": 1.0})
 
 
+def test_a_negative_weight_is_refused_by_name(l0_path):
+    with pytest.raises(ValueError, match=r"weights\.bm25=-0\.1 must be at least 0"):
+        RuleReranker(l0_index_path=l0_path, weights={"bm25": -0.1})
+
+
 def test_every_signal_has_a_default_weight(l0_path):
-    assert RuleReranker(l0_index_path=l0_path).weights.keys() >= DEFAULT_WEIGHTS.keys()
+    assert RuleReranker(l0_index_path=l0_path).weights.keys() >= DEFAULT_RERANK_WEIGHTS.keys()
 
 
 def test_round_trips(l0_path):
