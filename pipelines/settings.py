@@ -21,9 +21,11 @@ from components.common.choices import (
     OnOverlong,
     SidecarPath,
     VectorStoreMode,
+    check_at_least,
     check_chunk_sizes,
     check_milvus_uri,
     check_rerank_weights,
+    check_unit_interval,
 )
 from components.errors import BadInputError, first_line
 
@@ -282,14 +284,12 @@ def _check_trace_url(url: str) -> None:
 
 
 def _validate_values(cfg: DictConfig) -> None:
-    for key in _UNIT_INTERVAL:
-        value = OmegaConf.select(cfg, key)
-        if not 0.0 <= value <= 1.0:
-            raise ConfigError(f"{key}={value} must lie in [0, 1]")
-    for key, lowest in _AT_LEAST.items():
-        value = OmegaConf.select(cfg, key)
-        if value < lowest:
-            raise ConfigError(f"{key}={value} must be at least {lowest}")
+    try:  # the rules the components apply to their arguments, with the config's key names
+        check_unit_interval(**{key: OmegaConf.select(cfg, key) for key in _UNIT_INTERVAL})
+        for key, lowest in _AT_LEAST.items():
+            check_at_least(lowest, **{key: OmegaConf.select(cfg, key)})
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     for key in _POSITIVE:
         value = OmegaConf.select(cfg, key)
         if not value > 0:  # NaN too

@@ -137,3 +137,17 @@ def check_milvus_uri(uri: str, name: str = "uri") -> None:
             f"{name}={uri!r} is neither a Milvus Lite file ending in .db nor a server URI "
             f"({', '.join(s + '://' for s in MILVUS_URI_SCHEMES)})"
         )
+
+
+def check_unit_interval(**values: float) -> None:
+    """Shares and normalized similarities lie in [0, 1]: a ValueError naming the first that does not."""
+    for name, value in values.items():
+        if not 0.0 <= value <= 1.0:  # NaN too
+            raise ValueError(f"{name}={value} must lie in [0, 1]")
+
+
+def check_at_least(lowest: float, **values: float) -> None:
+    """Counts and sizes have a lower bound: a ValueError naming the first value under it."""
+    for name, value in values.items():
+        if not value >= lowest:  # NaN too
+            raise ValueError(f"{name}={value} must be at least {lowest}")

@@ -3,6 +3,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.choices import check_at_least
 from components.common.evidence import EvidenceBar, usable
 from components.common.scoring import SIMILARITY_LABEL
 from components.common.text import unique
@@ -54,6 +55,7 @@ class EvidenceDeduper:
         :param per_document_cap: Most blocks from one source.
         :param max_evidence: Most blocks in all.
         """
+        check_at_least(1, per_document_cap=per_document_cap, max_evidence=max_evidence)
         self.per_document_cap = per_document_cap
         self.max_evidence = max_evidence
 

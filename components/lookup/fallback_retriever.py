@@ -3,17 +3,16 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any
 
 from haystack import component
 
-from components.common.choices import RetrievalLeg, VectorStoreMode
+from components.common.choices import RetrievalLeg, VectorStoreMode, check_at_least, check_unit_interval
 from components.common.evidence import EvidenceBar, usable
 from components.contracts import (
     FALLBACK_LOW_QUALITY,
     FALLBACK_NO_EVIDENCE,
     FALLBACK_OUTSCORED,
-    AttemptHit,
     Candidate,
     L0Hints,
     QueryTransform,
@@ -21,6 +20,7 @@ from components.contracts import (
     RetrievalTrace,
 )
 from components.errors import first_line
+from components.lookup.retrieval_legs import PendingSearch, QueryVectors, bm25_top_hits, top_hits
 from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_collection import is_local_uri
 from components.stores.milvus_deadline import lookup_deadline
@@ -39,59 +39,10 @@ DENSE = RetrievalLeg.dense.value
 BM25 = RetrievalLeg.bm25.value
 BM25_OFF = "disabled: retrieval.bm25_top_k=0"
 BM25_CANNOT_CHANGE = "not run: the exact dense leg found nothing usable in this filtered attempt, so it is retried"
-# Best hits of each leg kept per attempt for the MLflow trace, and the characters of their preview.
-TOP_HITS = 5
-HIT_PREVIEW_CHARS = 200
 # Index types whose dense search is exact: what it did not return scores no higher than what it did.
 EXACT_INDEX_TYPES = frozenset({"FLAT"})
 # Threads of a retriever for the searches it waits on side by side (BM25 legs, a speculative retry).
 LEG_THREADS = 8
-
-
-class QueryVectors(NamedTuple):
-    """The two embeddings an attempt may search with: the plain query's and the expanded query's."""
-
-    query: Embedding
-    expanded: Embedding
-
-
-class PendingSearch:
-    """
-    A search started in the retriever's thread pool (with the lookup's Milvus deadline), or None
-    when it was not started. `result()` waits for it and raises what it raised.
-    """
-
-    def __init__(self, future: Future | None, path: str | None = None) -> None:
-        self.future = future
-        self.path = path
-
-    def result(self):
-        return self.future.result() if self.future is not None else None
-
-
-def top_hits(leg: str, candidates: list[Candidate], bm25: list[Bm25Hit] | None = None) -> tuple[AttemptHit, ...]:
-    """The first `TOP_HITS` chunks of one leg, in its order, with its own score beside the similarity."""
-    hits = []
-    for rank, candidate in enumerate(candidates[:TOP_HITS], start=1):
-        bm25_hit = bm25[rank - 1] if bm25 else None
-        hits.append(
-            AttemptHit(
-                leg=leg,
-                rank=bm25_hit.rank if bm25_hit else rank,
-                evidence_key=candidate.evidence_key,
-                source=candidate.source,
-                similarity=round(candidate.similarity, 4),
-                score=round(bm25_hit.score if bm25_hit else candidate.raw_score, 4),
-                score_label="bm25" if bm25_hit else candidate.raw_score_label,
-                preview=candidate.content[:HIT_PREVIEW_CHARS],
-            )
-        )
-    return tuple(hits)
-
-
-def bm25_top_hits(hits: list[Bm25Hit]) -> tuple[AttemptHit, ...]:
-    ranked = sorted(hits, key=lambda hit: hit.rank)
-    return top_hits(BM25, [hit.candidate for hit in ranked], ranked)
 
 
 @component
@@ -169,6 +120,19 @@ class FallbackRetriever:
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
+        check_unit_interval(
+            reference_threshold=reference_threshold,
+            evidence_threshold=evidence_threshold,
+            outscored_margin=outscored_margin,
+            outscored_check_below=outscored_check_below,
+            **(
+                {}
+                if uncovered_evidence_threshold is None
+                else {"uncovered_evidence_threshold": uncovered_evidence_threshold}
+            ),
+        )
+        check_at_least(1, top_k=top_k)
+        check_at_least(0, bm25_top_k=bm25_top_k)
         self.store = store
         self.top_k = top_k
         self.reference_threshold = reference_threshold

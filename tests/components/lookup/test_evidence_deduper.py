@@ -2,6 +2,8 @@
 
 import copy
 
+import pytest
+
 from components.common.evidence import EvidenceBar
 from components.contracts import Competition, QueryTransform
 from components.lookup.evidence_deduper import EvidenceDeduper
@@ -127,3 +129,12 @@ def test_run_leaves_the_candidates_it_merges_unchanged():
     block = out["evidence_blocks"][0]
     assert block.hit_reasons == ["vector:haystack attempt 0 (unfiltered)", "bm25:sdk attempt 1"]
     assert (block.bm25_score, block.bm25_rank) == (3.0, 1)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [({"per_document_cap": 0}, "per_document_cap=0 must be at least 1"), ({"max_evidence": -2}, "max_evidence=-2")],
+)
+def test_init_refuses_caps_under_one(params, message):
+    with pytest.raises(ValueError, match=message):
+        EvidenceDeduper(**params)

@@ -93,6 +93,21 @@ def test_an_unknown_mode_is_refused(topics_cfg):
         retriever(topics_cfg, vector_store_mode="spring")
 
 
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"evidence_threshold": 1.2}, r"evidence_threshold=1.2 must lie in \[0, 1\]"),
+        ({"uncovered_evidence_threshold": -0.5}, r"uncovered_evidence_threshold=-0.5 must lie in \[0, 1\]"),
+        ({"reference_threshold": 2}, r"reference_threshold=2 must lie in \[0, 1\]"),
+        ({"top_k": 0}, "top_k=0 must be at least 1"),
+        ({"bm25_top_k": -1}, "bm25_top_k=-1 must be at least 0"),
+    ],
+)
+def test_init_refuses_values_out_of_range_by_name(topics_cfg, params, message):
+    with pytest.raises(ValueError, match=message):
+        retriever(topics_cfg, **params)
+
+
 def test_round_trips(topics_cfg):
     assert_round_trips(
         retriever(
