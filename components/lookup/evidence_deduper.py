@@ -44,9 +44,19 @@ class EvidenceDeduper:
     Usage example:
 
     ```python
-    deduper = EvidenceDeduper(per_document_cap=2, max_evidence=5)
-    out = deduper.run(candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.35))
-    out["dedup"].candidate_count, out["dedup"].final_count
+    >>> from components.common.evidence import EvidenceBar
+    >>> from components.contracts import Candidate
+    >>> def chunk(key, source, similarity):
+    ...     return Candidate(key, source, f"text of {key}", similarity, 2 - 2 * similarity, "l2", "sdk")
+    >>> ranked = [chunk("a#0", "a.md", 0.8), chunk("a#0", "a.md", 0.8), chunk("a#1", "a.md", 0.7),
+    ...           chunk("a#2", "a.md", 0.6), chunk("b#0", "b.md", 0.5), chunk("c#0", "c.md", 0.2)]
+    >>> deduper = EvidenceDeduper(per_document_cap=2, max_evidence=5)
+    >>> out = deduper.run(candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.35))
+    >>> [block.evidence_key for block in out["evidence_blocks"]]
+    ['a#0', 'a#1', 'b#0']
+    >>> out["dedup"].candidate_count, out["dedup"].merged, out["dedup"].capped
+    (6, 1, 1)
+
     ```
     """
 
