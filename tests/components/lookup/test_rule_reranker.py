@@ -107,3 +107,84 @@ def test_run_returns_new_candidates_and_leaves_its_inputs_unchanged(l0_path):
     assert not any(out is inp for out in ranked for inp in given)
     hinted = next(c for c in ranked if c.evidence_key == "b")
     assert hinted.hit_reasons == ["l0_keyword: Zebra Crossing"] and hinted.final_score > 0
+
+
+class TestRuleRerankerSignals:
+    """One test per signal: that signal alone weighted, a candidate that has it against one that has not."""
+
+    @staticmethod
+    def boosts(l0_path, signal, candidates, query="quokka", hints=None, bar=BAR):
+        weights = {name: 0.0 for name in DEFAULT_RERANK_WEIGHTS} | {signal: 1.0}
+        ranked = RuleReranker(l0_index_path=l0_path, weights=weights).run(
+            query_transform=QueryTransform(raw=query, normalized=query, variants=[query]),
+            hints=hints or L0Hints(),
+            candidates=candidates,
+            query_embedding=[0.0] * 384,
+            evidence_bar=bar,
+        )["candidates"]
+        return {c.evidence_key: (c.final_score, c.boosts.get(signal, 0.0)) for c in ranked}
+
+    def test_similarity_is_the_base_score_and_never_a_boost(self, l0_path):
+        out = self.boosts(l0_path, "similarity", [candidate("a", "x/a.md", 0.7), candidate("b", "x/b.md", 0.4)])
+        assert out == {"a": (0.7, 0.0), "b": (0.4, 0.0)}
+
+    def test_lexical_overlap_counts_the_query_terms_in_the_chunk(self, l0_path):
+        hit = candidate("a", "x/a.md", 0.5, content="the standby replication lag grows")
+        miss = candidate("b", "x/b.md", 0.5, content="nothing to see")
+        out = self.boosts(l0_path, "lexical_overlap", [hit, miss], query="replication lag")
+        assert out["a"][1] > 0 and out["b"][1] == 0
+
+    def test_title_overlap_reads_the_documents_title_from_the_l0_index(self, l0_path):
+        titled = candidate("a", "database/replication-lag.md", 0.5)
+        other = candidate("b", "x/b.md", 0.5)
+        out = self.boosts(l0_path, "title_overlap", [titled, other], query="postgresql replication lag")
+        assert out["a"][1] > 0 and out["b"][1] == 0
+
+    def test_document_lexical_counts_the_query_terms_anywhere_in_the_document(self, l0_path):
+        known = candidate("a", "disk/DiskAlmostFull.md", 0.5)
+        other = candidate("b", "x/b.md", 0.5)
+        out = self.boosts(l0_path, "document_lexical", [known, other], query="volume space")
+        assert out["a"][1] == 1.0 and out["b"][1] == 0
+
+    def test_name_match_for_a_document_the_query_names(self, l0_path):
+        hints = L0Hints(named_sources=["disk/DiskAlmostFull.md"])
+        named = candidate("a", "disk/DiskAlmostFull.md", 0.5)
+        out = self.boosts(l0_path, "name_match", [named, candidate("b", "x/b.md", 0.5)], hints=hints)
+        assert out["a"][1] == 1.0 and out["b"][1] == 0
+
+    def test_title_match_for_a_matched_title(self, l0_path):
+        hints = L0Hints(matched_titles=["Disk Almost Full"])
+        titled = candidate("a", "disk/DiskAlmostFull.md", 0.5, title="Disk Almost Full")
+        out = self.boosts(l0_path, "title_match", [titled, candidate("b", "x/b.md", 0.5)], hints=hints)
+        assert out["a"][1] == 1.0 and out["b"][1] == 0
+
+    def test_entity_match_for_a_matched_entity(self, l0_path):
+        hints = L0Hints(entities=["PostgreSQL"])
+        pg = candidate("a", "database/replication-lag.md", 0.5, entities=["PostgreSQL"])
+        out = self.boosts(l0_path, "entity_match", [pg, candidate("b", "x/b.md", 0.5)], hints=hints)
+        assert out["a"][1] == 1.0 and out["b"][1] == 0
+
+    def test_domain_match_for_a_category_the_query_names(self, l0_path):
+        hints = L0Hints(domains=["disk"])
+        disk = candidate("a", "disk/DiskAlmostFull.md", 0.5, category="disk")
+        out = self.boosts(l0_path, "domain_match", [disk, candidate("b", "x/b.md", 0.5)], hints=hints)
+        assert out["a"][1] == 1.0 and out["b"][1] == 0
+
+    def test_section_match_for_the_section_kind_the_query_asks_for(self, l0_path):
+        fix = candidate("a", "x/a.md", 0.5, section_kind="mitigation")
+        why = candidate("b", "x/b.md", 0.5, section_kind="diagnosis")
+        out = self.boosts(l0_path, "section_match", [fix, why], query="how to fix the disk")
+        assert out["a"][1] == 1.0 and out["b"][1] == 0
+
+    def test_document_support_counts_other_usable_chunks_of_the_document(self, l0_path):
+        chunks = [candidate(f"a{i}", "x/a.md", 0.6) for i in range(4)] + [candidate("b", "x/b.md", 0.6)]
+        low = [candidate("c0", "x/c.md", 0.6), candidate("c1", "x/c.md", 0.2)]
+        out = self.boosts(l0_path, "document_support", chunks + low)
+        assert out["a0"][1] == 1.0 and out["b"][1] == 0 and out["c0"][1] == 0  # under the bar: no support
+
+    def test_document_similarity_is_zero_without_summary_vectors(self, l0_path):
+        out = self.boosts(l0_path, "document_similarity", [candidate("a", "disk/DiskAlmostFull.md", 0.5)])
+        assert out["a"] == (0.0, 0.0)
+
+    def test_no_candidates_give_no_candidates(self, l0_path):
+        assert self.boosts(l0_path, "similarity", []) == {}
