@@ -3,7 +3,7 @@ The shared data contracts of lookup-knowledge, in one place.
 
 Components pass these dataclasses to each other. Both dict shapes come from the field
 declarations (`components.common.serialization`): `to_dict()` gives the agent-facing camelCase
-shape (DESIGN.md), `to_record()` the snake_case shape persisted in `tool_invocation.retrieval_details`.
+shape (docs/architecture.md, "The result"), `to_record()` the snake_case shape persisted in `tool_invocation.retrieval_details`.
 """
 
 from dataclasses import dataclass, field

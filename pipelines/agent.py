@@ -2,7 +2,7 @@
 The explicit `lookup_knowledge` tool for Haystack Agents.
 
 The agent decides when to call it, with one argument: the query. Nothing injects knowledge into
-chat responses implicitly; the tool returns the evidence-first result dict (DESIGN.md).
+chat responses implicitly; the tool returns the evidence-first result dict (docs/architecture.md, "The result").
 
 Usage example:
 

@@ -222,7 +222,7 @@ def compare_paths(cfg: DictConfig, items: Sequence[dict[str, str]], top_k: int) 
     embedder.warm_up()
     details = []
     for item in items:
-        embedding = embedder.run(texts=[item["query"]])["embeddings"][0]
+        embedding = embedder.run(query=item["query"])["query_embedding"]
         details.append(compare_query(embedding, searches, top_k))
     return details
 

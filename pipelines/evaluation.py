@@ -20,7 +20,7 @@ metrics and their table are in pipelines/evaluation_metrics.py.
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from components.common.text import unique
 from components.contracts import InvalidQueryError
 from components.errors import BadInputError
 from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD
-from pipelines.evaluation_metrics import RECALL_DEPTH, filter_report, first_hit, score
+from pipelines.evaluation_metrics import RECALL_DEPTH, EvalQuery, Ranked, filter_report, first_hit, score
 from pipelines.manifest import check_sources_indexed
 from pipelines.reliability import reliability
 from pipelines.settings import embedder_params, knowledge_store
@@ -49,29 +49,6 @@ QUERY_KINDS = ("answerable", "off_topic")
 
 class EvaluationInputError(BadInputError):
     """The query file cannot be used."""
-
-
-@dataclass
-class EvalQuery:
-    query: str
-    relevant: set[str]
-    kind: str
-    id: str = ""
-    style: str = ""
-
-    @property
-    def answerable(self) -> bool:
-        return self.kind != "off_topic"
-
-
-@dataclass
-class Ranked:
-    """One system's answer to one query: document ranking and whether it answered."""
-
-    sources: list[str]
-    answered: bool
-    details: dict[str, Any] = field(default_factory=dict)
-    latency_ms: float | None = None
 
 
 def _kind_of(row: dict[str, Any]) -> str:
@@ -202,7 +179,7 @@ class DenseSystem:
         self.search = knowledge_store(cfg).vector_search("sdk")
 
     def chunks(self, query: str):
-        embedding = self.embedder.run(texts=[self.clean(query)])["embeddings"][0]
+        embedding = self.embedder.run(query=self.clean(query))["query_embedding"]
         return self.search.search(embedding, DEPTH, None)
 
     def rank(self, query: str) -> Ranked:

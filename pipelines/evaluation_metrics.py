@@ -10,12 +10,35 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    from pipelines.evaluation import EvalQuery, Ranked
+from components.common.stats import percentile
 
 RECALL_DEPTH = 10
+
+
+@dataclass
+class EvalQuery:
+    query: str
+    relevant: set[str]
+    kind: str
+    id: str = ""
+    style: str = ""
+
+    @property
+    def answerable(self) -> bool:
+        return self.kind != "off_topic"
+
+
+@dataclass
+class Ranked:
+    """One system's answer to one query: document ranking and whether it answered."""
+
+    sources: list[str]
+    answered: bool
+    details: dict[str, Any] = field(default_factory=dict)
+    latency_ms: float | None = None
 
 
 def first_hit(sources: list[str], relevant: set[str], depth: int) -> int | None:
@@ -71,8 +94,6 @@ def score(queries: list[EvalQuery], answers: list[Ranked]) -> dict[str, Any]:
 
 
 def _latency(answers: list[Ranked]) -> dict[str, float]:
-    from pipelines.bench.machine import percentile
-
     timed = [a.latency_ms for a in answers if a.latency_ms is not None]
     if not timed:
         return {}

@@ -13,26 +13,11 @@ import time
 from haystack import Pipeline
 from omegaconf import DictConfig
 
-from components.common.embedding_models import model_revision, vector_space
 from components.contracts import IndexReport
 from components.indexing.markdown_reader import check_knowledge_base
 from pipelines.errors import unwrap_pipeline_error
 from pipelines.manifest import write_manifest
 from pipelines.serialized import derived_values, load_pipeline
-
-# Bump when chunk text or embedded text changes shape, so every document is re-embedded once.
-CHUNK_FORMAT_VERSION = 4
-
-
-def index_fingerprint(cfg: DictConfig) -> str:
-    """Everything besides file content that changes chunks or vectors."""
-    chunking = cfg.chunking
-    revision = model_revision(cfg.embedder.model)
-    model = f"{cfg.embedder.model}@{revision}" if revision else cfg.embedder.model
-    return (
-        f"model={vector_space(model, cfg.embedder.backend)};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
-        f"format={CHUNK_FORMAT_VERSION}"
-    )
 
 
 def build_indexing_pipeline(cfg: DictConfig, progress_bar: bool = False) -> Pipeline:

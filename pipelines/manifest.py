@@ -23,6 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from components.common.embedding_models import model_revision, vector_space
 from components.errors import BadInputError
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,21 @@ class IndexManifest:
         return bool(self.checksum) and self.checksum != self.fields_checksum()
 
 
+# Bump when chunk text or embedded text changes shape, so every document is re-embedded once.
+CHUNK_FORMAT_VERSION = 4
+
+
+def index_fingerprint(cfg: DictConfig) -> str:
+    """Everything besides file content that changes chunks or vectors."""
+    chunking = cfg.chunking
+    revision = model_revision(cfg.embedder.model)
+    model = f"{cfg.embedder.model}@{revision}" if revision else cfg.embedder.model
+    return (
+        f"model={vector_space(model, cfg.embedder.backend)};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
+        f"format={CHUNK_FORMAT_VERSION}"
+    )
+
+
 def manifest_path(cfg: DictConfig) -> Path:
     """Where the manifest of the configured index lives: beside its L0 index."""
     return Path(cfg.l0.index_path).parent / f"{cfg.milvus.collection}.manifest.json"
@@ -81,8 +97,6 @@ def absolute_kb(kb_path: str | Path) -> str:
 def index_time_config(cfg: DictConfig) -> dict[str, Any]:
     """The keys that shape chunks, vectors and the collection (what a sweep over them re-indexes for)."""
     from omegaconf import OmegaConf
-
-    from pipelines.indexing import index_fingerprint
 
     milvus = cfg.milvus
     return {

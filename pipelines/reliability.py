@@ -8,10 +8,9 @@ with `level`, `ambiguous` and `cited` in their details (pipelines/evaluation.py)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from pipelines.evaluation import EvalQuery, Ranked
+from pipelines.evaluation_metrics import EvalQuery, Ranked
 
 LEVELS = ("high", "medium", "low", "none")
 

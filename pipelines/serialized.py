@@ -106,7 +106,7 @@ def derived_values(cfg: DictConfig, **overrides: Any) -> dict[str, Any]:
     Values the code computes for a call, reachable in the YAML as `${derived.<key>}`: the index
     fingerprint and whether the embedder shows a progress bar (`progress_bar=True` overrides).
     """
-    from pipelines.indexing import index_fingerprint
+    from pipelines.manifest import index_fingerprint
 
     return {"index_fingerprint": index_fingerprint(cfg), "progress_bar": False, **overrides}
 

@@ -16,12 +16,16 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from components.common.choices import (
-    RERANK_SIGNALS,
     EmbeddingBackend,
     IndexType,
     OnOverlong,
     SidecarPath,
     VectorStoreMode,
+    check_at_least,
+    check_chunk_sizes,
+    check_milvus_uri,
+    check_rerank_weights,
+    check_unit_interval,
 )
 from components.errors import BadInputError, first_line
 
@@ -211,7 +215,6 @@ class KnowledgeConfig:
 
 
 MAX_PORT = 65535
-MILVUS_URI_SCHEMES = ("http", "https", "tcp", "unix")
 # Lower bounds of counts and sizes, and the keys that are normalized similarities in [0, 1].
 _AT_LEAST = {
     "retrieval.top_k": 1,
@@ -267,15 +270,6 @@ def _check_known_keys(cfg: DictConfig, schema: type = KnowledgeConfig, prefix: s
             _check_known_keys(cfg[key], known[key], f"{prefix}{key}.")
 
 
-def _check_milvus_uri(uri: str) -> None:
-    """The forms pymilvus accepts; anything else would fail only at the first search, as a failure."""
-    if not (uri.endswith(".db") or uri.split("://", 1)[0] in MILVUS_URI_SCHEMES and "://" in uri):
-        raise ConfigError(
-            f"milvus.uri={uri!r} is neither a Milvus Lite file ending in .db nor a server URI "
-            f"({', '.join(s + '://' for s in MILVUS_URI_SCHEMES)})"
-        )
-
-
 # The databases the trace store can write (SQLAlchemy URL schemes, before any `+driver`).
 TRACE_DB_SCHEMES = ("sqlite", "postgresql", "postgres")
 
@@ -290,33 +284,26 @@ def _check_trace_url(url: str) -> None:
 
 
 def _validate_values(cfg: DictConfig) -> None:
-    for key in _UNIT_INTERVAL:
-        value = OmegaConf.select(cfg, key)
-        if not 0.0 <= value <= 1.0:
-            raise ConfigError(f"{key}={value} must lie in [0, 1]")
-    for key, lowest in _AT_LEAST.items():
-        value = OmegaConf.select(cfg, key)
-        if value < lowest:
-            raise ConfigError(f"{key}={value} must be at least {lowest}")
+    try:  # the rules the components apply to their arguments, with the config's key names
+        check_unit_interval(**{key: OmegaConf.select(cfg, key) for key in _UNIT_INTERVAL})
+        for key, lowest in _AT_LEAST.items():
+            check_at_least(lowest, **{key: OmegaConf.select(cfg, key)})
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     for key in _POSITIVE:
         value = OmegaConf.select(cfg, key)
         if not value > 0:  # NaN too
             raise ConfigError(f"{key}={value} must be more than 0 (seconds)")
-    _check_milvus_uri(str(cfg.milvus.uri or ""))
     _check_trace_url(str(cfg.trace.db_url or ""))
     for key in ("serve.port", "serve.mcp_port"):
         if OmegaConf.select(cfg, key) > MAX_PORT:
             raise ConfigError(f"{key}={OmegaConf.select(cfg, key)} is not a TCP port (1-{MAX_PORT})")
-    chunking = cfg.chunking
-    if chunking.max_tokens < 16 or not 0 <= chunking.overlap_tokens < chunking.max_tokens:
-        raise ConfigError("chunking needs max_tokens >= 16 and 0 <= overlap_tokens < max_tokens")
-    weights = cfg.rerank.weights
-    unknown = set(weights) - set(RERANK_SIGNALS)
-    if unknown:
-        raise ConfigError(f"rerank.weights has unknown signal(s) {sorted(unknown)}; known: {', '.join(RERANK_SIGNALS)}")
-    negative = sorted(name for name, weight in weights.items() if weight < 0)
-    if negative:
-        raise ConfigError(f"rerank.weights.{negative[0]}={weights[negative[0]]} must be at least 0")
+    try:  # the components' own rules, with the config's key names
+        check_milvus_uri(str(cfg.milvus.uri or ""), name="milvus.uri")
+        check_chunk_sizes(cfg.chunking.max_tokens, cfg.chunking.overlap_tokens, prefix="chunking.")
+        check_rerank_weights(cfg.rerank.weights, name="rerank.weights")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _one_line(exc: Exception) -> str:

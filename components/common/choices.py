@@ -4,6 +4,7 @@ configuration schema types its keys with these enums (Hydra rejects any other va
 and the components check their init parameters against the same sets.
 """
 
+from collections.abc import Mapping
 from enum import StrEnum
 
 
@@ -98,4 +99,55 @@ DEFAULT_RERANK_WEIGHTS: dict[str, float] = {
     "document_support": 0.05,
     "bm25": 0.1,
 }
-RERANK_SIGNALS = tuple(DEFAULT_RERANK_WEIGHTS)
+
+
+def check_rerank_weights(weights: Mapping[str, float], name: str = "weights") -> None:
+    """
+    The rule for rerank weights, for `RuleReranker` and the config (`name`: `rerank.weights`):
+    known signals only, none below 0. A ValueError naming the weight and the allowed values.
+    """
+    unknown = sorted(set(weights) - set(DEFAULT_RERANK_WEIGHTS))
+    if unknown:
+        raise ValueError(f"{name} has unknown rerank signal(s) {unknown}; known: {', '.join(DEFAULT_RERANK_WEIGHTS)}")
+    negative = sorted(signal for signal, weight in weights.items() if weight < 0)
+    if negative:
+        raise ValueError(f"{name}.{negative[0]}={weights[negative[0]]} must be at least 0")
+
+
+# The smallest chunk window in tokens: a smaller one splits sentences into fragments that match nothing.
+MIN_CHUNK_TOKENS = 16
+
+
+def check_chunk_sizes(max_tokens: int, overlap_tokens: int, prefix: str = "") -> None:
+    """The rule for chunk sizes, for `MarkdownChunker` and the config (`prefix`: `chunking.`)."""
+    if max_tokens < MIN_CHUNK_TOKENS:
+        raise ValueError(f"{prefix}max_tokens={max_tokens} must be at least {MIN_CHUNK_TOKENS}")
+    if not 0 <= overlap_tokens < max_tokens:
+        raise ValueError(f"{prefix}overlap_tokens={overlap_tokens} must lie in [0, max_tokens) = [0, {max_tokens})")
+
+
+# The server URI schemes pymilvus accepts; a Milvus Lite store is a file path ending in .db.
+MILVUS_URI_SCHEMES = ("http", "https", "tcp", "unix")
+
+
+def check_milvus_uri(uri: str, name: str = "uri") -> None:
+    """The rule for a Milvus URI, for `KnowledgeStore` and the config (`name`: `milvus.uri`)."""
+    if not (uri.endswith(".db") or uri.split("://", 1)[0] in MILVUS_URI_SCHEMES and "://" in uri):
+        raise ValueError(
+            f"{name}={uri!r} is neither a Milvus Lite file ending in .db nor a server URI "
+            f"({', '.join(s + '://' for s in MILVUS_URI_SCHEMES)})"
+        )
+
+
+def check_unit_interval(**values: float) -> None:
+    """Shares and normalized similarities lie in [0, 1]: a ValueError naming the first that does not."""
+    for name, value in values.items():
+        if not 0.0 <= value <= 1.0:  # NaN too
+            raise ValueError(f"{name}={value} must lie in [0, 1]")
+
+
+def check_at_least(lowest: float, **values: float) -> None:
+    """Counts and sizes have a lower bound: a ValueError naming the first value under it."""
+    for name, value in values.items():
+        if not value >= lowest:  # NaN too
+            raise ValueError(f"{name}={value} must be at least {lowest}")

@@ -1,6 +1,6 @@
 """
 The two dict shapes of the data contracts (`components.contracts`), both derived from their field
-declarations: `to_dict()` the agent-facing camelCase shape (DESIGN.md), `to_record()` the
+declarations: `to_dict()` the agent-facing camelCase shape (docs/architecture.md), `to_record()` the
 snake_case shape persisted in `tool_invocation.retrieval_details`. Field metadata (`wire`)
 renames a field, leaves it out or drops it when empty; `CheapDeepcopy` is the fast deep copy
 Haystack's per-component input copies need.

@@ -4,6 +4,7 @@ from typing import Any
 
 from haystack import Document, component
 
+from components.common.choices import check_chunk_sizes
 from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.markdown_sections import Section, section_kind, split_sections
 from components.common.text import is_cjk, terms
@@ -61,8 +62,7 @@ class MarkdownChunker:
             tokens can still be longer, since the tokenizer counts a word of over 100 characters as
             one unknown token; such a window is cut into pieces of at most this many characters.
         """
-        if max_tokens < 16 or not 0 <= overlap_tokens < max_tokens:
-            raise ValueError("MarkdownChunker needs max_tokens >= 16 and 0 <= overlap_tokens < max_tokens")
+        check_chunk_sizes(max_tokens, overlap_tokens)
         self.max_tokens = max_tokens
         self.overlap_tokens = overlap_tokens
         self.min_tokens = min_tokens

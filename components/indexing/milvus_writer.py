@@ -16,13 +16,13 @@ from components.stores.milvus_collection import (
     SPARSE_FIELD,
     VECTOR_FIELD,
     CollectionLayout,
-    CollectionMismatchError,
     check_dimension,
     create_collection,
     describe_layout,
     ensure_loaded,
     quote_string,
 )
+from components.stores.milvus_errors import CollectionMismatchError
 
 logger = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from typing import Any
 import numpy as np
 from haystack import component
 
-from components.common.evidence import usable
+from components.common.evidence import EvidenceBar, usable
 from components.common.text import identifier_words
-from components.contracts import Candidate, Competition, RetrievalTrace
+from components.contracts import Candidate, Competition
 from components.stores.l0_index_file import L0IndexHandle
 
 # Two document names sharing this many leading words are one family ("NodeFilesystem...").
@@ -74,7 +74,7 @@ class CompetitionDetector:
 
     ```python
     detector = CompetitionDetector(l0_index_path=".knowledge/knowledge.l0.json")
-    out = detector.run(candidates=ranked)
+    out = detector.run(candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.35))
     out["competition"]  # None, or Competition(leader=..., competitor=..., margin=0.03, reasons=[...])
     ```
     """
@@ -85,14 +85,12 @@ class CompetitionDetector:
         margin: float = 0.05,
         sibling_margin: float = 0.2,
         sibling_similarity: float = 0.85,
-        evidence_threshold: float = 0.35,
     ) -> None:
         """
         :param l0_index_path: The L0 index (document summary vectors).
         :param margin: A runner-up within this rerank-score margin of the leader competes.
         :param sibling_margin: A sibling runner-up within this margin competes.
         :param sibling_similarity: Summary-vector cosine at or above which two documents are siblings.
-        :param evidence_threshold: Only candidates at or above it (or the retriever's bar) are considered.
         """
         for name, value in (("margin", margin), ("sibling_margin", sibling_margin)):
             if value < 0:
@@ -103,19 +101,17 @@ class CompetitionDetector:
         self.margin = margin
         self.sibling_margin = sibling_margin
         self.sibling_similarity = sibling_similarity
-        self.evidence_threshold = evidence_threshold
         self._l0 = L0IndexHandle(l0_index_path)
 
     @component.output_types(competition=Competition | None, runner_up_margin=float | None)
-    def run(self, candidates: list[Candidate], retrieval_trace: RetrievalTrace | None = None) -> dict[str, Any]:
+    def run(self, candidates: list[Candidate], evidence_bar: EvidenceBar) -> dict[str, Any]:
         """
         :param candidates: Reranked candidates, in rank order.
-        :param retrieval_trace: The retriever's trace, for the evidence threshold it applied.
+        :param evidence_bar: The retriever's; only candidates at or above its applied bar are considered.
         :returns: `competition` (None when the leader stands alone) and `runner_up_margin` (None
             without a second usable document).
         """
-        threshold = max(self.evidence_threshold, (retrieval_trace and retrieval_trace.evidence_threshold) or 0.0)
-        documents = list(document_scores(usable(candidates, threshold)).items())
+        documents = list(document_scores(usable(candidates, evidence_bar.applied)).items())
         if len(documents) < 2:
             return {"competition": None, "runner_up_margin": None}
         (leader, (leader_score, _)), (runner_up, (runner_score, best)) = documents[0], documents[1]

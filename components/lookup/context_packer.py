@@ -3,6 +3,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.choices import check_at_least
 from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.text import unique
 from components.contracts import Competition, ContextPack, EvidenceBlock, PackedBlock
@@ -34,9 +35,14 @@ class ContextPacker:
     Usage example:
 
     ```python
-    packer = ContextPacker(budget_tokens=800)
-    pack = packer.run(evidence_blocks=blocks)["context_pack"]
-    pack.used_tokens <= 800, pack.omitted_sources
+    >>> from components.contracts import EvidenceBlock
+    >>> def block(key, source, words):
+    ...     return EvidenceBlock(key, source, "free the disk " * words, "L1", 0.7, "similarity", 0.6, "l2", 0.7, [])
+    >>> packer = ContextPacker(budget_tokens=120, tokenizer_model="packaged:all-MiniLM-L6-v2")
+    >>> pack = packer.run(evidence_blocks=[block("a#0", "a.md", 20), block("b#0", "b.md", 40)])["context_pack"]
+    >>> pack.used_tokens <= 120, pack.included_sources, pack.omitted_sources
+    (True, ['a.md'], ['b.md'])
+
     ```
     """
 
@@ -45,6 +51,7 @@ class ContextPacker:
         :param budget_tokens: Largest context, in tokens.
         :param tokenizer_model: The model whose tokenizer counts tokens (the embedding model).
         """
+        check_at_least(1, budget_tokens=budget_tokens)  # a smaller budget than a header still packs a cut block
         self.budget_tokens = budget_tokens
         self.tokenizer_model = tokenizer_model
         self._tokenizer = None

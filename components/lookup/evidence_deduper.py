@@ -1,8 +1,10 @@
+from dataclasses import replace
 from typing import Any
 
 from haystack import component
 
-from components.common.evidence import usable
+from components.common.choices import check_at_least
+from components.common.evidence import EvidenceBar, usable
 from components.common.scoring import SIMILARITY_LABEL
 from components.common.text import unique
 from components.contracts import (
@@ -14,7 +16,6 @@ from components.contracts import (
     EvidenceBlock,
     QueryTransform,
     RerankEntry,
-    RetrievalTrace,
 )
 from components.lookup.rule_reranker import needed_section_kinds
 
@@ -26,8 +27,8 @@ class EvidenceDeduper:
     """
     Turns reranked candidates into the final evidence blocks.
 
-    - Only usable candidates (similarity at or above `evidence_threshold`, or the higher bar the
-      retriever applied and recorded in `retrieval_trace.evidence_threshold`) become evidence.
+    - Only usable candidates (similarity at or above the bar the retriever applied,
+      `evidence_bar.applied`) become evidence.
     - One block per `evidence_key` (chunk identity): when two candidates share a key (found by a
       filtered and an unfiltered attempt, say) one block stays, with the hit reasons of both.
     - Chunks of the same source with different keys stay separate blocks, up to
@@ -43,19 +44,28 @@ class EvidenceDeduper:
     Usage example:
 
     ```python
-    deduper = EvidenceDeduper(per_document_cap=2, max_evidence=5)
-    out = deduper.run(candidates=ranked)
-    out["dedup"].candidate_count, out["dedup"].final_count
+    >>> from components.common.evidence import EvidenceBar
+    >>> from components.contracts import Candidate
+    >>> def chunk(key, source, similarity):
+    ...     return Candidate(key, source, f"text of {key}", similarity, 2 - 2 * similarity, "l2", "sdk")
+    >>> ranked = [chunk("a#0", "a.md", 0.8), chunk("a#0", "a.md", 0.8), chunk("a#1", "a.md", 0.7),
+    ...           chunk("a#2", "a.md", 0.6), chunk("b#0", "b.md", 0.5), chunk("c#0", "c.md", 0.2)]
+    >>> deduper = EvidenceDeduper(per_document_cap=2, max_evidence=5)
+    >>> out = deduper.run(candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.35))
+    >>> [block.evidence_key for block in out["evidence_blocks"]]
+    ['a#0', 'a#1', 'b#0']
+    >>> out["dedup"].candidate_count, out["dedup"].merged, out["dedup"].capped
+    (6, 1, 1)
+
     ```
     """
 
-    def __init__(self, evidence_threshold: float = 0.35, per_document_cap: int = 2, max_evidence: int = 5) -> None:
+    def __init__(self, per_document_cap: int = 2, max_evidence: int = 5) -> None:
         """
-        :param evidence_threshold: Minimum normalized similarity of an evidence block.
         :param per_document_cap: Most blocks from one source.
         :param max_evidence: Most blocks in all.
         """
-        self.evidence_threshold = evidence_threshold
+        check_at_least(1, per_document_cap=per_document_cap, max_evidence=max_evidence)
         self.per_document_cap = per_document_cap
         self.max_evidence = max_evidence
 
@@ -63,13 +73,13 @@ class EvidenceDeduper:
     def run(
         self,
         candidates: list[Candidate],
-        retrieval_trace: RetrievalTrace | None = None,
+        evidence_bar: EvidenceBar,
         competition: Competition | None = None,
         query_transform: QueryTransform | None = None,
     ) -> dict[str, Any]:
         """
         :param candidates: Candidates in rank order (from `RuleReranker`).
-        :param retrieval_trace: The retriever's trace, for the evidence threshold it applied.
+        :param evidence_bar: The retriever's; its applied bar decides which candidates are evidence.
         :param competition: A document competing with the best one: its best block is kept.
         :param query_transform: The query, for the sections of the leading document it needs.
         :returns: `evidence_blocks`, `rerank_trace` and `dedup` counts.
@@ -77,17 +87,11 @@ class EvidenceDeduper:
         merged: dict[str, Candidate] = {}
         for candidate in candidates:
             kept = merged.get(candidate.evidence_key)
-            if kept is None:
-                merged[candidate.evidence_key] = candidate
-            else:
-                kept.hit_reasons = unique([*kept.hit_reasons, *candidate.hit_reasons])
-                if kept.bm25_score is None:  # found by BM25 in the other attempt only
-                    kept.bm25_score, kept.bm25_rank = candidate.bm25_score, candidate.bm25_rank
+            merged[candidate.evidence_key] = candidate if kept is None else _merged(kept, candidate)
         per_source: dict[str, int] = {}
         final: list[Candidate] = []
         capped = 0
-        threshold = max(self.evidence_threshold, (retrieval_trace and retrieval_trace.evidence_threshold) or 0.0)
-        candidates_usable = usable(list(merged.values()), threshold)
+        candidates_usable = usable(list(merged.values()), evidence_bar.applied)
         for candidate in candidates_usable:
             if per_source.get(candidate.source, 0) >= self.per_document_cap:
                 capped += 1
@@ -120,6 +124,12 @@ class EvidenceDeduper:
             capped=capped,
         )
         return {"evidence_blocks": blocks, "rerank_trace": trace, "dedup": stats}
+
+
+def _merged(kept: Candidate, other: Candidate) -> Candidate:
+    """A new candidate: `kept` with the hit reasons of both and, when only `other` has one, its BM25 score."""
+    bm25 = {} if kept.bm25_score is not None else {"bm25_score": other.bm25_score, "bm25_rank": other.bm25_rank}
+    return replace(kept, hit_reasons=unique([*kept.hit_reasons, *other.hit_reasons]), **bm25)
 
 
 def _with_competitor(final: list[Candidate], best: Candidate | None, max_evidence: int) -> list[Candidate]:

@@ -7,13 +7,12 @@ from typing import Any
 
 from haystack import component
 
-from components.common.choices import RetrievalLeg, VectorStoreMode
-from components.common.evidence import usable
+from components.common.choices import RetrievalLeg, VectorStoreMode, check_at_least, check_unit_interval
+from components.common.evidence import EvidenceBar, usable
 from components.contracts import (
     FALLBACK_LOW_QUALITY,
     FALLBACK_NO_EVIDENCE,
     FALLBACK_OUTSCORED,
-    AttemptHit,
     Candidate,
     L0Hints,
     QueryTransform,
@@ -21,13 +20,14 @@ from components.contracts import (
     RetrievalTrace,
 )
 from components.errors import first_line
+from components.lookup.retrieval_legs import PendingSearch, QueryVectors, bm25_top_hits, top_hits
 from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_collection import is_local_uri
 from components.stores.milvus_deadline import lookup_deadline
 from components.stores.vector_search import (
     Bm25Hit,
+    Embedding,
     NoFullTextError,
-    QueryEmbeddings,
     UnsupportedFilterError,
     VectorSearch,
 )
@@ -39,52 +39,10 @@ DENSE = RetrievalLeg.dense.value
 BM25 = RetrievalLeg.bm25.value
 BM25_OFF = "disabled: retrieval.bm25_top_k=0"
 BM25_CANNOT_CHANGE = "not run: the exact dense leg found nothing usable in this filtered attempt, so it is retried"
-# Best hits of each leg kept per attempt for the MLflow trace, and the characters of their preview.
-TOP_HITS = 5
-HIT_PREVIEW_CHARS = 200
 # Index types whose dense search is exact: what it did not return scores no higher than what it did.
 EXACT_INDEX_TYPES = frozenset({"FLAT"})
 # Threads of a retriever for the searches it waits on side by side (BM25 legs, a speculative retry).
 LEG_THREADS = 8
-
-
-class PendingSearch:
-    """
-    A search started in the retriever's thread pool (with the lookup's Milvus deadline), or None
-    when it was not started. `result()` waits for it and raises what it raised.
-    """
-
-    def __init__(self, future: Future | None, path: str | None = None) -> None:
-        self.future = future
-        self.path = path
-
-    def result(self):
-        return self.future.result() if self.future is not None else None
-
-
-def top_hits(leg: str, candidates: list[Candidate], bm25: list[Bm25Hit] | None = None) -> tuple[AttemptHit, ...]:
-    """The first `TOP_HITS` chunks of one leg, in its order, with its own score beside the similarity."""
-    hits = []
-    for rank, candidate in enumerate(candidates[:TOP_HITS], start=1):
-        bm25_hit = bm25[rank - 1] if bm25 else None
-        hits.append(
-            AttemptHit(
-                leg=leg,
-                rank=bm25_hit.rank if bm25_hit else rank,
-                evidence_key=candidate.evidence_key,
-                source=candidate.source,
-                similarity=round(candidate.similarity, 4),
-                score=round(bm25_hit.score if bm25_hit else candidate.raw_score, 4),
-                score_label="bm25" if bm25_hit else candidate.raw_score_label,
-                preview=candidate.content[:HIT_PREVIEW_CHARS],
-            )
-        )
-    return tuple(hits)
-
-
-def bm25_top_hits(hits: list[Bm25Hit]) -> tuple[AttemptHit, ...]:
-    ranked = sorted(hits, key=lambda hit: hit.rank)
-    return top_hits(BM25, [hit.candidate for hit in ranked], ranked)
 
 
 @component
@@ -122,7 +80,7 @@ class FallbackRetriever:
 
     ```python
     retriever = FallbackRetriever(store=KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge"))
-    out = retriever.run(query_transform=qt, hints=hints, embeddings=[embedding])
+    out = retriever.run(query_transform=qt, hints=hints, query_embedding=embedding)
     out["retrieval_trace"].attempts[0].outcome  # "selected"
     ```
     """
@@ -162,6 +120,19 @@ class FallbackRetriever:
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
+        check_unit_interval(
+            reference_threshold=reference_threshold,
+            evidence_threshold=evidence_threshold,
+            outscored_margin=outscored_margin,
+            outscored_check_below=outscored_check_below,
+            **(
+                {}
+                if uncovered_evidence_threshold is None
+                else {"uncovered_evidence_threshold": uncovered_evidence_threshold}
+            ),
+        )
+        check_at_least(1, top_k=top_k)
+        check_at_least(0, bm25_top_k=bm25_top_k)
         self.store = store
         self.top_k = top_k
         self.reference_threshold = reference_threshold
@@ -189,16 +160,26 @@ class FallbackRetriever:
             self._searches[path] = self.store.vector_search(path)
         return self._searches[path]
 
-    @component.output_types(candidates=list[Candidate], retrieval_trace=RetrievalTrace)
-    def run(self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryEmbeddings) -> dict[str, Any]:
+    @component.output_types(candidates=list[Candidate], retrieval_trace=RetrievalTrace, evidence_bar=EvidenceBar)
+    def run(
+        self,
+        query_transform: QueryTransform,
+        hints: L0Hints,
+        query_embedding: Embedding,
+        expanded_query_embedding: Embedding | None = None,
+    ) -> dict[str, Any]:
         """
         :param query_transform: The transformed query (the expanded variant is the first attempt's).
         :param hints: L0 hints; `hints.single_domain` decides the filter.
-        :param embeddings: Embeddings of `query_transform.variants`, in order.
+        :param query_embedding: The normalised query's embedding (the unfiltered retry searches with it).
+        :param expanded_query_embedding: The expanded query's, searched by the first attempt (the
+            query's own when None).
         :returns: `candidates` (unsorted beyond each attempt's own order; after a retry, the retry's
-            and the first attempt's usable ones) and the `retrieval_trace`.
+            and the first attempt's usable ones), the `retrieval_trace` and the `evidence_bar` the
+            components after it apply (the one place the evidence threshold enters the pipeline).
         """
         bar = self.evidence_bar(hints)
+        evidence_bar = EvidenceBar(configured=self.evidence_threshold, applied=bar)
         trace = RetrievalTrace(
             vector_store_mode=self.vector_store_mode,
             l1_enabled=self.l1_enabled,
@@ -206,22 +187,24 @@ class FallbackRetriever:
             reference_threshold=self.reference_threshold,
         )
         if not self.l1_enabled:
-            return {"candidates": [], "retrieval_trace": trace}
+            return {"candidates": [], "retrieval_trace": trace, "evidence_bar": evidence_bar}
 
         try:
             # One `milvus.timeout_ms` for every search of the lookup together (see milvus_deadline).
             with lookup_deadline(self.store.timeout_ms):
-                return self._attempts(query_transform, hints, embeddings, bar, trace)
+                expanded = query_embedding if expanded_query_embedding is None else expanded_query_embedding
+                embeddings = QueryVectors(query_embedding, expanded)
+                return {**self._attempts(query_transform, hints, embeddings, bar, trace), "evidence_bar": evidence_bar}
         except Exception as exc:
             exc.retrieval_trace = trace  # the attempts that ran, for the error's record
             raise
 
     def _attempts(
-        self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryEmbeddings, bar: float, trace
+        self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryVectors, bar: float, trace
     ) -> dict[str, Any]:
         category = hints.single_domain if self.category_filter else None
         query = query_transform.retrieval_query
-        first, first_attempt = self._attempt(0, category, query, embeddings[-1], bar, trace)
+        first, first_attempt = self._attempt(0, category, query, embeddings.expanded, bar, trace)
         trace.attempts.append(first_attempt)
         trace.index_type = self._search(first_attempt.path).described_index_type
         reason, retry_legs = None, None
@@ -232,7 +215,7 @@ class FallbackRetriever:
                 reason = FALLBACK_LOW_QUALITY
             elif self.outscored_margin < 1.0 and (first_attempt.top_similarity or 0.0) < self.outscored_check_below:
                 retry_legs = self._speculative_retry(query_transform, embeddings)
-                best = self._search(first_attempt.path).top_similarity(embeddings[-1], None)
+                best = self._search(first_attempt.path).top_similarity(embeddings.expanded, None)
                 first_attempt.unfiltered_top_similarity = best
                 if best - (first_attempt.top_similarity or 0.0) >= self.outscored_margin - 1e-9:
                     reason = FALLBACK_OUTSCORED
@@ -243,7 +226,7 @@ class FallbackRetriever:
 
         first_attempt.outcome = f"retried: {reason}"
         retry, retry_attempt = self._attempt(
-            1, None, query_transform.normalized, embeddings[0], bar, trace, *(retry_legs or ())
+            1, None, query_transform.normalized, embeddings.query, bar, trace, *(retry_legs or ())
         )
         retry_attempt.outcome = "selected"
         trace.attempts.append(retry_attempt)
@@ -255,7 +238,7 @@ class FallbackRetriever:
         return {"candidates": retry + usable(first, bar), "retrieval_trace": trace}
 
     def _speculative_retry(
-        self, query_transform: QueryTransform, embeddings: QueryEmbeddings
+        self, query_transform: QueryTransform, embeddings: QueryVectors
     ) -> tuple[PendingSearch, PendingSearch] | None:
         """
         On a Milvus server, the unfiltered retry's two legs started beside the outscored check
@@ -265,8 +248,8 @@ class FallbackRetriever:
         path = self._warm_path()
         if path is None or is_local_uri(self.store.uri):
             return None
-        dense = PendingSearch(self._in_background(self._search_with_mode, embeddings[0], None), path)
-        return dense, self._start_bm25(None, query_transform.normalized, embeddings[0])
+        dense = PendingSearch(self._in_background(self._search_with_mode, embeddings.query, None), path)
+        return dense, self._start_bm25(None, query_transform.normalized, embeddings.query)
 
     def _warm_path(self) -> str | None:
         """The path the next search takes, once its collection is open (None before: searches stay serial)."""

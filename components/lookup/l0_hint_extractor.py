@@ -4,6 +4,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.choices import check_at_least, check_unit_interval
 from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.text import terms
 from components.contracts import L0Hints
@@ -58,6 +59,12 @@ class L0HintExtractor:
         :param passing_mention_df: A word that at most this many documents use, and no title,
             keyword or entity, is uncovered too (mentioned in passing); 0 turns the rule off.
         """
+        check_unit_interval(
+            title_min_overlap=title_min_overlap,
+            domain_min_precision=domain_min_precision,
+            subject_elsewhere_margin=subject_elsewhere_margin,
+        )
+        check_at_least(0, passing_mention_df=passing_mention_df)
         self.l0_index_path = l0_index_path
         self.title_min_overlap = title_min_overlap
         self.domain_from_matches = domain_from_matches

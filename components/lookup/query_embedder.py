@@ -19,13 +19,13 @@ logger = logging.getLogger(__name__)
 @component
 class KnowledgeQueryEmbedder:
     """
-    Embeds the query variants produced by `QueryTransformer` (usually one, two when entity
-    aliases were expanded) into unit-length vectors, with the same model as the chunks.
+    Embeds the query and, when `QueryTransformer` expanded entity aliases or names, the expanded
+    query into unit-length vectors, with the same model as the chunks.
 
     With `backend="torch"` a thin wrapper of `SentenceTransformersTextEmbedder` (imported on warm-up
     only: it imports torch); with `backend="onnx"` (or `"onnx_int8"`) the same model exported to
     ONNX and run by ONNX Runtime, with no torch in the process (docs/embedding-backends.md).
-    The embeddings leave it as one float32 array (a row per text), not as nested lists: Haystack
+    Each embedding leaves it as a float32 array, not as a list of floats: Haystack
     deep-copies every socket value for each receiver, element by element for lists, with a slow
     protocol check per element, which cost about 5 ms per 384-d vector and receiver (three of
     them), more than the vector search itself; an array is copied in microseconds.
@@ -35,7 +35,7 @@ class KnowledgeQueryEmbedder:
     ```python
     embedder = KnowledgeQueryEmbedder(model="packaged:all-MiniLM-L6-v2", backend="onnx")
     embedder.warm_up()
-    embedder.run(texts=["disk almost full"])["embeddings"][0][:3]
+    embedder.run(query="disk almost full")["query_embedding"][:3]
     ```
     """
 
@@ -83,12 +83,19 @@ class KnowledgeQueryEmbedder:
         embedder.warm_up()
         return lambda texts: [embedder.run(text=text)["embedding"] for text in texts]
 
-    @component.output_types(embeddings=np.ndarray)
-    def run(self, texts: list[str]) -> dict[str, Any]:
+    @component.output_types(query_embedding=np.ndarray, expanded_query_embedding=np.ndarray)
+    def run(self, query: str, expanded_query: str | None = None) -> dict[str, Any]:
         """
-        :param texts: Query variants.
-        :returns: `embeddings`, a float32 array with one row per text, in order (the values the
-            model returned, bit for bit).
+        :param query: The normalised query.
+        :param expanded_query: The query with its expansions, if any.
+        :returns: `query_embedding` and `expanded_query_embedding` (the query's own without an
+            expanded query), float32 arrays: the values the model returned, bit for bit.
         """
+        # One model call for both: half the cost of two on a query that was expanded.
+        rows = self.embed([query] if expanded_query is None else [query, expanded_query])
+        return {"query_embedding": rows[0], "expanded_query_embedding": rows[-1]}
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """A float32 array with one row per text, in order (for baselines and benchmarks that batch)."""
         self.warm_up()
-        return {"embeddings": np.asarray(self._embed(list(texts)), dtype=np.float32)}
+        return np.asarray(self._embed(list(texts)), dtype=np.float32)

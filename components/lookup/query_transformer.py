@@ -56,12 +56,12 @@ class QueryTransformer:
         self.expand_entities = expand_entities
         self._l0 = L0IndexHandle(l0_index_path)
 
-    @component.output_types(query_transform=QueryTransform, variants=list[str], query=str)
+    @component.output_types(query_transform=QueryTransform, query=str, expanded_query=str | None)
     def run(self, query: str) -> dict[str, Any]:
         """
         :param query: The agent's query, as given.
-        :returns: `query_transform` (the record), `variants` (texts to embed: the normalised
-            query, then the expanded one if any) and `query` (the normalised query).
+        :returns: `query_transform` (the record), `query` (the normalised query) and
+            `expanded_query` (the query with its entity and name expansions; None without any).
         :raises InvalidQueryError: Empty or whitespace-only query, or over-long with `on_overlong="error"`.
         """
         if not isinstance(query, str):
@@ -93,7 +93,8 @@ class QueryTransformer:
             truncated=truncated,
             original_chars=len(query),
         )
-        return {"query_transform": transform, "variants": variants, "query": normalized}
+        expanded = variants[-1] if expansions else None
+        return {"query_transform": transform, "query": normalized, "expanded_query": expanded}
 
 
 def _truncate_at_word(text: str, limit: int) -> str:

@@ -3,6 +3,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.evidence import EvidenceBar
 from components.common.l0_words import is_identifier_name
 from components.common.markdown_sections import section_kind
 from components.contracts import (
@@ -126,7 +127,7 @@ def completeness_hint(
 @component
 class ResultAssembler:
     """
-    Assembles the evidence-first `LookupResult` of DESIGN.md.
+    Assembles the evidence-first `LookupResult` (docs/architecture.md, "The result").
 
     With evidence: `found=true`, the blocks, context pack, retrieval and rerank traces,
     `relevanceLevel` and `completenessHint`. Without: `found=false`,
@@ -137,7 +138,7 @@ class ResultAssembler:
 
     ```python
     assembler = ResultAssembler(l0_index_path=".knowledge/knowledge.l0.json", high_relevance=0.6)
-    result = assembler.run(query_transform=qt, hints=hints, retrieval_trace=trace, rerank_trace=rt,
+    result = assembler.run(query_transform=qt, hints=hints, retrieval_trace=trace, evidence_bar=bar, rerank_trace=rt,
                            evidence_blocks=blocks, dedup=stats, context_pack=pack)["result"]
     result.to_dict()["found"]
     ```
@@ -148,7 +149,6 @@ class ResultAssembler:
         l0_index_path: str | None,
         high_relevance: float = 0.6,
         reference_threshold: float = 0.5,
-        evidence_threshold: float = 0.35,
         high_margin: float = 0.15,
     ) -> None:
         """
@@ -156,14 +156,12 @@ class ResultAssembler:
             the sections out of the completeness hint.
         :param high_relevance: Best similarity for `relevanceLevel="high"`.
         :param reference_threshold: Best similarity for `"medium"`.
-        :param evidence_threshold: Quoted in the no-evidence message.
         :param high_margin: How far the runner-up document must trail for `"high"`.
         """
         if high_margin < 0:
             raise ValueError(f"high_margin must be at least 0, got {high_margin}")
         self.high_relevance = high_relevance
         self.reference_threshold = reference_threshold
-        self.evidence_threshold = evidence_threshold
         self.high_margin = high_margin
         self.l0_index_path = l0_index_path
         self._l0 = L0IndexHandle(l0_index_path) if l0_index_path else None
@@ -174,6 +172,7 @@ class ResultAssembler:
         query_transform: QueryTransform,
         hints: L0Hints,
         retrieval_trace: RetrievalTrace,
+        evidence_bar: EvidenceBar,
         rerank_trace: list[RerankEntry],
         evidence_blocks: list[EvidenceBlock],
         dedup: DedupStats,
@@ -183,6 +182,7 @@ class ResultAssembler:
         runner_up_margin: float | None = None,
     ) -> dict[str, Any]:
         """
+        :param evidence_bar: The retriever's, quoted in the no-evidence message.
         :param competition: A document competing with the best one (from `CompetitionDetector`).
         :param runner_up_margin: How far the second document trails the best one.
         :returns: `result`, the `LookupResult`.
@@ -196,7 +196,7 @@ class ResultAssembler:
             self.high_margin,
             competing=competition is not None,
         )
-        message = None if found else self._no_evidence_message(retrieval_trace, hints)
+        message = None if found else self._no_evidence_message(retrieval_trace, hints, evidence_bar)
         result = LookupResult(
             found=found,
             evidence_status=STATUS_EVIDENCE if found else STATUS_NO_EVIDENCE,
@@ -232,12 +232,12 @@ class ResultAssembler:
             return []
         return sections_left_out(query.normalized, entry.headings, [b for b in pack.blocks if b.source == entry.source])
 
-    def _no_evidence_message(self, trace: RetrievalTrace, hints: L0Hints) -> str:
+    def _no_evidence_message(self, trace: RetrievalTrace, hints: L0Hints, evidence_bar: EvidenceBar) -> str:
         if not trace.l1_enabled:
             return "No knowledge evidence found: semantic (L1) retrieval is disabled, and L0 hints are never evidence."
         attempts = len(trace.attempts)
-        bar = trace.evidence_threshold
-        if hints.uncovered_terms and bar is not None and bar > self.evidence_threshold:
+        bar = evidence_bar.applied
+        if hints.uncovered_terms and evidence_bar.raised:
             best = max((a.top_similarity or 0.0 for a in trace.attempts), default=0.0)
             uncovered = _uncovered_phrase(hints.uncovered_terms)
             return (
@@ -247,7 +247,7 @@ class ResultAssembler:
             )
         return (
             f"No knowledge evidence found: {attempts} retrieval attempt(s) returned no chunk with a similarity "
-            f"of at least {self.evidence_threshold}. The knowledge base does not seem to cover this query."
+            f"of at least {evidence_bar.configured}. The knowledge base does not seem to cover this query."
         )
 
 

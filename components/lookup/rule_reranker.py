@@ -1,5 +1,6 @@
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Any
@@ -7,14 +8,13 @@ from typing import Any
 import numpy as np
 from haystack import component
 
-from components.common.choices import DEFAULT_RERANK_WEIGHTS
+from components.common.choices import DEFAULT_RERANK_WEIGHTS, check_rerank_weights
+from components.common.evidence import EvidenceBar
 from components.common.text import fold, terms
 from components.contracts import Candidate, L0Hints, QueryTransform
 from components.stores.l0_index import L0Index
 from components.stores.l0_index_file import L0IndexHandle
-from components.stores.vector_search import QueryEmbeddings
-
-DEFAULT_WEIGHTS = DEFAULT_RERANK_WEIGHTS
+from components.stores.vector_search import Embedding
 
 # What a query asks for, by words it uses; matched against the kind of a chunk's section.
 _INTENTS: dict[str, tuple[str, ...]] = {
@@ -98,7 +98,8 @@ class RuleReranker:
 
     ```python
     reranker = RuleReranker(l0_index_path=".knowledge/knowledge.l0.json", weights={"lexical_overlap": 0.3})
-    ranked = reranker.run(query_transform=qt, hints=hints, candidates=candidates, embeddings=[q])["candidates"]
+    ranked = reranker.run(query_transform=qt, hints=hints, candidates=candidates, query_embedding=q,
+                       evidence_bar=EvidenceBar(configured=0.35, applied=0.35))["candidates"]
     ranked[0].boosts  # {"document_similarity": 0.21, "lexical_overlap": 0.12, ...}
     ```
     """
@@ -106,20 +107,15 @@ class RuleReranker:
     def __init__(
         self,
         l0_index_path: str,
-        weights: Mapping[str, float] | None = MappingProxyType(DEFAULT_WEIGHTS),
-        evidence_threshold: float = 0.35,
+        weights: Mapping[str, float] | None = MappingProxyType(DEFAULT_RERANK_WEIGHTS),
     ) -> None:
         """
         :param l0_index_path: The L0 index (summary vectors, term statistics, document metadata).
         :param weights: Signal weights; missing signals take the defaults, 0 turns one off.
-        :param evidence_threshold: Only candidates at or above it count as document support.
         """
-        unknown = set(weights or {}) - set(DEFAULT_WEIGHTS)
-        if unknown:
-            raise ValueError(f"unknown rerank signal(s) {sorted(unknown)}; known: {', '.join(DEFAULT_WEIGHTS)}")
+        check_rerank_weights(weights or {})
         self.l0_index_path = l0_index_path
-        self.weights = {**DEFAULT_WEIGHTS, **(weights or {})}
-        self.evidence_threshold = evidence_threshold
+        self.weights = {**DEFAULT_RERANK_WEIGHTS, **(weights or {})}
         self._l0 = L0IndexHandle(l0_index_path)
 
     @component.output_types(candidates=list[Candidate])
@@ -128,13 +124,16 @@ class RuleReranker:
         query_transform: QueryTransform,
         hints: L0Hints,
         candidates: list[Candidate],
-        embeddings: QueryEmbeddings,
+        query_embedding: Embedding,
+        evidence_bar: EvidenceBar,
     ) -> dict[str, Any]:
         """
         :param query_transform: The transformed query.
         :param hints: L0 hints of the query.
         :param candidates: Vector candidates (any order; duplicates allowed).
-        :param embeddings: Query embeddings; the first (plain query) is compared with document summaries.
+        :param query_embedding: The normalised query's embedding, compared with document summaries.
+        :param evidence_bar: The retriever's; candidates at or above its configured threshold count
+            as document support.
         :returns: The candidates sorted by final score, with `final_score`, `boosts` and hit reasons set.
         """
         if not candidates:
@@ -143,11 +142,11 @@ class RuleReranker:
         query_term_set = set(terms(query_transform.normalized, drop_noise=True))
         query_terms = self._weighted_query_terms(index, query_term_set)
         intents = query_intents(query_transform.normalized)
-        document_scores = self._document_similarities(index, candidates, embeddings[0])
+        document_scores = self._document_similarities(index, candidates, query_embedding)
         support = Counter(
             c.source
             for c in {c.evidence_key: c for c in candidates}.values()
-            if c.similarity >= self.evidence_threshold
+            if c.similarity >= evidence_bar.configured
         )
         named_sources = set(hints.named_sources)
         matched_titles = set(hints.matched_titles)
@@ -158,6 +157,7 @@ class RuleReranker:
 
         # Document-level signals are the same for every chunk of a source: computed once each.
         document_signals: dict[str, tuple[float, float]] = {}
+        scored = []
         for candidate in candidates:
             source = candidate.source
             if source not in document_signals:
@@ -182,16 +182,23 @@ class RuleReranker:
                 "bm25": (candidate.bm25_score or 0.0) / best_bm25 if best_bm25 > 0 else 0.0,
             }
             contributions = {name: self.weights[name] * value for name, value in signals.items()}
-            candidate.final_score = round(sum(contributions.values()), 6)
-            candidate.boosts = {
-                name: round(value, 4) for name, value in contributions.items() if name != "similarity" and value > 0
-            }
-            candidate.hit_reasons.extend(
-                self._hint_reasons(
-                    candidate, source in named_sources, matched_titles, matched_keywords, matched_entities, domains
+            reasons = self._hint_reasons(
+                candidate, source in named_sources, matched_titles, matched_keywords, matched_entities, domains
+            )
+            # A new candidate: the caller's list (also read by other components) stays as it came.
+            scored.append(
+                replace(
+                    candidate,
+                    final_score=round(sum(contributions.values()), 6),
+                    boosts={
+                        name: round(value, 4)
+                        for name, value in contributions.items()
+                        if name != "similarity" and value > 0
+                    },
+                    hit_reasons=[*candidate.hit_reasons, *reasons],
                 )
             )
-        ranked = sorted(candidates, key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
+        ranked = sorted(scored, key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
         return {"candidates": ranked}
 
     @staticmethod
@@ -209,7 +216,7 @@ class RuleReranker:
 
     @staticmethod
     def _document_similarities(
-        index: L0Index, candidates: list[Candidate], query_embedding: list[float]
+        index: L0Index, candidates: list[Candidate], query_embedding: Embedding
     ) -> dict[str, float]:
         query = np.asarray(query_embedding, dtype=np.float32)
         scores = {}

@@ -6,7 +6,7 @@ from haystack import component
 
 from components.contracts import Candidate, RetrievalTrace, SidecarReport
 from components.stores.knowledge_store import KnowledgeStore
-from components.stores.vector_search import PATHS, QueryEmbeddings, VectorSearch
+from components.stores.vector_search import PATHS, Embedding, VectorSearch
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class SidecarComparator:
     ```python
     store = KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge")
     sidecar = SidecarComparator(store=store, enabled=True, path="haystack")
-    report = sidecar.run(embeddings=[q], candidates=candidates, retrieval_trace=trace)["sidecar"]
+    report = sidecar.run(query_embedding=q, candidates=candidates, retrieval_trace=trace)["sidecar"]
     report.status, report.comparison["overlap_ratio"]
     ```
     """
@@ -149,7 +149,8 @@ class SidecarComparator:
     @component.output_types(sidecar=SidecarReport)
     def run(
         self,
-        embeddings: QueryEmbeddings | None = None,
+        query_embedding: Embedding | None = None,
+        expanded_query_embedding: Embedding | None = None,
         candidates: list[Candidate] | None = None,
         retrieval_trace: RetrievalTrace | None = None,
     ) -> dict[str, Any]:
@@ -157,7 +158,8 @@ class SidecarComparator:
         The inputs are optional so that a pipeline with the sidecar disabled need not connect
         them: Haystack deep-copies every connected input, a cost for nothing when it is off.
 
-        :param embeddings: Query embeddings (as given to the retriever).
+        :param query_embedding: The query's embedding (as given to the retriever).
+        :param expanded_query_embedding: The expanded query's (as given to the retriever).
         :param candidates: The main path's candidates.
         :param retrieval_trace: The main path's trace (its selected attempt is replayed).
         :returns: `sidecar`, a `SidecarReport` (status "disabled" when off).
@@ -166,14 +168,18 @@ class SidecarComparator:
             return {"sidecar": SidecarReport(status="disabled")}
         selected = (
             retrieval_trace.attempts[retrieval_trace.selected_attempt]
-            if retrieval_trace is not None and retrieval_trace.selected_attempt is not None and embeddings is not None
+            if retrieval_trace is not None
+            and retrieval_trace.selected_attempt is not None
+            and query_embedding is not None
             else None
         )
         candidates = candidates or []
         if selected is None:
             return {"sidecar": SidecarReport(status="skipped", path=self.path, error="no main retrieval attempt")}
         path = self._side_path(selected.path)
-        embedding = embeddings[0] if selected.index > 0 else embeddings[-1]
+        # The embedding of the attempt replayed: the retry searches with the plain query's.
+        expanded = query_embedding if expanded_query_embedding is None else expanded_query_embedding
+        embedding = query_embedding if selected.index > 0 else expanded
         main = sorted((c for c in candidates if c.attempt == selected.index), key=lambda c: -c.similarity)
         try:
             if path not in self._searches:

@@ -285,7 +285,7 @@ class L0Index:
         title_min_overlap: float = 0.6,
         domain_from_matches: bool = True,
         domain_min_precision: float = 0.5,
-        subject_elsewhere_margin: float = 1.0,
+        subject_elsewhere_margin: float = 0.15,
     ) -> L0Hints:
         """
         Hints for a query: documents whose name it quotes verbatim (an alert name in a

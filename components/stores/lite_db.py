@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from components.stores.milvus_collection import MilvusUnavailableError, exception_chain
+from components.stores.milvus_errors import MilvusUnavailableError, exception_chain
 
 # Milvus Lite's loader, when neither copy of a collection's manifest can be read (the collection
 # folder), and when a data file of a collection is not Parquet any more (a file inside it).

@@ -11,13 +11,13 @@ An existing collection with only the first four fields, without `sparse`, or wit
 
 import logging
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
-from components.errors import BadInputError, KnowledgeFailure, first_line
+from components.errors import first_line
+from components.stores.milvus_errors import CollectionMismatchError, MilvusUnavailableError, exception_chain
 
 logger = logging.getLogger(__name__)
 
@@ -75,26 +75,6 @@ LITE_GRPC_OPTIONS = {
     "grpc.keepalive_time_ms": 2**31 - 1,
     "grpc.keepalive_permit_without_calls": 0,
 }
-
-
-class MilvusUnavailableError(KnowledgeFailure):
-    """The vector store cannot be opened or does not answer."""
-
-
-class CollectionMismatchError(BadInputError):
-    """The existing collection does not fit the configured embedder (another dimension)."""
-
-
-def exception_chain(exc: BaseException | None) -> Iterator[BaseException]:
-    """
-    An exception and its causes (or contexts), each once: some errors are their own cause
-    (grpc's `_InactiveRpcError` inside pymilvus), so a plain walk would never end.
-    """
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
 
 
 def _is_lock_error(exc: BaseException) -> bool:

@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from components.stores.lite_db import damaged_error
-from components.stores.milvus_collection import MilvusUnavailableError, is_local_uri
+from components.stores.milvus_collection import is_local_uri
+from components.stores.milvus_errors import MilvusUnavailableError
 
 T = TypeVar("T")
 

@@ -18,7 +18,7 @@ dense search would give it (`sdk_raw_score`, `haystack_raw_score`), without a se
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -48,15 +48,13 @@ from components.stores.milvus_collection import (
     index_params_for,
 )
 from components.stores.milvus_deadline import within
-
-if TYPE_CHECKING:
-    from components.stores.knowledge_store import KnowledgeStore
+from components.stores.store_access import StoreAccess
 
 PATHS = ("sdk", "haystack")
 
-# Query embeddings as components receive them: the query embedder's float32 array (one row per
-# query variant), or plain nested lists when a component is called directly.
-QueryEmbeddings = np.ndarray | list[list[float]]
+# A query embedding as components receive it: the query embedder's float32 array, or a plain
+# list of floats when a component is called directly.
+Embedding = np.ndarray | list[float]
 
 
 def as_float_list(vector: Any) -> list[float]:
@@ -170,7 +168,7 @@ class SdkVectorSearch(_OpenedCollection):
 
     path = "sdk"
 
-    def __init__(self, store: "KnowledgeStore") -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self.store = store
         self.collection = store.collection
         self._client = None
@@ -295,7 +293,7 @@ class HaystackVectorSearch(_OpenedCollection):
 
     path = "haystack"
 
-    def __init__(self, store: "KnowledgeStore") -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self.store = store
         self.collection = store.collection
         self._retriever = None
@@ -439,7 +437,7 @@ def _full_text_arguments(layout: CollectionLayout) -> dict[str, Any]:
     return {"sparse_vector_field": SPARSE_FIELD, "builtin_function": [function]}
 
 
-def make_search(path: str, store: "KnowledgeStore") -> VectorSearch:
+def make_search(path: str, store: StoreAccess) -> VectorSearch:
     """The search of `store`'s collection on one path (`KnowledgeStore.vector_search`)."""
     if path == "sdk":
         return SdkVectorSearch(store)

@@ -22,8 +22,8 @@ TRACE_REPLAYED = "replayed"  # (rows only) the record reached the database from 
 TRACE_LOST = "lost"  # neither the database nor the spool file could take it (logged as an error)
 TRACE_REJECTED = "rejected"  # the database refused the record's content: it is in the dead-letter file
 
+# The row's status: ok, or `STATUS_ERROR` (components/contracts.py, the one definition).
 STATUS_OK = "ok"
-STATUS_ERROR = "error"
 
 
 def utf8_safe(value: Any) -> Any:

@@ -3,9 +3,9 @@
 process, on the same data, in the same run, and prints both with their ratio (docs/benchmarks.md).
 """
 
+from components.common.stats import percentile
 from pipelines.bench.corpus import cluster_line, vary_markdown
 from pipelines.bench.index_bench import bench_index
 from pipelines.bench.lookup_bench import bench_lookup, time_lookups
-from pipelines.bench.machine import percentile
 
 __all__ = ["bench_index", "bench_lookup", "cluster_line", "percentile", "time_lookups", "vary_markdown"]

@@ -18,8 +18,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from components.common.stats import percentile
 from pipelines.bench.all_table import PARTS, format_table, table_rows
-from pipelines.bench.machine import OtherCpu, call_ms, format_other_cpu, load_average, peak_rss_mb, percentile
+from pipelines.bench.machine import OtherCpu, call_ms, format_other_cpu, load_average, peak_rss_mb
 from pipelines.settings import knowledge_store
 
 EXPERIMENT = "lookup-knowledge-bench"

@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from components.common.stats import percentile
 from pipelines.bench.cold_start import COLD_QUERY, REPO, bare_imports_of, run_seconds
-from pipelines.bench.machine import OtherCpu, format_other_cpu, percentile
+from pipelines.bench.machine import OtherCpu, format_other_cpu
 from pipelines.settings import embedder_params, load_config
 
 BACKENDS = ("torch", "onnx", "onnx_int8")
@@ -107,13 +108,13 @@ def bench_embed(overrides: Sequence[str], backends: Sequence[str], rounds: int) 
     for embedder in embedders.values():
         embedder.warm_up()
         for _ in range(5):
-            embedder.run(texts=texts[2])
+            embedder.embed(texts[2])
 
     def measure(backend: str) -> None:
         for count in (1, 2):
             for _ in range(20):
                 started = time.perf_counter()
-                embedders[backend].run(texts=texts[count])
+                embedders[backend].embed(texts[count])
                 times[backend][count].append((time.perf_counter() - started) * 1000.0)
 
     _alternating(backends, rounds, measure)

@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from components.common.stats import percentile
 from pipelines.bench.corpus import build_repeated_kb, copy_category, load_bench_config, read_corpus, resolve_corpus
 from pipelines.bench.index_bench import _cleanup_milvus
 from pipelines.bench.machine import (
@@ -20,7 +21,6 @@ from pipelines.bench.machine import (
     latency_summary,
     load_average,
     peak_rss_mb,
-    percentile,
     settle,
     timed,
 )
@@ -149,7 +149,7 @@ class LookupFloor:
         from components.stores.milvus_collection import CATEGORY_FIELD, CONTENT_FIELD, METADATA_FIELD, VECTOR_FIELD
         from components.stores.vector_search import as_float_list
 
-        embedding = self.embedder.run(texts=[query])["embeddings"][0]
+        embedding = self.embedder.run(query=query)["query_embedding"]
         return self.client.search(
             self.cfg.milvus.collection,
             data=[as_float_list(embedding)],
@@ -218,7 +218,7 @@ class StockHybrid:
     def run(self, query: str, category: str | None):
         from components.stores.milvus_collection import CATEGORY_FIELD
 
-        embedding = self.embedder.run(texts=[query])["embeddings"][0]
+        embedding = self.embedder.run(query=query)["query_embedding"]
         filters = None if category is None else {"field": CATEGORY_FIELD, "operator": "==", "value": category}
         inputs = {"dense": {"query_embedding": list(embedding)}, "bm25": {"query_text": query}}
         for name, arguments in inputs.items():

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pipelines.bench.machine import call_ms, percentile
+from components.common.stats import percentile
+from pipelines.bench.machine import call_ms
 
 # The retriever's Milvus calls, by method of `VectorSearch`, as the table names them.
 SEARCH_METHODS = {"search": "dense search", "bm25_search": "BM25 search", "top_similarity": "outscored check"}

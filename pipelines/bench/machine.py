@@ -1,6 +1,5 @@
 """Measuring the machine: CPU and wall timers, percentiles, peak RSS, load and other processes' CPU."""
 
-import math
 import os
 import resource
 import statistics
@@ -8,6 +7,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from components.common.stats import percentile
 
 
 def peak_rss_mb() -> float:
@@ -90,14 +91,6 @@ def timed(function: Callable[[], Any]) -> tuple[Any, float]:
     started = time.perf_counter()
     value = function()
     return value, time.perf_counter() - started
-
-
-def percentile(values: Sequence[float], share: float) -> float:
-    """Linear-interpolation percentile (`share` in [0, 1]) of a non-empty sequence."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * share
-    low, high = math.floor(position), math.ceil(position)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def latency_summary(latencies_ms: Sequence[float]) -> dict[str, float]:

@@ -17,7 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pipelines.bench.machine import OtherCpu, call_ms, latency_summary, peak_rss_mb, percentile, settle, timed
+from components.common.stats import percentile
+from pipelines.bench.machine import OtherCpu, call_ms, latency_summary, peak_rss_mb, settle, timed
 from pipelines.settings import knowledge_store
 
 SAMPLE_KB = Path(__file__).resolve().parents[2] / "knowledge"

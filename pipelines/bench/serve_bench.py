@@ -20,7 +20,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from pipelines.bench.machine import OtherCpu, format_other_cpu, percentile
+from components.common.stats import percentile
+from pipelines.bench.machine import OtherCpu, format_other_cpu
 from pipelines.dev.milvus_server import free_port
 from pipelines.serving.bind import API_KEY_ENV
 from pipelines.serving.loadgen import LoadResult, run_load

@@ -25,7 +25,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from pipelines.evaluation import EvalQuery, load_queries
+from pipelines.evaluation import load_queries
+from pipelines.evaluation_metrics import EvalQuery
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_KB = REPO / "knowledge"

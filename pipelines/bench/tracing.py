@@ -31,7 +31,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pipelines.bench.machine import _machine_busy_s, format_other_cpu, percentile
+from components.common.stats import percentile
+from pipelines.bench.machine import _machine_busy_s, format_other_cpu
 
 DEFAULT_QUERIES = (
     "disk almost full on a worker node",

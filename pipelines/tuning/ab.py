@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pipelines.evaluation import EvalQuery, PipelineSystem, Ranked, index_first
+from pipelines.evaluation import PipelineSystem, index_first
+from pipelines.evaluation_metrics import EvalQuery, Ranked
 from pipelines.manifest import indexed_kb
 from pipelines.settings import ConfigError, load_config
 from pipelines.tuning.guards import Constraint, QuerySet, evaluate_sets

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.evaluation import EvalQuery, Evaluation, evaluate, load_queries
-from pipelines.evaluation_metrics import score
+from pipelines.evaluation import Evaluation, evaluate, load_queries
+from pipelines.evaluation_metrics import EvalQuery, score
 from pipelines.settings import ConfigError
+from pipelines.tuning.ranking import RANKABLE, rankable
+from pipelines.tuning.runs import metric_name
 
 # Which queries a metric counts: no_evidence_rate the off-topic ones, rates over answers any, the rest answerable.
 OFF_TOPIC_METRICS = ("no_evidence_rate",)
@@ -37,9 +39,6 @@ _SYNTAX = re.compile(r"^\s*(?P<lhs>[\w@.-]+?)\s*(?P<op>>=|<=)\s*(?P<bound>\S+)\s
 
 
 def _is_metric(name: str) -> bool:
-    from pipelines.tuning.runs import metric_name
-    from pipelines.tuning.sweep import RANKABLE
-
     return name in RANKABLE or name in {metric_name(m) for m in RANKABLE}
 
 
@@ -53,8 +52,6 @@ class Constraint:
 
     @classmethod
     def parse(cls, text: str, origin: str = "--constraint") -> "Constraint":
-        from pipelines.tuning.sweep import rankable
-
         match = _SYNTAX.match(str(text))
         if not match:
             raise ConfigError(
@@ -67,8 +64,6 @@ class Constraint:
         try:
             metric = rankable(metric)
         except ConfigError as exc:
-            from pipelines.tuning.sweep import RANKABLE
-
             raise ConfigError(
                 f"{origin}: {text!r}: unknown metric {metric!r}; the metrics are {', '.join(RANKABLE)}"
             ) from exc

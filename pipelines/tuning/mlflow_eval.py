@@ -31,8 +31,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pipelines.evaluation import DEPTH, EvalQuery, Evaluation
-from pipelines.evaluation_metrics import RECALL_DEPTH, first_hit
+from pipelines.evaluation import DEPTH, Evaluation
+from pipelines.evaluation_metrics import RECALL_DEPTH, EvalQuery, first_hit
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from pipelines.evaluation import EvalQuery
+from pipelines.evaluation_metrics import EvalQuery
 from pipelines.settings import CONF_DIR, ConfigError
 from pipelines.tuning.guards import QuerySet
 from pipelines.tuning.sweep import affects_index, metric_value

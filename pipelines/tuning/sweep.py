@@ -19,26 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import first_line
-from pipelines.evaluation import EvalQuery, build_systems, index_first
+from pipelines.evaluation import build_systems, index_first
+from pipelines.evaluation_metrics import EvalQuery
 from pipelines.manifest import indexed_kb
 from pipelines.settings import ConfigError, load_config
+from pipelines.tuning.ranking import LOWER_IS_BETTER, rankable
 from pipelines.tuning.runs import RunLogger, metric_name
 
 logger = logging.getLogger(__name__)
 
-RANKABLE = (
-    "hit@1",
-    "hit@5",
-    "mrr@10",
-    "ndcg@10",
-    "recall@10",
-    "answer_rate",
-    "no_evidence_rate",
-    "fallback_rate",
-    "latency_p50_ms",
-    "latency_p95_ms",
-)
-LOWER_IS_BETTER = ("fallback_rate", "latency_p50_ms", "latency_p95_ms")
 # What a sweep's runs keep for the verdict to be given again from MLflow (pipelines/tuning/review.py).
 PAIRED_VALUES_ARTIFACT = "paired_values.json"
 CURRENT_TAG = "sweep.current"
@@ -142,14 +131,6 @@ class SweepResult:
     def best(self) -> Trial | None:
         ranked = self.ranked()
         return ranked[0] if ranked and ranked[0].feasible else None
-
-
-def rankable(metric: str) -> str:
-    """The report name of a metric to rank by (`hit_at_1` -> `hit@1`); a `ConfigError` for any other name."""
-    by_name = {name: name for name in RANKABLE} | {metric_name(name): name for name in RANKABLE}
-    if metric not in by_name:
-        raise ConfigError(f"--rank-by {metric!r} is not one of {', '.join(RANKABLE)}")
-    return by_name[metric]
 
 
 def run_sweep(

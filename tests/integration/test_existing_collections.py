@@ -15,7 +15,8 @@ from components.contracts import L0Hints, QueryTransform
 from components.lookup.fallback_retriever import FallbackRetriever
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
 from components.stores.knowledge_store import KnowledgeStore
-from components.stores.milvus_collection import CollectionMismatchError, describe_layout, row_count
+from components.stores.milvus_collection import describe_layout, row_count
+from components.stores.milvus_errors import CollectionMismatchError
 from components.stores.vector_search import HaystackVectorSearch, SdkVectorSearch, UnsupportedFilterError
 from pipelines.indexing import run_indexing
 from pipelines.settings import load_config
@@ -73,7 +74,7 @@ def existing(tmp_path_factory):
 def query_vector():
     embedder = KnowledgeQueryEmbedder(model=MODEL)
     embedder.warm_up()
-    return embedder.run(texts=[QUERY])["embeddings"][0].tolist()
+    return embedder.run(query=QUERY)["query_embedding"].tolist()
 
 
 @pytest.mark.parametrize("metric", METRICS)
@@ -145,7 +146,7 @@ def test_filtered_attempt_works_in_every_mode_and_leaves_the_collection_unchange
         vector_store_mode=mode,
     )
     transform = QueryTransform(raw=QUERY, normalized=QUERY, variants=[QUERY])
-    out = retriever.run(query_transform=transform, hints=L0Hints(domains=["disk"]), embeddings=[query_vector])
+    out = retriever.run(query_transform=transform, hints=L0Hints(domains=["disk"]), query_embedding=query_vector)
     first = out["retrieval_trace"].attempts[0]
     assert first.category_filter == "disk" and first.candidate_count > 0
     assert first.path == "sdk"  # the JSON-key filter is served by the SDK path in every mode

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from components.indexing.markdown_reader import KnowledgeBaseError, MarkdownKnowledgeReader
-from components.stores.milvus_collection import MilvusUnavailableError, connect
+from components.stores.milvus_collection import connect
+from components.stores.milvus_errors import MilvusUnavailableError
 from pipelines.indexing import run_indexing
 from tests.helpers import child_env, cli_command, ids_by_source, run_cli, stderr_lines
 

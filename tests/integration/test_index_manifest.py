@@ -160,7 +160,7 @@ def test_eval_refuses_a_query_set_whose_sources_are_not_indexed(sample_cfg, tmp_
 
 
 def test_a_sweep_over_chunking_reindexes_the_manifests_knowledge_base(tmp_path, index_kb, capsys):
-    from pipelines.evaluation import EvalQuery
+    from pipelines.evaluation_metrics import EvalQuery
     from pipelines.tuning.sweep import run_sweep
 
     kb_a = _kb(tmp_path / "a", "disk/disk-full.md", "cpu/runaway-process.md")

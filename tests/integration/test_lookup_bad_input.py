@@ -140,12 +140,12 @@ def test_query_text_cannot_change_the_filter(topics_cfg, query, category):
 
 def test_category_value_is_compared_not_parsed(topics_cfg, sample_service):
     """Even a domain that looks like an expression only ever matches a category of that exact name."""
-    embeddings = sample_service.pipeline.get_component("query_embedder").run(texts=[PAGER_QUESTION])["embeddings"]
+    embedding = sample_service.pipeline.get_component("query_embedder").run(query=PAGER_QUESTION)["query_embedding"]
     qt = sample_service.pipeline.get_component("query_transformer").run(query=PAGER_QUESTION)["query_transform"]
     retriever = FallbackRetriever(
         store=KnowledgeStore(uri=topics_cfg.milvus.uri, collection=topics_cfg.milvus.collection)
     )
-    out = retriever.run(query_transform=qt, hints=L0Hints(domains=['x" or category != "']), embeddings=embeddings)
+    out = retriever.run(query_transform=qt, hints=L0Hints(domains=['x" or category != "']), query_embedding=embedding)
     first, retry = out["retrieval_trace"].attempts
     assert first.filter_expression == 'category == "x\\" or category != \\""'
     assert first.candidate_count == 0  # unescaped, this filter would have matched every row

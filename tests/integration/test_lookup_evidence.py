@@ -8,11 +8,13 @@ import copy
 
 import pytest
 
+from components.common.choices import DEFAULT_RERANK_WEIGHTS
 from components.common.embedding_models import count_tokens
+from components.common.evidence import EvidenceBar
 from components.contracts import L0Hints, QueryTransform, RetrievalAttempt, RetrievalTrace
 from components.lookup.context_packer import ContextPacker
 from components.lookup.result_assembler import ResultAssembler
-from components.lookup.rule_reranker import DEFAULT_WEIGHTS, RuleReranker
+from components.lookup.rule_reranker import RuleReranker
 from tests.helpers import MODEL, candidate, lookup_with
 
 DISK_QUERY = "disk almost full on a worker node"
@@ -34,6 +36,8 @@ BLOCK_KEYS = {
     "content",
     "hitReasons",
 }
+
+BAR = EvidenceBar(configured=0.35, applied=0.35)
 
 
 def all_keys(value) -> set[str]:
@@ -211,9 +215,9 @@ def test_rerank_trace_records_score_contributions(disk):
         assert set(entry) == {"rank", "source", "evidenceKey", "baseScore", "finalScore", "boosts"}
         assert (entry["source"], entry["evidenceKey"]) == (block["source"], block["evidenceKey"])
         assert entry["baseScore"] == block["score"] and entry["finalScore"] == block["rerankScore"]
-        assert entry["boosts"] and set(entry["boosts"]) <= set(DEFAULT_WEIGHTS) - {"similarity"}
+        assert entry["boosts"] and set(entry["boosts"]) <= set(DEFAULT_RERANK_WEIGHTS) - {"similarity"}
         assert entry["finalScore"] == pytest.approx(
-            DEFAULT_WEIGHTS["similarity"] * entry["baseScore"] + sum(entry["boosts"].values()), abs=1e-3
+            DEFAULT_RERANK_WEIGHTS["similarity"] * entry["baseScore"] + sum(entry["boosts"].values()), abs=1e-3
         )
     finals = [e["finalScore"] for e in trace]
     assert finals == sorted(finals, reverse=True)
@@ -243,7 +247,7 @@ def test_query_hints_influence_rerank_without_becoming_evidence(topics_cfg):
 
 
 def _only(**weights: float) -> list[str]:
-    return [f"rerank.weights.{name}={weights.get(name, 0.0)}" for name in DEFAULT_WEIGHTS]
+    return [f"rerank.weights.{name}={weights.get(name, 0.0)}" for name in DEFAULT_RERANK_WEIGHTS]
 
 
 def test_rerank_weights_from_config_change_the_order(topics_cfg):
@@ -266,14 +270,22 @@ def test_a_document_named_in_the_query_is_boosted_with_a_hit_reason(sample_cfg):
     hints = L0Hints(matched_titles=["Kube Quota Almost Full"], named_sources=["k8s/KubeQuotaAlmostFull.md"])
     reranker = RuleReranker(l0_index_path=sample_cfg.l0.index_path)
     ranked = reranker.run(
-        query_transform=qt, hints=hints, candidates=copy.deepcopy([sibling, named]), embeddings=[[0.0] * 384]
+        query_transform=qt,
+        hints=hints,
+        candidates=copy.deepcopy([sibling, named]),
+        query_embedding=[0.0] * 384,
+        evidence_bar=BAR,
     )["candidates"]
     assert [c.evidence_key for c in ranked] == ["n", "s"]
-    assert ranked[0].boosts["name_match"] == DEFAULT_WEIGHTS["name_match"]
+    assert ranked[0].boosts["name_match"] == DEFAULT_RERANK_WEIGHTS["name_match"]
     assert "l0_name: KubeQuotaAlmostFull" in ranked[0].hit_reasons
     assert not any(r.startswith("l0_name") for r in ranked[1].hit_reasons)
     off = RuleReranker(l0_index_path=sample_cfg.l0.index_path, weights={"name_match": 0.0}).run(
-        query_transform=qt, hints=hints, candidates=copy.deepcopy([sibling, named]), embeddings=[[0.0] * 384]
+        query_transform=qt,
+        hints=hints,
+        candidates=copy.deepcopy([sibling, named]),
+        query_embedding=[0.0] * 384,
+        evidence_bar=BAR,
     )["candidates"]
     assert [c.evidence_key for c in off] == ["s", "n"]
 
@@ -291,6 +303,7 @@ def test_no_evidence_message_tells_unknown_words_from_alert_names_no_document_ha
     )
     trace = RetrievalTrace(attempts=[attempt], selected_attempt=0, evidence_threshold=0.5)
     hints = L0Hints(uncovered_terms=["backlog", "CassandraCompactionBacklog"])
-    message = ResultAssembler(l0_index_path=None, evidence_threshold=0.35)._no_evidence_message(trace, hints)
+    bar = EvidenceBar(configured=0.35, applied=0.5)
+    message = ResultAssembler(l0_index_path=None)._no_evidence_message(trace, hints, bar)
     assert "never mentions 'backlog' and has no document named 'CassandraCompactionBacklog'" in message
     assert "at least 0.5" in message and "reached 0.455" in message

@@ -190,8 +190,8 @@ def test_rendered_yaml_loads_and_answers_a_query(rendered, sample_cfg, sample_se
             path="sdk",
             top_k=5,
         ),
-        RuleReranker(l0_index_path="/data/kb.l0.json", weights={"lexical_overlap": 0.1}, evidence_threshold=0.3),
-        EvidenceDeduper(evidence_threshold=0.3, per_document_cap=1, max_evidence=3),
+        RuleReranker(l0_index_path="/data/kb.l0.json", weights={"lexical_overlap": 0.1}),
+        EvidenceDeduper(per_document_cap=1, max_evidence=3),
         ContextPacker(budget_tokens=300, tokenizer_model="packaged:all-MiniLM-L6-v2"),
         ResultAssembler(
             l0_index_path="/data/kb.l0.json", high_relevance=0.7, reference_threshold=0.45, high_margin=0.2

@@ -142,7 +142,7 @@ def test_auto_mode_falls_back_to_sdk_when_haystack_fails(by_mode, topics_cfg):
     out = retriever.run(
         query_transform=outputs["query_transformer"]["query_transform"],
         hints=outputs["l0_hints"]["hints"],
-        embeddings=outputs["query_embedder"]["embeddings"],
+        query_embedding=outputs["query_embedder"]["query_embedding"],
     )
     (attempt,) = out["retrieval_trace"].attempts
     assert attempt.path == "sdk" and attempt.outcome == "selected"

@@ -9,7 +9,8 @@ import grpc
 import pytest
 from pymilvus import MilvusClient
 
-from components.stores.milvus_collection import MilvusUnavailableError, connect, exception_chain
+from components.stores.milvus_collection import connect
+from components.stores.milvus_errors import MilvusUnavailableError, exception_chain
 from tests.conftest import sample_overrides, state_overrides
 from tests.helpers import run_cli, stderr_lines
 

@@ -107,7 +107,7 @@ def test_a_lookup_is_one_trace_with_a_span_per_component_in_spec_order(traced, m
     # Inputs and outputs of each stage, brief: scalars, previews, counts, shapes.
     assert span["query_transformer"].inputs == {"query": "inode exhaustion df -i"}
     assert span["query_transformer"].outputs["query"] == "inode exhaustion df -i"
-    assert "384" in str(span["query_embedder"].outputs["embeddings"])
+    assert "384" in str(span["query_embedder"].outputs["query_embedding"])
     assert span["retriever"].attributes["selected_attempt"] == 0
     assert span["deduper"].outputs["evidence_blocks"] >= len(result.evidence_blocks) > 0
     assert span["assembler"].outputs["result"]["found"] is True

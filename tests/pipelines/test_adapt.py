@@ -134,7 +134,7 @@ def test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model(sma
     from transformers import TrainerCallback
 
     from pipelines.adapt import CHECKPOINTS, AdaptOptions, adapt_model
-    from pipelines.indexing import index_fingerprint
+    from pipelines.manifest import index_fingerprint
 
     cfg = make_config()
     lines: list[str] = []
@@ -198,7 +198,7 @@ def _sweep_base_against_adapted(kb: Path, model: Path, state: Path) -> None:
 
 
 def test_a_model_trained_again_into_the_same_folder_changes_the_index_fingerprint(make_config, tmp_path):
-    from pipelines.indexing import index_fingerprint
+    from pipelines.manifest import index_fingerprint
 
     folder = tmp_path / "model"
     folder.mkdir()

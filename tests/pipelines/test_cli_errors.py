@@ -15,7 +15,7 @@ from components.contracts import InvalidQueryError
 from components.errors import BadInputError, KnowledgeError, KnowledgeFailure, exit_code_of, first_line
 from components.indexing.markdown_reader import KnowledgeBaseError
 from components.stores.l0_index_file import L0IndexMissingError
-from components.stores.milvus_collection import CollectionMismatchError, MilvusUnavailableError
+from components.stores.milvus_errors import CollectionMismatchError, MilvusUnavailableError
 from components.tracing.trace_store import TraceStoreError
 from pipelines.cli import UsageError, main
 from pipelines.evaluation import EvaluationInputError

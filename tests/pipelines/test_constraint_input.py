@@ -5,7 +5,7 @@ import pytest
 from pipelines.cli import main
 from pipelines.settings import ConfigError
 from pipelines.tuning.guards import Constraint
-from pipelines.tuning.sweep import RANKABLE
+from pipelines.tuning.ranking import RANKABLE
 from tests.conftest import EVAL_DIR
 from tests.helpers import run_cli, stderr_lines
 

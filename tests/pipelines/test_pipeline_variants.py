@@ -54,9 +54,10 @@ def test_overrides_reach_every_lookup_component():
         "IVF_FLAT",
         {"nprobe": 16},
     )
-    assert {
-        pipeline.get_component(n).evidence_threshold for n in ("retriever", "reranker", "deduper", "assembler")
-    } == {0.4}
+    # The retriever alone takes the threshold; the components after it get its `evidence_bar`.
+    assert retriever.evidence_threshold == 0.4
+    bar_receivers = {receiver for sender, receiver in edges(pipeline) if sender == "retriever.evidence_bar"}
+    assert bar_receivers == {f"{n}.evidence_bar" for n in ("reranker", "deduper", "competition", "assembler")}
     assert pipeline.get_component("context_packer").budget_tokens == 300
     assert pipeline.get_component("trace_writer").db_url == cfg.trace.db_url
 
@@ -290,7 +291,7 @@ def test_without_components_drops_their_connections():
     pruned = without_components(data, ["sidecar"])
     assert "sidecar" not in pruned["components"]
     assert not [c for c in pruned["connections"] if "sidecar" in c["sender"] + c["receiver"]]
-    assert len(data["connections"]) - len(pruned["connections"]) == 4
+    assert len(data["connections"]) - len(pruned["connections"]) == 5
 
 
 # the CLI --------------------------------------------------------------------------------------

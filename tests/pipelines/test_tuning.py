@@ -227,7 +227,8 @@ def test_eval_engine_mlflow_scores_the_pipeline_with_mlflow_genai_evaluate(track
 
 
 def test_rank_by_takes_report_or_mlflow_names_and_refuses_others():
-    from pipelines.tuning.sweep import SweepResult, Trial, rankable
+    from pipelines.tuning.ranking import rankable
+    from pipelines.tuning.sweep import SweepResult, Trial
 
     assert rankable("hit_at_1") == rankable("hit@1") == "hit@1"
     with pytest.raises(ConfigError, match="--rank-by 'hit@2'"):

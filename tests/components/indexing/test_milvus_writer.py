@@ -6,7 +6,8 @@ from components.contracts import IndexPlan
 from components.indexing.milvus_writer import MilvusChunkWriter
 from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
-from components.stores.milvus_collection import SPARSE_FIELD, CollectionMismatchError, connect, describe_layout
+from components.stores.milvus_collection import SPARSE_FIELD, connect, describe_layout
+from components.stores.milvus_errors import CollectionMismatchError
 from tests.components.chunks import DIM, chunk, short_field_collection
 from tests.helpers import assert_round_trips
 

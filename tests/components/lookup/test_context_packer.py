@@ -1,5 +1,7 @@
 """ContextPacker: token budgets, headers counted exactly, the top-ranked block always packed, omissions recorded."""
 
+import pytest
+
 from components.common.embedding_models import count_tokens
 from components.contracts import EvidenceBlock
 from components.lookup.context_packer import ContextPacker
@@ -114,3 +116,8 @@ def test_a_block_omitted_from_an_included_source_is_recorded():
     assert pack.to_dict()["omittedEvidenceKeys"] == ["second"] and pack.summary()["omitted_evidence_keys"] == ["second"]
     hint = completeness_hint(blocks, pack, "high")
     assert hint.startswith("partial:") and "1 block(s) omitted" in hint
+
+
+def test_init_refuses_a_budget_of_no_tokens():
+    with pytest.raises(ValueError, match=r"budget_tokens=0 must be at least 1"):
+        ContextPacker(budget_tokens=0)

@@ -26,7 +26,7 @@ def embed():
     embedder = KnowledgeQueryEmbedder(model=MODEL)
 
     def _embed(text: str):
-        return QueryTransform(raw=text, normalized=text, variants=[text]), embedder.run(texts=[text])["embeddings"]
+        return QueryTransform(raw=text, normalized=text, variants=[text]), embedder.run(query=text)["query_embedding"]
 
     return _embed
 
@@ -37,8 +37,10 @@ def retriever(cfg, auth: MilvusAuth | None = None, search_params: dict | None = 
 
 
 def test_one_domain_gives_a_filtered_attempt_that_stands(topics_cfg, embed):
-    transform, vectors = embed(WATERING)
-    out = retriever(topics_cfg).run(query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors)
+    transform, vector = embed(WATERING)
+    out = retriever(topics_cfg).run(
+        query_transform=transform, hints=L0Hints(domains=["gardening"]), query_embedding=vector
+    )
     trace = out["retrieval_trace"]
     assert [a.category_filter for a in trace.attempts] == ["gardening"]
     assert trace.selected_attempt == 0 and trace.fallback_reason is None
@@ -46,16 +48,16 @@ def test_one_domain_gives_a_filtered_attempt_that_stands(topics_cfg, embed):
 
 
 def test_no_domain_gives_one_unfiltered_attempt(topics_cfg, embed):
-    transform, vectors = embed(WATERING)
-    out = retriever(topics_cfg).run(query_transform=transform, hints=L0Hints(), embeddings=vectors)
+    transform, vector = embed(WATERING)
+    out = retriever(topics_cfg).run(query_transform=transform, hints=L0Hints(), query_embedding=vector)
     assert [a.category_filter for a in out["retrieval_trace"].attempts] == [None]
     assert out["candidates"][0].source == "gardening/watering-tomatoes.md"
 
 
 def test_a_weak_filtered_attempt_is_retried_without_the_filter(topics_cfg, embed):
-    transform, vectors = embed(WATERING)
+    transform, vector = embed(WATERING)
     out = retriever(topics_cfg, reference_threshold=0.99).run(
-        query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors
+        query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector
     )
     trace = out["retrieval_trace"]
     assert [a.category_filter for a in trace.attempts] == ["databases", None]
@@ -65,17 +67,17 @@ def test_a_weak_filtered_attempt_is_retried_without_the_filter(topics_cfg, embed
 
 
 def test_a_filtered_attempt_without_usable_candidates_records_no_evidence(topics_cfg, embed):
-    transform, vectors = embed(WATERING)
+    transform, vector = embed(WATERING)
     out = retriever(topics_cfg, evidence_threshold=0.95, reference_threshold=0.95).run(
-        query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors
+        query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector
     )
     assert out["retrieval_trace"].fallback_reason == FALLBACK_NO_EVIDENCE
 
 
 def test_l1_disabled_searches_nothing(topics_cfg, embed):
-    transform, vectors = embed(WATERING)
+    transform, vector = embed(WATERING)
     out = retriever(topics_cfg, l1_enabled=False).run(
-        query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors
+        query_transform=transform, hints=L0Hints(domains=["gardening"]), query_embedding=vector
     )
     assert out["candidates"] == [] and out["retrieval_trace"].attempts == []
 
@@ -89,6 +91,21 @@ def test_uncovered_terms_raise_the_evidence_bar(topics_cfg):
 def test_an_unknown_mode_is_refused(topics_cfg):
     with pytest.raises(ValueError, match="vector_store_mode"):
         retriever(topics_cfg, vector_store_mode="spring")
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"evidence_threshold": 1.2}, r"evidence_threshold=1.2 must lie in \[0, 1\]"),
+        ({"uncovered_evidence_threshold": -0.5}, r"uncovered_evidence_threshold=-0.5 must lie in \[0, 1\]"),
+        ({"reference_threshold": 2}, r"reference_threshold=2 must lie in \[0, 1\]"),
+        ({"top_k": 0}, "top_k=0 must be at least 1"),
+        ({"bm25_top_k": -1}, "bm25_top_k=-1 must be at least 0"),
+    ],
+)
+def test_init_refuses_values_out_of_range_by_name(topics_cfg, params, message):
+    with pytest.raises(ValueError, match=message):
+        retriever(topics_cfg, **params)
 
 
 def test_round_trips(topics_cfg):
@@ -169,20 +186,20 @@ def tiny_cfg(tmp_path_factory):
 
 def test_only_the_bm25_leg_finds_a_document_by_an_exact_rare_word(tiny_cfg, embed):
     cfg = tiny_cfg["true"]
-    transform, vectors = embed(RARE_QUERY)
+    transform, vector = embed(RARE_QUERY)
     dense_only = retriever(cfg, top_k=1, bm25_top_k=0).run(
-        query_transform=transform, hints=L0Hints(), embeddings=vectors
+        query_transform=transform, hints=L0Hints(), query_embedding=vector
     )
     assert "ops/backups.md" not in {c.source for c in dense_only["candidates"]}  # the embedding misses it
     assert dense_only["retrieval_trace"].legs == ["dense"] and dense_only["retrieval_trace"].bm25_skipped == BM25_OFF
 
-    out = retriever(cfg, top_k=1, bm25_top_k=2).run(query_transform=transform, hints=L0Hints(), embeddings=vectors)
+    out = retriever(cfg, top_k=1, bm25_top_k=2).run(query_transform=transform, hints=L0Hints(), query_embedding=vector)
     by_source = {c.source: c for c in out["candidates"]}
     found = by_source["ops/backups.md"]
     assert (found.bm25_rank, found.attempt) == (1, 0) and found.bm25_score > 0
     assert found.hit_reasons == ["bm25:sdk attempt 0 (unfiltered) rank 1"]  # not found by the dense leg
     # Its similarity is the dense one, from its stored vector: what a full dense search gives it.
-    every = KnowledgeStore(cfg.milvus.uri, cfg.milvus.collection).vector_search("sdk").search(vectors[0], 10, None)
+    every = KnowledgeStore(cfg.milvus.uri, cfg.milvus.collection).vector_search("sdk").search(vector, 10, None)
     searched = next(c for c in every if c.evidence_key == found.evidence_key)
     assert found.similarity == pytest.approx(searched.similarity, abs=1e-6)
     assert (found.raw_score, found.raw_score_label) == (
@@ -199,8 +216,8 @@ def test_only_the_bm25_leg_finds_a_document_by_an_exact_rare_word(tiny_cfg, embe
 
 def test_a_collection_without_the_sparse_field_runs_dense_only_and_says_why(tiny_cfg, embed):
     cfg = tiny_cfg["false"]
-    transform, vectors = embed(RARE_QUERY)
-    out = retriever(cfg, top_k=1, bm25_top_k=2).run(query_transform=transform, hints=L0Hints(), embeddings=vectors)
+    transform, vector = embed(RARE_QUERY)
+    out = retriever(cfg, top_k=1, bm25_top_k=2).run(query_transform=transform, hints=L0Hints(), query_embedding=vector)
     trace = out["retrieval_trace"]
     assert trace.legs == ["dense"] and trace.bm25_skipped == NO_SPARSE_FIELD
     assert trace.to_dict()["bm25Skipped"] == "collection has no sparse field; run knowledge index --rebuild"
@@ -225,10 +242,10 @@ def _outcome(out: dict) -> tuple:
 
 
 def test_a_filtered_attempt_retried_on_its_dense_leg_alone_skips_bm25_and_loses_nothing(topics_cfg, embed):
-    transform, vectors = embed(WATERING)
+    transform, vector = embed(WATERING)
     params = {"bm25_top_k": 20, "evidence_threshold": 0.5, "reference_threshold": 0.5}
     hints = L0Hints(domains=["databases"])
-    out = retriever(topics_cfg, **params).run(query_transform=transform, hints=hints, embeddings=vectors)
+    out = retriever(topics_cfg, **params).run(query_transform=transform, hints=hints, query_embedding=vector)
     trace = out["retrieval_trace"]
     assert trace.fallback_reason == FALLBACK_NO_EVIDENCE
     first, retry = trace.attempts
@@ -238,22 +255,22 @@ def test_a_filtered_attempt_retried_on_its_dense_leg_alone_skips_bm25_and_loses_
     assert trace.to_dict()["attempts"][0]["bm25Skipped"] == BM25_CANNOT_CHANGE
     store = KnowledgeStore(uri=topics_cfg.milvus.uri, collection=topics_cfg.milvus.collection)
     reference = AlwaysBm25Retriever(store=store, **params)
-    assert _outcome(out) == _outcome(reference.run(query_transform=transform, hints=hints, embeddings=vectors))
+    assert _outcome(out) == _outcome(reference.run(query_transform=transform, hints=hints, query_embedding=vector))
 
 
 def test_the_bm25_leg_runs_in_a_retried_filtered_attempt_with_usable_candidates(topics_cfg, embed):
-    transform, vectors = embed(WATERING)
+    transform, vector = embed(WATERING)
     hints = L0Hints(domains=["databases"])
     # Retried (top under 0.99), but its usable candidates go on, with what the BM25 leg says of them.
     out = retriever(topics_cfg, bm25_top_k=20, top_k=1, evidence_threshold=0.0, reference_threshold=0.99).run(
-        query_transform=transform, hints=hints, embeddings=vectors
+        query_transform=transform, hints=hints, query_embedding=vector
     )
     first = out["retrieval_trace"].attempts[0]
     assert out["retrieval_trace"].fallback_reason == FALLBACK_LOW_QUALITY
     assert first.legs == ["dense", "bm25"] and first.bm25_skipped is None
     # A filtered attempt that stands runs both legs too.
     kept = retriever(topics_cfg, bm25_top_k=20).run(
-        query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors
+        query_transform=transform, hints=L0Hints(domains=["gardening"]), query_embedding=vector
     )
     assert kept["retrieval_trace"].attempts[0].legs == ["dense", "bm25"]
 
@@ -262,17 +279,17 @@ def test_the_bm25_leg_runs_in_a_retried_filtered_attempt_with_usable_candidates(
 
 
 def test_a_filtered_attempt_clearly_beaten_unfiltered_is_retried_as_outscored(topics_cfg, embed):
-    transform, vectors = embed(WATERING)
+    transform, vector = embed(WATERING)
     # Thresholds low enough that the databases attempt stands by the spec's two rules.
     params = {"evidence_threshold": 0.0, "reference_threshold": 0.0}
     kept = retriever(topics_cfg, outscored_margin=1.0, **params).run(
-        query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors
+        query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector
     )
     assert kept["retrieval_trace"].fallback_reason is None
     assert kept["retrieval_trace"].attempts[0].unfiltered_top_similarity is None  # no check made
 
     out = retriever(topics_cfg, outscored_margin=0.05, **params).run(
-        query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors
+        query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector
     )
     trace = out["retrieval_trace"]
     first, retry = trace.attempts
@@ -284,19 +301,19 @@ def test_a_filtered_attempt_clearly_beaten_unfiltered_is_retried_as_outscored(to
 
 
 def test_a_highly_relevant_filtered_attempt_gets_no_unfiltered_check(topics_cfg, embed):
-    transform, vectors = embed(WATERING)
+    transform, vector = embed(WATERING)
     params = {"evidence_threshold": 0.0, "reference_threshold": 0.0, "outscored_margin": 0.05}
     out = retriever(topics_cfg, outscored_check_below=0.0, **params).run(
-        query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors
+        query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector
     )
     (attempt,) = out["retrieval_trace"].attempts  # the same attempt that is outscored when checked
     assert attempt.outcome == "selected" and attempt.unfiltered_top_similarity is None
 
 
 def test_a_filtered_attempt_close_to_the_unfiltered_best_stands(topics_cfg, embed):
-    transform, vectors = embed(WATERING)
+    transform, vector = embed(WATERING)
     out = retriever(topics_cfg, outscored_margin=0.05, outscored_check_below=1.0).run(
-        query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors
+        query_transform=transform, hints=L0Hints(domains=["gardening"]), query_embedding=vector
     )
     (attempt,) = out["retrieval_trace"].attempts
     assert attempt.outcome == "selected" and attempt.unfiltered_top_similarity == pytest.approx(attempt.top_similarity)

@@ -71,8 +71,8 @@ def lite_server_topics(lite_server, tmp_path_factory):
 @pytest.fixture(scope="module")
 def watering():
     """The query transform and embedding of the watering question (no expansion: one variant)."""
-    vectors = KnowledgeQueryEmbedder(model=MODEL).run(texts=[WATERING])["embeddings"]
-    return QueryTransform(raw=WATERING, normalized=WATERING, variants=[WATERING]), vectors
+    vector = KnowledgeQueryEmbedder(model=MODEL).run(query=WATERING)["query_embedding"]
+    return QueryTransform(raw=WATERING, normalized=WATERING, variants=[WATERING]), vector
 
 
 def make(cfg, **params) -> FallbackRetriever:
@@ -83,11 +83,11 @@ def make(cfg, **params) -> FallbackRetriever:
 def test_on_a_server_a_warm_attempt_runs_its_bm25_leg_beside_the_dense_leg_with_the_same_result(
     lite_server_topics, watering, mode
 ):
-    transform, vectors = watering
+    transform, vector = watering
     retriever = make(lite_server_topics, vector_store_mode=mode)
 
     def run():
-        return retriever.run(query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors)
+        return retriever.run(query_transform=transform, hints=L0Hints(domains=["gardening"]), query_embedding=vector)
 
     serial = run()
     spy = SearchSpy(retriever._search(mode))
@@ -99,11 +99,11 @@ def test_on_a_server_a_warm_attempt_runs_its_bm25_leg_beside_the_dense_leg_with_
 
 
 def test_on_milvus_lite_every_search_runs_in_the_lookups_thread(topics_cfg, watering):
-    transform, vectors = watering
+    transform, vector = watering
     retriever = make(topics_cfg, **OUTSCORED)
 
     def run():
-        return retriever.run(query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors)
+        return retriever.run(query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector)
 
     run()
     spy = SearchSpy(retriever._search("sdk"))
@@ -117,11 +117,11 @@ def test_on_milvus_lite_every_search_runs_in_the_lookups_thread(topics_cfg, wate
 def test_on_a_server_the_retry_starts_beside_the_outscored_check_with_the_same_result(
     lite_server_topics, topics_cfg, watering
 ):
-    transform, vectors = watering
+    transform, vector = watering
     retriever = make(lite_server_topics, **OUTSCORED)
 
     def run():
-        return retriever.run(query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors)
+        return retriever.run(query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector)
 
     serial = run()
     spy = SearchSpy(retriever._search("sdk"))
@@ -131,7 +131,7 @@ def test_on_a_server_the_retry_starts_beside_the_outscored_check_with_the_same_r
     assert leg_thread(spy.threads_of("search", None)) and leg_thread(spy.threads_of("bm25_search", None))
     assert _outcome(speculative) == _outcome(serial)
     on_file = make(topics_cfg, **OUTSCORED).run(
-        query_transform=transform, hints=L0Hints(domains=["databases"]), embeddings=vectors
+        query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector
     )
     assert _outcome(speculative) == _outcome(on_file)
 
@@ -139,11 +139,11 @@ def test_on_a_server_the_retry_starts_beside_the_outscored_check_with_the_same_r
 def test_on_a_server_a_filtered_attempt_that_stands_after_the_check_drops_the_started_retry(
     lite_server_topics, watering
 ):
-    transform, vectors = watering
+    transform, vector = watering
     retriever = make(lite_server_topics, outscored_margin=0.05, outscored_check_below=1.0)
 
     def run():
-        return retriever.run(query_transform=transform, hints=L0Hints(domains=["gardening"]), embeddings=vectors)
+        return retriever.run(query_transform=transform, hints=L0Hints(domains=["gardening"]), query_embedding=vector)
 
     serial = run()
     spy = SearchSpy(retriever._search("sdk"))

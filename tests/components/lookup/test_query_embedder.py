@@ -7,9 +7,19 @@ from components.lookup.query_embedder import KnowledgeQueryEmbedder
 from tests.helpers import MODEL, assert_round_trips
 
 
+def test_the_query_and_its_expansion_each_get_their_named_embedding():
+    embedder = KnowledgeQueryEmbedder(model=MODEL)
+    out = embedder.run(query="pg lag", expanded_query="pg lag (PostgreSQL)")
+    rows = embedder.embed(["pg lag", "pg lag (PostgreSQL)"])
+    assert np.array_equal(out["query_embedding"], rows[0])
+    assert np.array_equal(out["expanded_query_embedding"], rows[1])
+    plain = embedder.run(query="pg lag")
+    assert np.array_equal(plain["expanded_query_embedding"], plain["query_embedding"])
+
+
 def test_one_unit_length_row_per_text_in_order():
     texts = ["disk almost full", "replica lag on the standby"]
-    embeddings = KnowledgeQueryEmbedder(model=MODEL).run(texts=texts)["embeddings"]
+    embeddings = KnowledgeQueryEmbedder(model=MODEL).embed(texts)
     assert embeddings.shape == (2, 384) and embeddings.dtype == np.float32
     assert np.allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
     bare = SentenceTransformer(resolve_model(MODEL), device="cpu").encode(texts, normalize_embeddings=True)
@@ -31,8 +41,8 @@ def test_round_trips():
 
 def test_onnx_backend_gives_the_torch_backend_vectors():
     texts = ["disk almost full", "replica lag on the standby"]
-    onnx = KnowledgeQueryEmbedder(model=MODEL, backend="onnx").run(texts=texts)["embeddings"]
-    torch = KnowledgeQueryEmbedder(model=MODEL, backend="torch").run(texts=texts)["embeddings"]
+    onnx = KnowledgeQueryEmbedder(model=MODEL, backend="onnx").embed(texts)
+    torch = KnowledgeQueryEmbedder(model=MODEL, backend="torch").embed(texts)
     assert onnx.shape == (2, 384) and onnx.dtype == np.float32
     assert (onnx * torch).sum(axis=1).min() >= 0.9999
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from components.common.evidence import EvidenceBar
 from components.contracts import (
     STATUS_EVIDENCE,
     STATUS_NO_EVIDENCE,
@@ -57,11 +58,12 @@ def pack(**fields) -> ContextPack:
     )
 
 
-def assemble(blocks, trace, hints=None, assembler=None, **inputs):
+def assemble(blocks, trace, hints=None, assembler=None, bar=None, **inputs):
     return (assembler or ResultAssembler(l0_index_path=None)).run(
         query_transform=QueryTransform(raw="disk full", normalized="disk full", variants=["disk full"]),
         hints=hints or L0Hints(),
         retrieval_trace=trace,
+        evidence_bar=bar or EvidenceBar(configured=0.35, applied=0.35),
         rerank_trace=[],
         evidence_blocks=blocks,
         dedup=DedupStats(candidate_count=3, final_count=len(blocks), merged=0, capped=0),
@@ -84,7 +86,7 @@ def test_no_evidence_gives_found_false_with_a_message_naming_the_threshold():
     result = assemble(
         [],
         RetrievalTrace([attempt(0), attempt(0)]),
-        assembler=ResultAssembler(l0_index_path=None, evidence_threshold=0.3),
+        bar=EvidenceBar(configured=0.3, applied=0.3),
     )
     assert not result.found and result.evidence_status == STATUS_NO_EVIDENCE
     assert result.relevance_level == "none" and result.completeness_hint.startswith("none:")
@@ -101,7 +103,7 @@ def test_no_evidence_with_l1_disabled_says_l0_hints_are_never_evidence():
 def test_no_evidence_over_uncovered_terms_names_them_and_the_raised_bar():
     hints = L0Hints(uncovered_terms=["redis", "RedisMemoryHigh"])
     trace = RetrievalTrace([attempt(3, 0.41)], evidence_threshold=0.5)
-    message = assemble([], trace, hints=hints).message
+    message = assemble([], trace, hints=hints, bar=EvidenceBar(configured=0.35, applied=0.5)).message
     assert "never mentions 'redis'" in message and "has no document named 'RedisMemoryHigh'" in message
     assert "at least 0.5" in message and "reached 0.410" in message
 
@@ -187,6 +189,4 @@ def test_completeness_hint_says_what_the_budget_cut():
 
 
 def test_round_trips():
-    assert_round_trips(
-        ResultAssembler(l0_index_path=None, high_relevance=0.7, reference_threshold=0.45, evidence_threshold=0.3)
-    )
+    assert_round_trips(ResultAssembler(l0_index_path=None, high_relevance=0.7, reference_threshold=0.45))

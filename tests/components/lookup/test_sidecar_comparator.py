@@ -46,13 +46,13 @@ def test_an_unknown_path_is_refused_at_init():
 
 def test_without_a_selected_attempt_the_sidecar_is_skipped(uri):
     sidecar = SidecarComparator(store=KnowledgeStore(uri=uri, collection="kb"), enabled=True)
-    report = sidecar.run(embeddings=[QUERY], candidates=[], retrieval_trace=RetrievalTrace())["sidecar"]
+    report = sidecar.run(query_embedding=QUERY, candidates=[], retrieval_trace=RetrievalTrace())["sidecar"]
     assert report.status == "skipped" and report.error == "no main retrieval attempt"
 
 
 def test_the_other_path_runs_beside_the_main_one_with_comparable_results(uri):
     sidecar = SidecarComparator(store=KnowledgeStore(uri=uri, collection="kb"), enabled=True, top_k=2)
-    report = sidecar.run(embeddings=[QUERY], candidates=main_candidates(uri), retrieval_trace=trace())["sidecar"]
+    report = sidecar.run(query_embedding=QUERY, candidates=main_candidates(uri), retrieval_trace=trace())["sidecar"]
     assert (report.status, report.path, report.main_path, report.error) == ("ok", "haystack", "sdk", None)
     assert [row["rank"] for row in report.results] == [1, 2]
     assert [row["evidence_key"] for row in report.results] == ["disk/full.md#0", "disk/full.md#1"]
@@ -67,7 +67,7 @@ def test_the_other_path_runs_beside_the_main_one_with_comparable_results(uri):
 def test_a_named_path_replays_the_main_attempts_category_filter(uri):
     sidecar = SidecarComparator(store=KnowledgeStore(uri=uri, collection="kb"), enabled=True, path="sdk")
     report = sidecar.run(
-        embeddings=[QUERY], candidates=main_candidates(uri, "db"), retrieval_trace=trace("haystack", "db")
+        query_embedding=QUERY, candidates=main_candidates(uri, "db"), retrieval_trace=trace("haystack", "db")
     )["sidecar"]
     assert (report.status, report.path, report.main_path) == ("ok", "sdk", "haystack")
     assert [row["source"] for row in report.results] == ["db/lag.md"]
@@ -76,7 +76,7 @@ def test_a_named_path_replays_the_main_attempts_category_filter(uri):
 
 def test_a_failing_path_is_reported_and_never_raises(uri):
     sidecar = SidecarComparator(store=KnowledgeStore(uri=uri, collection="absent"), enabled=True)
-    report = sidecar.run(embeddings=[QUERY], candidates=[], retrieval_trace=trace())["sidecar"]
+    report = sidecar.run(query_embedding=QUERY, candidates=[], retrieval_trace=trace())["sidecar"]
     assert (report.status, report.path, report.main_path) == ("error", "haystack", "sdk")
     assert report.error.startswith("LookupError: collection absent does not exist")
     assert report.results == []

@@ -101,3 +101,8 @@ def test_vector_search_gives_each_path_on_this_store(store):
     assert sdk.search([1.0, 0.0, 0.0, 0.0], 1, None)[0].evidence_key == "disk/full.md#0"
     with pytest.raises(ValueError, match="unknown vector store path 'spring'"):
         store.vector_search("spring")
+
+
+def test_a_uri_pymilvus_would_not_take_is_refused_naming_the_forms():
+    with pytest.raises(ValueError, match=r"uri='kb' is neither a Milvus Lite file ending in \.db nor a server URI"):
+        KnowledgeStore(uri="kb")

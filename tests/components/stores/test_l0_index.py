@@ -290,9 +290,9 @@ def _sibling_product_index() -> L0Index:
 def test_a_product_named_as_the_subject_of_another_categorys_runbook_is_no_domain():
     index = _sibling_product_index()
     query = "controller alertmanager in monitoring namespace fails to reconcile 2 objects"
-    plain = index.match(query, domain_from_matches=False)
+    plain = index.match(query, domain_from_matches=False, subject_elsewhere_margin=1.0)
     assert plain.single_domain == "alertmanager" and plain.domain_rules == []  # the rule off: a wrong filter
-    hints = index.match(query, domain_from_matches=False, subject_elsewhere_margin=0.15)
+    hints = index.match(query, domain_from_matches=False)  # the default margin, as configured
     assert hints.domains == [] and hints.single_domain is None
     assert hints.domain_rules == ["named_as_subject_elsewhere: alertmanager (operator/OperatorReconcileErrors.md)"]
     assert hints.to_dict()["domainRules"] == hints.domain_rules

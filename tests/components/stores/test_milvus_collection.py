@@ -8,7 +8,8 @@ from pymilvus import DataType
 
 from components.indexing.markdown_chunker import MarkdownChunker
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
-from components.stores.milvus_collection import _is_lock_error, connect, ensure_loaded, exception_chain
+from components.stores.milvus_collection import _is_lock_error, connect, ensure_loaded
+from components.stores.milvus_errors import exception_chain
 from tests.conftest import SAMPLE_KB
 from tests.helpers import MODEL, collection_rows
 

@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from components.stores.milvus_collection import MilvusUnavailableError
 from components.stores.milvus_deadline import call_timeout, lookup_deadline, within
+from components.stores.milvus_errors import MilvusUnavailableError
 
 SERVER = "http://127.0.0.1:19530"
 

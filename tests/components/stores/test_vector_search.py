@@ -7,7 +7,8 @@ from components.common.scoring import HAYSTACK_SCORE_LABEL, SDK_SCORE_LABEL
 from components.contracts import IndexPlan
 from components.indexing.milvus_writer import MilvusChunkWriter
 from components.stores.knowledge_store import KnowledgeStore
-from components.stores.milvus_collection import CollectionMismatchError, connect
+from components.stores.milvus_collection import connect
+from components.stores.milvus_errors import CollectionMismatchError
 from components.stores.vector_search import (
     HaystackVectorSearch,
     SdkVectorSearch,

@@ -1,4 +1,4 @@
-"""The tool_invocation table with the columns of DESIGN.md.
+"""The tool_invocation table with the columns of docs/tracing.md.
 
 Revision ID: 0001_tool_invocation
 Revises:
