@@ -24,6 +24,7 @@ from components.common.choices import (
     VectorStoreMode,
 )
 from components.errors import BadInputError, first_line
+from pipelines.calibration import apply_calibration
 
 if TYPE_CHECKING:
     from components.stores.knowledge_store import KnowledgeStore
@@ -114,6 +115,7 @@ class RetrievalConfig:
     category_filter: bool = MISSING
     bm25_top_k: int = MISSING
     outscored_margin: float = MISSING
+    calibration: str = MISSING
 
 
 @dataclass
@@ -361,6 +363,7 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | 
     finally:
         GlobalHydra.instance().clear()
     _check_known_keys(cfg)
+    apply_calibration(cfg, overrides)  # a model folder's thresholds, before they are validated
     _validate_values(cfg)
     return _plain_values(cfg)
 
