@@ -1,0 +1,114 @@
+"""A model folder's calibration: applied on load, a user override wins, shown where it came from; the verdict's rule."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from components.common.embedding_models import resolve_model
+from components.common.onnx_export import export_dir
+from pipelines.adapt_calibration import map_threshold
+from pipelines.adapt_verdict import SetScores, recommend_adapted
+from pipelines.calibration import CalibrationError, calibration_in_force
+from pipelines.settings import load_config
+from tests.helpers import lookup_with, run_cli, stderr_lines
+
+PACKAGED = "packaged:all-MiniLM-L6-v2"
+QUERY = "disk almost full"
+
+
+def _model_with_calibration(folder: Path, thresholds: dict[str, float]) -> Path:
+    """The packaged model's files (linked, not copied) in a folder of its own, with a calibration.json."""
+    source = Path(resolve_model(PACKAGED))
+    for path in source.rglob("*"):
+        if path.is_file():
+            link = folder / path.relative_to(source)
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(path, link)
+    (folder / "calibration.json").write_text(json.dumps({"method": "score_map", "thresholds": thresholds}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    """The small sample KB indexed with a model folder whose calibration asks far more of evidence."""
+    from pipelines.indexing import run_indexing
+    from tests.conftest import SAMPLE_KB, state_overrides
+
+    root = tmp_path_factory.mktemp("calibrated")
+    model = _model_with_calibration(root / "model", {"retrieval.evidence_threshold": 0.97})
+    cfg = load_config(state_overrides(root / "state", f"kb.path={SAMPLE_KB}", f"embedder.model={model}"))
+    run_indexing(cfg, rebuild=True)
+    return cfg, model
+
+
+def test_the_model_folders_calibration_decides_no_evidence_and_a_user_override_wins(calibrated):
+    cfg, model = calibrated
+    assert cfg.retrieval.evidence_threshold == 0.97
+    assert cfg.retrieval.calibration == str(model / "calibration.json")
+    uses_model = f"embedder.model={model}"  # lookup_with composes the config again from these overrides
+    result, _ = lookup_with(cfg, QUERY, uses_model)
+    assert not result.found  # the calibration's bar: the packaged thresholds would answer (below)
+    overridden, _ = lookup_with(cfg, QUERY, uses_model, "retrieval.evidence_threshold=0.35")
+    assert overridden.found
+    in_force = calibration_in_force(load_config([f"embedder.model={model}", "retrieval.evidence_threshold=0.35"]))
+    assert in_force["overridden"] == ["retrieval.evidence_threshold"] and in_force["method"] == "score_map"
+    unused, _ = lookup_with(cfg, QUERY, uses_model, "retrieval.calibration=conf")
+    assert unused.found
+
+
+def test_cfg_shows_where_the_thresholds_came_from(calibrated):
+    _, model = calibrated
+    shown = run_cli("lookup", "--cfg", f"embedder.model={model}")
+    assert shown.returncode == 0, shown.stderr
+    assert f"calibration: {model / 'calibration.json'}" in shown.stdout and "evidence_threshold: 0.97" in shown.stdout
+    assert "calibration: conf" in run_cli("lookup", "--cfg").stdout
+
+
+def test_a_bad_calibration_file_is_one_clear_error(tmp_path):
+    bad = tmp_path / "calibration.json"
+    bad.write_text(json.dumps({"thresholds": {"retrieval.top_k": 3}}))
+    with pytest.raises(CalibrationError, match="a calibration sets"):
+        load_config([f"retrieval.calibration={bad}"])
+    bad.write_text(json.dumps({"thresholds": {"retrieval.evidence_threshold": 3}}))
+    with pytest.raises(CalibrationError, match=r"not a number in \[0, 1\]"):
+        load_config([f"retrieval.calibration={bad}"])
+    result = run_cli("lookup", "--cfg", f"retrieval.calibration={tmp_path / 'missing.json'}")
+    assert result.returncode == 2 and len(stderr_lines(result)) == 1, result.stderr
+
+
+def test_an_adapted_folders_description_does_not_make_a_new_onnx_export(tmp_path):
+    model = _model_with_calibration(tmp_path / "model", {})
+    (model / "adapt.json").write_text("{}")
+    before = export_dir(model)
+    (model / "calibration.json").write_text(json.dumps({"thresholds": {"retrieval.evidence_threshold": 0.5}}))
+    (model / "README.md").unlink()
+    (model / "README.md").write_text("# Knowledge-base adapted embedding model\n\n## Verdict\n")
+    assert export_dir(model) == before
+
+
+def test_the_score_map_moves_a_threshold_to_the_same_share_of_texts():
+    import numpy as np
+
+    base = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    adapted = base + 0.15  # the same order, a scale shifted up
+    weights = np.full(len(base), 1 / len(base))
+    assert map_threshold(base, adapted, weights, 0.35) == pytest.approx(0.55)
+    assert map_threshold(base, adapted, weights, 0.0) == pytest.approx(0.25)
+
+
+def _scores(hit: float | None, rejected: float | None) -> SetScores:
+    return SetScores(hit_at_1=hit, hit_at_5=hit, answered=1.0 if hit else None, rejected=rejected, high_right=None)
+
+
+def test_a_guard_failure_makes_the_verdict_refuse_a_model_that_ranks_better():
+    base = {"kb-pairs": _scores(0.80, None), "offtopic-alerts": _scores(None, 0.978)}
+    leaky = {"kb-pairs": _scores(0.90, None), "offtopic-alerts": _scores(None, 0.587)}
+    recommended, reason = recommend_adapted(base, leaky)
+    assert not recommended and "rejects 0.587 of offtopic-alerts" in reason
+    safe = {"kb-pairs": _scores(0.90, None), "offtopic-alerts": _scores(None, 0.970)}
+    assert recommend_adapted(base, safe)[0]
+    no_gain = {"kb-pairs": _scores(0.80, None), "offtopic-alerts": _scores(None, 1.0)}
+    recommended, reason = recommend_adapted(base, no_gain)
+    assert not recommended and "does not rank better" in reason
