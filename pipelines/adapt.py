@@ -34,6 +34,7 @@ from transformers import TrainerCallback
 from components.common.embedding_models import ADAPT_RECORD, CALIBRATION_FILE, resolve_model
 from components.errors import BadInputError
 from pipelines.adapt_pairs import MinedPairs, check_training_source, mine_pairs
+from pipelines.adapt_verdict import checked_guard_sets
 
 CHECKPOINTS = "checkpoints"
 RUN_FILE = "run.json"
@@ -61,7 +62,10 @@ class AdaptOptions:
     callbacks: list[TrainerCallback] = field(default_factory=list)  # more trainer callbacks (observe or stop a run)
     overrides: list[str] = field(default_factory=list)  # the command's config overrides, for the verdict's pipelines
     guard_sets: list[str] | None = None  # off-topic query files (None: adapt_verdict.DEFAULT_GUARD_SETS)
-    verdict: bool = True  # judge base against adapted model after training
+    # After training: fit the model's calibration, then judge it against the base model (the CLI does
+    # both; the training machinery alone leaves them out).
+    calibrate: bool = False
+    verdict: bool = False
 
 
 @dataclass
@@ -82,6 +86,8 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
     output = Path(options.output) if options.output else default_output(cfg, kb_path)
     check_output_folder(output, options.overwrite)
     check_training_source(kb_path)
+    if options.calibrate:
+        options.guard_sets = checked_guard_sets(options.guard_sets)
     mined = mine_pairs(
         kb_path,
         max_tokens=cfg.chunking.max_tokens,
@@ -100,11 +106,12 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
                 "give another --output, or --overwrite to replace it"
             )
         say(f"{output} already holds this adapted model (same knowledge base and settings): nothing to do")
-        if not (output / CALIBRATION_FILE).is_file():  # adapted before models carried their calibration
+        if options.calibrate and not (output / CALIBRATION_FILE).is_file():  # adapted before calibrations existed
             calibrate_and_judge(cfg, options, output, mined, kb_path, say)
         return AdaptResult(str(output), done, already_done=True)
     result = _train(cfg, options, output, mined, settings, say)
-    calibrate_and_judge(cfg, options, output, mined, kb_path, say)
+    if options.calibrate:
+        calibrate_and_judge(cfg, options, output, mined, kb_path, say)
     return result
 
 
@@ -114,10 +121,10 @@ def calibrate_and_judge(cfg: DictConfig, options: AdaptOptions, output: Path, mi
     and mark its card; a model that is not recommended stays, and the run ends with NotRecommendedError.
     """
     from pipelines.adapt_calibration import fit_calibration, write_calibration
-    from pipelines.adapt_verdict import DEFAULT_GUARD_SETS, KB_SET, NotRecommendedError, guard_texts, judge, kb_queries
+    from pipelines.adapt_verdict import KB_SET, NotRecommendedError, guard_texts, judge, kb_queries
     from pipelines.evaluation import load_queries
 
-    guard_sets = list(options.guard_sets or DEFAULT_GUARD_SETS)
+    guard_sets = checked_guard_sets(options.guard_sets)
     calibration = fit_calibration(cfg, str(output), mined, guard_texts(guard_sets), guard_sets)
     path = write_calibration(output, calibration)
     mapped = ", ".join(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.errors import KnowledgeFailure
+from components.errors import BadInputError, KnowledgeFailure
 from pipelines.adapt_pairs import EVAL_DIR, MinedPairs
 from pipelines.evaluation import EvalQuery, Ranked, evaluate, index_first, load_queries
 
@@ -80,6 +80,15 @@ def kb_queries(mined: MinedPairs, seed: int, limit: int = KB_QUERIES) -> list[Ev
 
 def guard_texts(guard_sets: list[str]) -> list[str]:
     return [q.query for path in guard_sets for q in load_queries(path) if not q.answerable]
+
+
+def checked_guard_sets(paths: list[str] | None) -> list[str]:
+    """The guard sets to use, each read once before training so that a bad one fails in seconds."""
+    chosen = list(paths or DEFAULT_GUARD_SETS)
+    for path in chosen:
+        if not guard_texts([path]):
+            raise BadInputError(f"--guard {path} holds no off-topic query (kind off_topic, or no relevant sources)")
+    return chosen
 
 
 def set_scores(queries: list[EvalQuery], answers: list[Ranked]) -> SetScores:

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         progress_bar=sys.stderr.isatty(),
         overrides=list(args.overrides),
         guard_sets=args.guard,
+        calibrate=True,
         verdict=not args.no_verdict,
     )
     adapt_model(cfg, options, say=lambda line: print(line, flush=True))

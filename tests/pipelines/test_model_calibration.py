@@ -112,3 +112,43 @@ def test_a_guard_failure_makes_the_verdict_refuse_a_model_that_ranks_better():
     no_gain = {"kb-pairs": _scores(0.80, None), "offtopic-alerts": _scores(None, 1.0)}
     recommended, reason = recommend_adapted(base, no_gain)
     assert not recommended and "does not rank better" in reason
+
+
+def test_adapt_writes_a_calibration_judges_the_model_and_its_onnx_export_loads(small_kb, make_config, tmp_path):
+    """The smallest real training: one step of one pair, then the calibration and the verdict on a small guard."""
+    from components.common.embedding_models import load_onnx_encoder
+    from pipelines.adapt import AdaptOptions, adapt_model
+    from pipelines.adapt_verdict import NotRecommendedError
+
+    guard = tmp_path / "guard.jsonl"
+    guard.write_text(
+        "\n".join(json.dumps({"query": q, "relevant": []}) for q in ("Redis is down", "Kafka consumer lag high"))
+    )
+    output = tmp_path / "model"
+    options = AdaptOptions(
+        kb_path=str(small_kb),
+        output=str(output),
+        batch_size=1,
+        max_steps=1,
+        calibrate=True,
+        verdict=True,
+        guard_sets=[str(guard)],
+    )
+    lines: list[str] = []
+    try:
+        adapt_model(make_config(), options, say=lines.append)
+        recommended = True
+    except NotRecommendedError as exc:
+        recommended = False
+        assert "marked as not recommended" in str(exc)
+    calibration = json.loads((output / "calibration.json").read_text())
+    assert (
+        set(calibration["thresholds"]) == set(calibration["base_thresholds"]) and calibration["method"] == "score_map"
+    )
+    assert calibration["verdict"]["recommended"] is recommended
+    card = (output / "README.md").read_text()
+    assert "## Verdict" in card and ("Verdict: recommended" if recommended else "Verdict: not recommended") in card
+    assert any(line.startswith("  guard ") and "adapted" in line for line in lines), lines
+    vectors = load_onnx_encoder(str(output), "onnx").encode(["disk almost full"])
+    assert vectors.shape == (1, 384)
+    assert load_config([f"embedder.model={output}"]).retrieval.calibration == str(output / "calibration.json")
