@@ -48,8 +48,9 @@ def test_the_model_folders_calibration_decides_no_evidence_and_a_user_override_w
     assert cfg.retrieval.evidence_threshold == 0.97
     assert cfg.retrieval.calibration == str(model / "calibration.json")
     uses_model = f"embedder.model={model}"  # lookup_with composes the config again from these overrides
-    result, _ = lookup_with(cfg, QUERY, uses_model)
+    result, outputs = lookup_with(cfg, QUERY, uses_model, include=("retriever",))
     assert not result.found  # the calibration's bar: the packaged thresholds would answer (below)
+    assert outputs["retriever"]["retrieval_trace"].calibration == str(model / "calibration.json")
     overridden, _ = lookup_with(cfg, QUERY, uses_model, "retrieval.evidence_threshold=0.35")
     assert overridden.found
     in_force = calibration_in_force(load_config([f"embedder.model={model}", "retrieval.evidence_threshold=0.35"]))
