@@ -67,6 +67,22 @@ def test_cfg_shows_where_the_thresholds_came_from(calibrated):
     assert "calibration: conf" in run_cli("lookup", "--cfg").stdout
 
 
+def test_health_names_the_calibration_in_force(calibrated):
+    from pipelines.serving.health import HealthCheck
+
+    cfg, model = calibrated
+    overridden = load_config(
+        [f"embedder.model={model}", "retrieval.evidence_threshold=0.4", f"paths.state_dir={cfg.paths.state_dir}"]
+    )
+    shown = HealthCheck(overridden, trace_store=None, auth=False).config()
+    assert shown["calibration"] == {
+        "source": str(model / "calibration.json"),
+        "method": "score_map",
+        "overridden": ["retrieval.evidence_threshold"],
+    }
+    assert shown["thresholds"]["evidence"] == 0.4
+
+
 def test_a_bad_calibration_file_is_one_clear_error(tmp_path):
     bad = tmp_path / "calibration.json"
     bad.write_text(json.dumps({"thresholds": {"retrieval.top_k": 3}}))
