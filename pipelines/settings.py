@@ -24,7 +24,7 @@ from components.common.choices import (
     VectorStoreMode,
 )
 from components.errors import BadInputError, first_line
-from pipelines.calibration import apply_calibration
+from pipelines.calibration import CALIBRATED_KEYS, apply_calibration
 
 if TYPE_CHECKING:
     from components.stores.knowledge_store import KnowledgeStore
@@ -230,10 +230,7 @@ _AT_LEAST = {
 # Durations that must be positive: 0 would turn a guard off, a negative one means nothing.
 _POSITIVE = ("serve.read_timeout_s", "serve.health_timeout_s")
 _UNIT_INTERVAL = (
-    "retrieval.reference_threshold",
-    "retrieval.evidence_threshold",
-    "retrieval.uncovered_evidence_threshold",
-    "retrieval.high_relevance",
+    *CALIBRATED_KEYS,  # the similarity bars
     "retrieval.outscored_margin",
     "competition.sibling_similarity",
     "l0.title_min_overlap",
