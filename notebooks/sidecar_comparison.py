@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -50,7 +50,9 @@ def project_root(start: Path) -> Path:
 
 
 ROOT = project_root(Path.cwd())
-STATE_DIR = Path(STATE_DIR or os.environ.get("KNOWLEDGE_NOTEBOOK_STATE") or tempfile.mkdtemp(prefix="sidecar-nb-"))
+# A temporary folder is removed when the kernel exits: the notebook leaves nothing outside its output.
+_TEMPORARY = None if STATE_DIR or os.environ.get("KNOWLEDGE_NOTEBOOK_STATE") else tempfile.TemporaryDirectory()
+STATE_DIR = Path(STATE_DIR or os.environ.get("KNOWLEDGE_NOTEBOOK_STATE") or _TEMPORARY.name)
 TRACKING_URI = f"sqlite:///{STATE_DIR}/mlflow.db"
 client = mlflow.MlflowClient(TRACKING_URI)
 
@@ -99,8 +101,8 @@ pd.Series(run.data.metrics).sort_index().to_frame("value")
 # of 1.0 is a difference in how a path searches or returns hits.
 
 # %%
-downloaded = Path(client.download_artifacts(run_id, "comparison.json", tempfile.mkdtemp(prefix="compare-run-")))
-details = json.loads(downloaded.read_text(encoding="utf-8"))
+with tempfile.TemporaryDirectory(prefix="compare-run-") as folder:
+    details = json.loads(Path(client.download_artifacts(run_id, "comparison.json", folder)).read_text(encoding="utf-8"))
 agreement = pd.DataFrame(
     [
         {

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -17,8 +17,10 @@
 # # Tuning the retrieval thresholds
 #
 # This notebook reads the MLflow runs of a threshold sweep, plots hit@1, the answer rate, the
-# off-topic rejection rate and the fallback rate against the thresholds, and recommends a setting
-# as the override line to use.
+# off-topic rejection rate (on the worst query set, the guard sets of `conf/guard/` included) and the
+# fallback rate against the thresholds, and gives the verdict of the same recommendation rule as
+# `knowledge eval -m`: a setting only when it keeps every guard and beats the current settings by a
+# paired test, else "keep the current settings" and why.
 #
 # The sweep is the one `knowledge eval -m` runs (one child run per combination under a parent run):
 #
@@ -29,7 +31,7 @@
 #
 # Give its parent run id as `PARENT_RUN_ID` (and the store as `TRACKING_URI`) to read that sweep;
 # left empty, the notebook runs the same sweep itself on the bundled `knowledge/` base, in a
-# throw-away state folder (or `$KNOWLEDGE_NOTEBOOK_STATE`).
+# temporary state folder removed when the kernel exits (or `$KNOWLEDGE_NOTEBOOK_STATE`, kept).
 
 # %% tags=["parameters"]
 STATE_DIR = None  # the state folder (Milvus Lite db, MLflow store); None: $KNOWLEDGE_NOTEBOOK_STATE or a temp folder
@@ -40,7 +42,7 @@ QUERIES = "eval/sample-kb.jsonl"
 KB = "knowledge"
 EVIDENCE_THRESHOLDS = "0.2,0.35,0.5,0.65"
 REFERENCE_THRESHOLDS = "0.3,0.6"
-MIN_REJECTION = 1.0  # the off-topic rejection rate a recommended setting must keep
+GUARD_OVERRIDES = []  # e.g. ["guard.sets=[eval/my-guard.jsonl]"]: the guard (conf/guard/) of the sweep run here
 
 # %%
 import os
@@ -49,7 +51,6 @@ import tempfile
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import mlflow
 
 
 def project_root(start: Path) -> Path:
@@ -61,7 +62,9 @@ def project_root(start: Path) -> Path:
 
 ROOT = project_root(Path.cwd())
 sys.path.insert(0, str(ROOT))  # this checkout's code, whichever project the kernel's venv installed
-STATE_DIR = Path(STATE_DIR or os.environ.get("KNOWLEDGE_NOTEBOOK_STATE") or tempfile.mkdtemp(prefix="knowledge-nb-"))
+# A temporary folder is removed when the kernel exits: the notebook leaves nothing outside its output.
+_TEMPORARY = None if STATE_DIR or os.environ.get("KNOWLEDGE_NOTEBOOK_STATE") else tempfile.TemporaryDirectory()
+STATE_DIR = Path(STATE_DIR or os.environ.get("KNOWLEDGE_NOTEBOOK_STATE") or _TEMPORARY.name)
 TRACKING_URI = TRACKING_URI or f"sqlite:///{STATE_DIR}/mlflow.db"
 if TRACKING_URI.startswith("sqlite:///") and not TRACKING_URI.startswith("sqlite:////"):
     # The CLI prints the store relative to the project (`sqlite:///.knowledge/mlflow.db`); the kernel runs in notebooks/.
@@ -76,18 +79,16 @@ print("state:", STATE_DIR, "| MLflow:", TRACKING_URI)
 
 # %%
 if PARENT_RUN_ID is None:
-    from pipelines.evaluation import load_queries
-    from pipelines.tuning.sweep import run_sweep
+    from pipelines.tuning.sweep import run_guarded_sweep
 
     overrides = [
         f"paths.state_dir={STATE_DIR}",
         f"mlflow.tracking_uri={TRACKING_URI}",
+        *GUARD_OVERRIDES,
         f"retrieval.evidence_threshold={EVIDENCE_THRESHOLDS}",
         f"retrieval.reference_threshold={REFERENCE_THRESHOLDS}",
     ]
-    result = run_sweep(
-        overrides, load_queries(ROOT / QUERIES), QUERIES, kb_path=str(ROOT / KB), experiment=EXPERIMENT
-    )
+    result = run_guarded_sweep(overrides, [str(ROOT / QUERIES)], kb_path=str(ROOT / KB), experiment=EXPERIMENT)
     PARENT_RUN_ID = result.parent_run_id
 print("sweep parent run:", PARENT_RUN_ID)
 
@@ -95,18 +96,20 @@ print("sweep parent run:", PARENT_RUN_ID)
 # ## The runs, read back from MLflow
 
 # %%
-mlflow.set_tracking_uri(TRACKING_URI)
-runs = mlflow.search_runs(
-    experiment_names=[EXPERIMENT], filter_string=f"tags.mlflow.parentRunId = '{PARENT_RUN_ID}'"
+import pandas as pd
+
+from pipelines.tuning.review import read_sweep
+
+review = read_sweep(TRACKING_URI, PARENT_RUN_ID, EXPERIMENT)
+(REJECTION,) = [c.label for c in review.constraints if c.metric == "no_evidence_rate"] or ["no_evidence_rate"]
+table = pd.DataFrame(review.table).rename(
+    columns={
+        "retrieval.evidence_threshold": "evidence_threshold",
+        "retrieval.reference_threshold": "reference_threshold",
+        "hit@1": "hit_at_1",
+        REJECTION: "rejection",
+    }
 )
-table = runs.assign(
-    evidence_threshold=runs["params.retrieval.evidence_threshold"].astype(float),
-    reference_threshold=runs["params.retrieval.reference_threshold"].astype(float),
-    hit_at_1=runs["metrics.hit_at_1"],
-    answer_rate=runs["metrics.answer_rate"],
-    rejection=runs["metrics.no_evidence_rate"],
-    fallback_rate=runs["metrics.fallback_rate"],
-)[["run_id", "evidence_threshold", "reference_threshold", "hit_at_1", "answer_rate", "rejection", "fallback_rate"]]
 table = table.sort_values(["reference_threshold", "evidence_threshold"]).reset_index(drop=True)
 table
 
@@ -115,13 +118,14 @@ table
 #
 # Raising `evidence_threshold` rejects more off-topic queries and, past a point, answerable ones
 # too (the answer rate and hit@1 drop); raising `reference_threshold` sends more filtered attempts
-# to the unfiltered retry (the fallback rate rises).
+# to the unfiltered retry (the fallback rate rises). The rejection rate is the worst query set's,
+# the guard sets included: the swept file's generic off-topic queries alone guard little.
 
 # %%
 panels = [
     ("hit_at_1", "hit@1 (answerable)"),
     ("answer_rate", "answer rate (answerable)"),
-    ("rejection", "rejection rate (off-topic)"),
+    ("rejection", "rejection rate (off-topic, worst set)"),
     ("fallback_rate", "fallback rate"),
 ]
 figure, axes = plt.subplots(1, len(panels), figsize=(16, 3.6), sharex=True)
@@ -138,26 +142,11 @@ plt.show()
 # %% [markdown]
 # ## Recommendation
 #
-# Among the settings that keep the off-topic rejection rate at `MIN_REJECTION` or above, the one
-# with the best hit@1, then the best answer rate, then the lowest fallback rate (ties: the lower
-# thresholds).
+# The verdict of `pipelines/tuning/recommend.py`, as `knowledge eval -m` printed it for this sweep:
+# the best combination that keeps every constraint on every set is recommended only when a paired
+# sign test over the tuning queries finds it better than the current settings at `guard.level`.
 
 # %%
-keeping = table[table["rejection"] >= MIN_REJECTION]
-if keeping.empty:  # a recommendation must keep the guard: none rather than a setting that breaks it
-    RECOMMENDED = None
-    print(f"no setting keeps the off-topic rejection rate at {MIN_REJECTION} or above: no recommendation")
-else:
-    best = keeping.sort_values(
-        ["hit_at_1", "answer_rate", "fallback_rate", "evidence_threshold", "reference_threshold"],
-        ascending=[False, False, True, True, True],
-    ).iloc[0]
-    RECOMMENDED = (
-        f"retrieval.evidence_threshold={best['evidence_threshold']} "
-        f"retrieval.reference_threshold={best['reference_threshold']}"
-    )
-    print(
-        f"hit@1 {best['hit_at_1']:.3f}, answer rate {best['answer_rate']:.3f}, rejection {best['rejection']:.3f}, "
-        f"fallback rate {best['fallback_rate']:.3f} (run {best['run_id']})"
-    )
-    print("recommended override line:", RECOMMENDED)
+for line in review.verdict.lines():
+    print(line)
+RECOMMENDED = review.verdict.recommended.label if review.verdict.recommended else None

@@ -76,17 +76,20 @@ def agent_view(result: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-def lookup_knowledge_tool(service: LookupService) -> Tool:
+def lookup_knowledge_tool(service: LookupService, view: str = "agent") -> Tool:
     """
     `lookup_knowledge` as a Haystack `Tool`: one required string parameter, `query`, answered by
-    `service.lookup(query)`; the tool result is the result dict (`LookupResult.to_dict()`).
+    `service.lookup(query)`; the tool result is the result as `view` shows it: `agent` (default,
+    the packed context and citations, as `knowledge lookup --view agent`) or `full` (`LookupResult.to_dict()`).
 
     An invalid query (empty) raises `InvalidQueryError`, which an Agent reports to the model as
     a failed tool call.
     """
+    if view not in VIEWS:
+        raise ValueError(f"view={view!r} is not one of {', '.join(VIEWS)}")
 
     def lookup_knowledge(query: str) -> dict[str, Any]:
-        return service.lookup(query).to_dict()
+        return shown(service.lookup(query).to_dict(), view)
 
     return Tool(
         name=TOOL_NAME,
@@ -94,3 +97,8 @@ def lookup_knowledge_tool(service: LookupService) -> Tool:
         parameters=TOOL_PARAMETERS,
         function=lookup_knowledge,
     )
+
+
+def shown(result: dict[str, Any], view: str) -> dict[str, Any]:
+    """The result as a view shows it: the full result, or the agent view (packed context and citations)."""
+    return result if view == "full" else agent_view(result)

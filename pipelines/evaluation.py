@@ -146,7 +146,12 @@ class PipelineSystem:
         self.ranker, self.ranker_socket = sender_of(self.pipeline, "deduper.candidates")
 
     def rank(self, query: str) -> Ranked:
-        outputs = self.pipeline.run({"query_transformer": {"query": query}}, include_outputs_from={self.ranker})
+        from components.tracing.trace_writer import EVALUATION_ORIGIN
+
+        data: dict[str, Any] = {"query_transformer": {"query": query}}
+        if self.record:  # a recorded evaluation lookup is told apart from production traffic
+            data["trace_writer"] = {"origin": EVALUATION_ORIGIN}
+        outputs = self.pipeline.run(data, include_outputs_from={self.ranker})
         result = outputs["trace_writer" if self.record else "assembler"]["result"]
         threshold = self.cfg.retrieval.evidence_threshold
         ranked = [c.source for c in outputs[self.ranker][self.ranker_socket] if c.similarity >= threshold]

@@ -174,6 +174,15 @@ class ServeConfig:
 
 
 @dataclass
+class GuardConfig:
+    sets: list[str] = MISSING
+    constraints: list[str] = MISSING
+    primary_metric: str = MISSING
+    level: float = MISSING
+    min_off_topic: int = MISSING
+
+
+@dataclass
 class PipelineConfig:
     """The YAML pipelines to load (names under pipelines/yaml/ or absolute paths), and the reranker on or off."""
 
@@ -200,6 +209,7 @@ class KnowledgeConfig:
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    guard: GuardConfig = field(default_factory=GuardConfig)
 
 
 MAX_PORT = 65535
@@ -226,6 +236,7 @@ _AT_LEAST = {
     "serve.mcp_port": 1,
     "serve.max_body_bytes": 1,
     "serve.workers": 1,
+    "guard.min_off_topic": 0,
 }
 # Durations that must be positive: 0 would turn a guard off, a negative one means nothing.
 _POSITIVE = ("serve.read_timeout_s", "serve.health_timeout_s")
@@ -237,6 +248,7 @@ _UNIT_INTERVAL = (
     "l0.domain_min_precision",
     "l0.subject_elsewhere_margin",
     "mlflow.sample_rate",
+    "guard.level",
 )
 
 

@@ -212,9 +212,21 @@ def milvus_server(tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def lite_server(tmp_path_factory):
+    """One Milvus Lite gRPC server (BM25 functions included) per session on a free loopback port, always stopped."""
+    from pipelines.dev.lite_server import LiteServerProcess
+
+    server = LiteServerProcess(tmp_path_factory.mktemp("lite-server")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 # --- markers by place: unit tests mirror the source tree, the rest is integration --------------
 
-SLOW_MODULES = {"test_runbooks_corpus.py", "test_bench.py", "test_notebooks.py"}
+SLOW_MODULES = {"test_runbooks_corpus.py", "test_bench.py", "test_notebooks.py", "test_guarded_tuning_runbooks.py"}
 
 
 def pytest_collection_modifyitems(config, items):

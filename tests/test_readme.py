@@ -118,7 +118,9 @@ def _finds_replication_lag(out: str) -> None:
 ON_THE_SAMPLE_KB = {
     f'knowledge lookup --view agent "{DISK_QUERY}"': _agent_view_cites_disk_full,
     "knowledge eval --queries eval/sample-kb.jsonl": _eval_table,
-    "knowledge eval --queries eval/sample-kb.jsonl -m retrieval.evidence_threshold=0.3,0.35,0.4": _sweep_of_three,
+    "knowledge eval --queries eval/sample-kb.jsonl -m retrieval.evidence_threshold=0.3,0.35,0.4 guard=none": (
+        _sweep_of_three
+    ),
     'knowledge compare --queries eval/sample-kb.jsonl --a "" --b "retrieval.evidence_threshold=0.45"': _ab_table,
     "knowledge traces rerun retrieval.evidence_threshold=0.45": _rerun_of_the_recorded_lookup,
 }

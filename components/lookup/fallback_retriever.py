@@ -1,5 +1,8 @@
+import contextvars
 import logging
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from haystack import component
@@ -19,6 +22,7 @@ from components.contracts import (
 )
 from components.errors import first_line
 from components.stores.knowledge_store import KnowledgeStore
+from components.stores.milvus_collection import is_local_uri
 from components.stores.milvus_deadline import lookup_deadline
 from components.stores.vector_search import (
     Bm25Hit,
@@ -40,6 +44,22 @@ TOP_HITS = 5
 HIT_PREVIEW_CHARS = 200
 # Index types whose dense search is exact: what it did not return scores no higher than what it did.
 EXACT_INDEX_TYPES = frozenset({"FLAT"})
+# Threads of a retriever for the searches it waits on side by side (BM25 legs, a speculative retry).
+LEG_THREADS = 8
+
+
+class PendingSearch:
+    """
+    A search started in the retriever's thread pool (with the lookup's Milvus deadline), or None
+    when it was not started. `result()` waits for it and raises what it raised.
+    """
+
+    def __init__(self, future: Future | None, path: str | None = None) -> None:
+        self.future = future
+        self.path = path
+
+    def result(self):
+        return self.future.result() if self.future is not None else None
 
 
 def top_hits(leg: str, candidates: list[Candidate], bm25: list[Bm25Hit] | None = None) -> tuple[AttemptHit, ...]:
@@ -158,6 +178,15 @@ class FallbackRetriever:
         self.outscored_check_below = outscored_check_below
         self.calibration = calibration
         self._searches: dict[str, VectorSearch] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def _in_background(self, function, *args) -> Future:
+        """Run `function(*args)` in the retriever's pool, in a copy of this context (the Milvus deadline)."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=LEG_THREADS, thread_name_prefix="retrieval-leg")
+        return self._pool.submit(contextvars.copy_context().run, function, *args)
 
     def _search(self, path: str) -> VectorSearch:
         if path not in self._searches:
@@ -196,16 +225,18 @@ class FallbackRetriever:
         self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryEmbeddings, bar: float, trace
     ) -> dict[str, Any]:
         category = hints.single_domain if self.category_filter else None
-        first, first_attempt = self._attempt(0, category, query_transform.retrieval_query, embeddings[-1], bar, trace)
+        query = query_transform.retrieval_query
+        first, first_attempt = self._attempt(0, category, query, embeddings[-1], bar, trace)
         trace.attempts.append(first_attempt)
         trace.index_type = self._search(first_attempt.path).described_index_type
-        reason = None
+        reason, retry_legs = None, None
         if category is not None:
             if first_attempt.usable_count == 0:
                 reason = FALLBACK_NO_EVIDENCE
             elif (first_attempt.top_similarity or 0.0) < self.reference_threshold:
                 reason = FALLBACK_LOW_QUALITY
             elif self.outscored_margin < 1.0 and (first_attempt.top_similarity or 0.0) < self.outscored_check_below:
+                retry_legs = self._speculative_retry(query_transform, embeddings)
                 best = self._search(first_attempt.path).top_similarity(embeddings[-1], None)
                 first_attempt.unfiltered_top_similarity = best
                 if best - (first_attempt.top_similarity or 0.0) >= self.outscored_margin - 1e-9:
@@ -216,7 +247,9 @@ class FallbackRetriever:
             return {"candidates": first, "retrieval_trace": trace}
 
         first_attempt.outcome = f"retried: {reason}"
-        retry, retry_attempt = self._attempt(1, None, query_transform.normalized, embeddings[0], bar, trace)
+        retry, retry_attempt = self._attempt(
+            1, None, query_transform.normalized, embeddings[0], bar, trace, *(retry_legs or ())
+        )
         retry_attempt.outcome = "selected"
         trace.attempts.append(retry_attempt)
         trace.selected_attempt = 1
@@ -225,6 +258,40 @@ class FallbackRetriever:
         # The first attempt's unusable candidates could never become evidence: only its usable
         # ones go on, to merge with the retry's (a chunk found by both keeps both hit reasons).
         return {"candidates": retry + usable(first, bar), "retrieval_trace": trace}
+
+    def _speculative_retry(
+        self, query_transform: QueryTransform, embeddings: QueryEmbeddings
+    ) -> tuple[PendingSearch, PendingSearch] | None:
+        """
+        On a Milvus server, the unfiltered retry's two legs started beside the outscored check
+        (they do not depend on it): a retry then waits for one round of searches, not two. Its
+        results are dropped when the filtered attempt stands. Not on Milvus Lite (see `_start_bm25`).
+        """
+        path = self._warm_path()
+        if path is None or is_local_uri(self.store.uri):
+            return None
+        dense = PendingSearch(self._in_background(self._search_with_mode, embeddings[0], None), path)
+        return dense, self._start_bm25(None, query_transform.normalized, embeddings[0])
+
+    def _warm_path(self) -> str | None:
+        """The path the next search takes, once its collection is open (None before: searches stay serial)."""
+        path = "haystack" if self.vector_store_mode == "auto" else self.vector_store_mode
+        search = self._searches.get(path)
+        return path if search is not None and search.known_layout is not None else None
+
+    def _start_bm25(self, category: str | None, query: str, embedding: list[float]) -> PendingSearch:
+        """
+        The BM25 leg started beside the dense one, on a Milvus server, when it will run on an open
+        collection with full text. Not on Milvus Lite: its searches run in this process and hold
+        its interpreter, so side by side they only slowed each other (docs/benchmarks.md).
+        """
+        path = self._warm_path()
+        if path is None or self.bm25_top_k <= 0 or is_local_uri(self.store.uri):
+            return PendingSearch(None)
+        if not self._search(path).known_layout.has_sparse:
+            return PendingSearch(None)
+        search = self._search(path)
+        return PendingSearch(self._in_background(search.bm25_search, query, embedding, self.bm25_top_k, category), path)
 
     def evidence_bar(self, hints: L0Hints) -> float:
         """The similarity a candidate needs to be usable evidence for a query with these hints."""
@@ -240,9 +307,20 @@ class FallbackRetriever:
         embedding: list[float],
         bar: float,
         trace: RetrievalTrace,
+        dense: PendingSearch | None = None,
+        bm25: PendingSearch | None = None,
     ) -> tuple[list[Candidate], RetrievalAttempt]:
+        """
+        One attempt: the dense leg and the BM25 leg side by side (`dense` and `bm25` when they were
+        started already), merged. The BM25 leg's hits are used only when it ran on the path the
+        dense leg took and could change something; otherwise it runs again there, or not at all.
+        """
         started_ns = time.time_ns()
-        candidates, path, note = self._search_with_mode(embedding, category)
+        bm25 = bm25 or self._start_bm25(category, query, embedding)
+        if dense is not None and dense.future is not None:
+            candidates, path, note = dense.result()
+        else:
+            candidates, path, note = self._search_with_mode(embedding, category)
         dense_top = top_hits(DENSE, candidates)
         scope = "category=" + repr(category) if category else "unfiltered"
         reason = f"vector:{path} attempt {index} ({scope})"
@@ -251,7 +329,7 @@ class FallbackRetriever:
             candidate.hit_reasons.append(reason)
         legs = [DENSE]
         skipped = BM25_CANNOT_CHANGE if category and self._bm25_cannot_change(path, candidates, bar) else None
-        hits = None if skipped else self._bm25_leg(path, query, embedding, category, trace)
+        hits = None if skipped else self._bm25_leg(path, query, embedding, category, trace, bm25)
         bm25_only: list[Candidate] = []
         if hits is not None:
             legs.append(BM25)
@@ -299,13 +377,21 @@ class FallbackRetriever:
         return not usable(dense, bar)
 
     def _bm25_leg(
-        self, path: str, query: str, embedding: list[float], category: str | None, trace: RetrievalTrace
+        self,
+        path: str,
+        query: str,
+        embedding: list[float],
+        category: str | None,
+        trace: RetrievalTrace,
+        started: PendingSearch,
     ) -> list[Bm25Hit] | None:
         """The BM25 leg's hits, or None when it cannot run here (the reason goes to `trace.bm25_skipped`)."""
         if self.bm25_top_k <= 0:
             trace.bm25_skipped = BM25_OFF
             return None
         try:
+            if started.future is not None and started.path == path:
+                return started.result()
             return self._search(path).bm25_search(query, embedding, self.bm25_top_k, category)
         except NoFullTextError as exc:
             trace.bm25_skipped = str(exc)

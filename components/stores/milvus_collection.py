@@ -10,6 +10,7 @@ An existing collection with only the first four fields, without `sparse`, or wit
 """
 
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -102,7 +103,7 @@ def _is_lock_error(exc: BaseException) -> bool:
     )
 
 
-def _is_locked_elsewhere(uri: str) -> bool:
+def is_locked_elsewhere(uri: str) -> bool:
     """
     Whether another process holds the lock of a Milvus Lite db (its folder's LOCK file).
 
@@ -176,9 +177,9 @@ def connect(uri: str, timeout_ms: int | None = None, auth: dict[str, Any] | None
 
         Path(uri).parent.mkdir(parents=True, exist_ok=True)
     try:
-        return MilvusClient(**connection_args(uri, timeout_ms, auth))
+        client = MilvusClient(**connection_args(uri, timeout_ms, auth))
     except Exception as exc:
-        if _is_lock_error(exc) or (is_local_uri(uri) and _is_locked_elsewhere(uri)):
+        if _is_lock_error(exc) or (is_local_uri(uri) and is_locked_elsewhere(uri)):
             raise MilvusUnavailableError(
                 f"the Milvus Lite database {uri} is held by another process (a running server or index); "
                 "ask the server instead (`knowledge lookup --url http://127.0.0.1:1416 QUERY`), "
@@ -190,6 +191,18 @@ def connect(uri: str, timeout_ms: int | None = None, auth: dict[str, Any] | None
             raise MilvusUnavailableError(read_only_message(uri, folder)) from exc
         reason = str(getattr(exc, "message", None) or exc).strip() or type(exc).__name__
         raise MilvusUnavailableError(f"cannot open Milvus at {uri}: {reason.splitlines()[0]}") from exc
+    if is_local_uri(uri):
+        _OPENED_HERE.add(os.path.abspath(uri))
+    return client
+
+
+# The Lite dbs this process opened: their lock is its own (pipelines/lite_snapshot.py reads the others' copies).
+_OPENED_HERE: set[str] = set()
+
+
+def opened_here(uri: str) -> bool:
+    """Whether this process opened the Milvus Lite db (it then holds the lock itself)."""
+    return os.path.abspath(uri) in _OPENED_HERE
 
 
 def index_params_for(index_type: str, extra: dict[str, Any] | None = None, metric: str = METRIC) -> dict[str, Any]:

@@ -16,6 +16,7 @@ stored dense vectors, so a chunk only the BM25 leg found gets the same raw score
 dense search would give it (`sdk_raw_score`, `haystack_raw_score`), without a second search.
 """
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -106,6 +107,9 @@ class VectorSearch(Protocol):
     @property
     def layout(self) -> CollectionLayout: ...
 
+    @property
+    def known_layout(self) -> CollectionLayout | None: ...
+
     def search(self, embedding: list[float], top_k: int, category: str | None) -> list[Candidate]: ...
 
     def top_similarity(self, embedding: list[float], category: str | None) -> float: ...
@@ -145,7 +149,20 @@ def _candidate(
     )
 
 
-class SdkVectorSearch:
+class _OpenedCollection:
+    """What a path knows of its collection (`_layout`) from when it last opened it (None before), without opening it."""
+
+    @property
+    def known_layout(self) -> CollectionLayout | None:
+        return self._layout
+
+    @property
+    def described_index_type(self) -> str | None:
+        """The collection's vector index as Milvus describes it (None before the first search)."""
+        return self._layout.index_type if self._layout is not None else None
+
+
+class SdkVectorSearch(_OpenedCollection):
     """
     pymilvus `MilvusClient.search`, filtered on the `category` column, or on `metadata["category"]`
     in a collection without that column.
@@ -158,21 +175,18 @@ class SdkVectorSearch:
         self.collection = store.collection
         self._client = None
         self._layout: CollectionLayout | None = None
+        self._opening = threading.Lock()  # a lookup's legs run side by side: one of them opens the client
 
     def _ready_client(self):
-        if self._client is None:
-            self._client, self._layout = self.store.open_collection()
-        return self._client
+        with self._opening:
+            if self._client is None:
+                self._client, self._layout = self.store.open_collection()
+            return self._client
 
     @property
     def layout(self) -> CollectionLayout:
         self._ready_client()
         return self._layout
-
-    @property
-    def described_index_type(self) -> str | None:
-        """The collection's vector index as Milvus describes it (None before the first search)."""
-        return self._layout.index_type if self._layout is not None else None
 
     def describe_filter(self, category: str | None) -> str | None:
         if category is None:
@@ -276,7 +290,7 @@ class SdkVectorSearch:
         )
 
 
-class HaystackVectorSearch:
+class HaystackVectorSearch(_OpenedCollection):
     """milvus-haystack `MilvusEmbeddingRetriever` over the same collection and field names."""
 
     path = "haystack"
@@ -287,6 +301,7 @@ class HaystackVectorSearch:
         self._retriever = None
         self._sparse_retriever = None
         self._layout: CollectionLayout | None = None
+        self._opening = threading.Lock()  # a lookup's legs run side by side: one of them opens the store
 
     @property
     def layout(self) -> CollectionLayout:
@@ -294,36 +309,34 @@ class HaystackVectorSearch:
         return self._layout
 
     def _ready_retriever(self):
-        if self._retriever is None:
-            from milvus_haystack import MilvusDocumentStore, MilvusEmbeddingRetriever, MilvusSparseEmbeddingRetriever
+        with self._opening:
+            if self._retriever is None:
+                import milvus_haystack
 
-            # The collection exists already; checking first keeps milvus-haystack from creating
-            # one with its own default schema.
-            probe, layout = self.store.open_collection()
-            close_quietly(probe)  # the document store opens its own client
-            document_store = MilvusDocumentStore(
-                connection_args=self.store.connection_args(),
-                collection_name=self.collection,
-                primary_field=ID_FIELD,
-                text_field=CONTENT_FIELD,
-                vector_field=VECTOR_FIELD,
-                enable_dynamic_field=False,
-                # Explicit and read from the collection, so Document.score follows its real metric.
-                index_params=index_params_for(layout.index_type, metric=layout.metric),
-                search_params={"metric_type": layout.metric, "params": dict(self.store.search_params)},
-                timeout=self.store.timeout_s,
-                **_full_text_arguments(layout),
-            )
-            self._retriever = MilvusEmbeddingRetriever(document_store=document_store)
-            if layout.has_sparse:
-                self._sparse_retriever = MilvusSparseEmbeddingRetriever(document_store=document_store)
-            self._layout = layout
-        return self._retriever
-
-    @property
-    def described_index_type(self) -> str | None:
-        """The collection's vector index as Milvus describes it (None before the first search)."""
-        return self._layout.index_type if self._layout is not None else None
+                # The collection exists already; checking first keeps milvus-haystack from creating
+                # one with its own default schema.
+                probe, layout = self.store.open_collection()
+                close_quietly(probe)  # the document store opens its own client
+                document_store = milvus_haystack.MilvusDocumentStore(
+                    connection_args=self.store.connection_args(),
+                    collection_name=self.collection,
+                    primary_field=ID_FIELD,
+                    text_field=CONTENT_FIELD,
+                    vector_field=VECTOR_FIELD,
+                    enable_dynamic_field=False,
+                    # Explicit and read from the collection, so Document.score follows its real metric.
+                    index_params=index_params_for(layout.index_type, metric=layout.metric),
+                    search_params={"metric_type": layout.metric, "params": dict(self.store.search_params)},
+                    timeout=self.store.timeout_s,
+                    **_full_text_arguments(layout),
+                )
+                self._retriever = milvus_haystack.MilvusEmbeddingRetriever(document_store=document_store)
+                if layout.has_sparse:
+                    self._sparse_retriever = milvus_haystack.MilvusSparseEmbeddingRetriever(
+                        document_store=document_store
+                    )
+                self._layout = layout
+            return self._retriever
 
     def retrievers(self) -> tuple[Any, Any]:
         """milvus-haystack's dense and BM25 retrievers on the collection (the BM25 one None without `sparse`)."""

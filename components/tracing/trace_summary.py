@@ -26,6 +26,7 @@ from components.contracts import (
     L0Hints,
     LookupResult,
     QueryTransform,
+    RerankEntry,
     RetrievalAttempt,
     RetrievalTrace,
 )
@@ -243,7 +244,7 @@ def attempt_span(attempt: RetrievalAttempt, trace: RetrievalTrace, start_ns: int
 
 def retriever_decision(outputs: dict[str, Any], packed: set[str], start_ns: int, end_ns: int) -> dict[str, Any]:
     trace = outputs.get("retrieval_trace")
-    candidates = sorted(outputs.get("candidates") or [], key=lambda c: -c.similarity)
+    candidates = sorted(_each_chunk_once(outputs.get("candidates") or []), key=lambda c: -c.similarity)
     data: dict[str, Any] = {"outputs": [retriever_document(c, packed) for c in candidates]}
     if not isinstance(trace, RetrievalTrace):
         return data
@@ -277,6 +278,15 @@ def retriever_decision(outputs: dict[str, Any], packed: set[str], start_ns: int,
     return data
 
 
+def _each_chunk_once(candidates: list[Candidate]) -> list[Candidate]:
+    """A fallback's attempts can return one chunk twice: the span lists it once, at its best similarity."""
+    best: dict[str, Candidate] = {}
+    for candidate in candidates:
+        if candidate.evidence_key not in best or candidate.similarity > best[candidate.evidence_key].similarity:
+            best[candidate.evidence_key] = candidate
+    return list(best.values())
+
+
 def l0_decision(outputs: dict[str, Any], **_: Any) -> dict[str, Any]:
     hints = outputs.get("hints")
     if not isinstance(hints, L0Hints):
@@ -304,18 +314,30 @@ def transform_decision(outputs: dict[str, Any], **_: Any) -> dict[str, Any]:
     }
 
 
-def rerank_decision(outputs: dict[str, Any], **_: Any) -> dict[str, Any]:
+def rerank_decision(outputs: dict[str, Any], rerank_trace: list[RerankEntry] | None = None, **_: Any) -> dict[str, Any]:
+    """
+    The reranked top 5: the lookup's rerank trace when it has one (after the per-document cap, the
+    list `knowledge traces show` prints), else the reranker's own order (a lookup that failed later).
+    """
     ranked = outputs.get("candidates") or []
+    rows = (
+        [(e.rank, e.source, e.evidence_key, "base_score", e.base_score, e.final_score, e.boosts) for e in rerank_trace]
+        if rerank_trace
+        else [
+            (rank, c.source, c.evidence_key, "similarity", c.similarity, c.final_score, c.boosts)
+            for rank, c in enumerate(ranked, start=1)
+        ]
+    )
     top = [
         {
             "rank": rank,
-            "source": c.source,
-            "chunk_id": c.evidence_key,
-            "similarity": round(c.similarity, 4),
-            "final_score": round(c.final_score, 4),
-            "boosts": {signal: round(boost, 4) for signal, boost in c.boosts.items() if boost},
+            "source": source,
+            "chunk_id": key,
+            score_name: round(score, 4),
+            "final_score": round(final, 4),
+            "boosts": {signal: round(boost, 4) for signal, boost in boosts.items() if boost},
         }
-        for rank, c in enumerate(ranked[:RERANK_TOP], start=1)
+        for rank, source, key, score_name, score, final, boosts in rows[:RERANK_TOP]
     ]
     return {"outputs": {"candidates": len(ranked), "top": top}, "attributes": {"candidate_count": len(ranked)}}
 
@@ -365,7 +387,8 @@ def stage_span(stage: Any, job: TraceJob, packed: set[str]) -> dict[str, Any]:
         if stage.name == "retriever":
             data.update(retriever_decision(stage.outputs, packed, stage.start_ns, end_ns))
         elif stage.name in DECISIONS:
-            decision = DECISIONS[stage.name](stage.outputs)
+            rerank_trace = job.result.rerank_trace if job.result is not None else None
+            decision = DECISIONS[stage.name](stage.outputs, rerank_trace=rerank_trace)
             data["attributes"] = decision.get("attributes")
             data["events"] = decision.get("events")
             if "outputs" in decision:

@@ -19,6 +19,9 @@ from components.tracing.trace_summary import TraceJob
 
 logger = logging.getLogger(__name__)
 
+# Where a lookup came from when not a client (`evaluation`): a key of retrieval_details.
+ORIGIN_KEY = "origin"
+EVALUATION_ORIGIN = "evaluation"
 # The raw query kept in retrieval_details.query_transform.
 RAW_QUERY_CHARS = 2000
 # The most of a query the `arguments` column keeps; a longer one keeps its length and sha256 beside it.
@@ -240,12 +243,18 @@ class TraceWriter:
 
     @component.output_types(result=LookupResult)
     def run(
-        self, result: LookupResult, arguments: dict[str, Any] | None = None, started_at: float | None = None
+        self,
+        result: LookupResult,
+        arguments: dict[str, Any] | None = None,
+        started_at: float | None = None,
+        origin: str | None = None,
     ) -> dict[str, Any]:
         """
         :param result: The assembled result.
         :param arguments: The tool call's arguments (default: `{"query": <raw query>}`).
         :param started_at: When the call started (`time.time()`), for `latency_ms` and the trace.
+        :param origin: Who asked, when not a client: `evaluation` for `knowledge eval --record`, kept as
+            `retrieval_details.origin` so that replays of production traffic can leave it out.
         :returns: `result`: the same result with `invocation_id` and `trace_status` set.
         """
         writer_started_ns = time.time_ns()
@@ -257,6 +266,8 @@ class TraceWriter:
         started = started_at if started_at is not None else writer_started_ns / 1e9
         try:
             details = self.details(result)
+            if origin:
+                details[ORIGIN_KEY] = origin
             record = {
                 "id": invocation_id,
                 "tool_name": self.tool_name,

@@ -289,12 +289,14 @@ def bench_lookup(
     queries: int = 60,
     echo: Callable[[str], None] = print,
     tracing_lookups: int = 60,
+    profile: int = 0,
 ) -> dict[str, Any]:
     """
     Lookup latency of the pipeline against one embedding + one search (see the module docstring),
     then, on the same collection, lookup latency with MLflow tracing off vs on
     (`pipelines.bench.tracing.compare_tracing_overhead`: `tracing_lookups` single-thread lookups
-    per mode and `tracing_lookups / 15` s of saturation per mode and round; 0 skips it).
+    per mode and `tracing_lookups / 15` s of saturation per mode and round; 0 skips it), and
+    `profile` lookups per path stage by stage (`pipelines.bench.lookup_profile`; 0 skips it).
     The config is composed from `overrides` with the benchmark's state, knowledge base and collection.
     """
     from pipelines.indexing import run_indexing
@@ -340,6 +342,12 @@ def bench_lookup(
                     figures_of_path["hybrid_p50_ratio"] <= HYBRID_RATIO_TARGETS[path]
                 )
                 figures_of_path["hybrid_p50_ratio"] = round(figures_of_path["hybrid_p50_ratio"], 3)
+        if profile > 0:
+            from pipelines.bench.lookup_profile import format_profile, profile_paths
+
+            table = profile_paths(service, {path: pick_cases(cases, path, profile) for path in paths})
+            figures["profile"] = table
+            echo(format_profile(table, profile))
         tracing = None
         if tracing_lookups > 0:
             from pipelines.bench.tracing import compare_tracing_overhead

@@ -18,7 +18,7 @@ The `knowledge` command line: one thin entry point over the pipelines, one modul
     knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
     knowledge traces replay [key=value ...]
     knowledge traces rerun [--since DATE] [--last N] [--json] [key=value ...]
-    knowledge dev milvus-server [--data-dir DIR] [--port P]
+    knowledge dev milvus-server [--data-dir DIR] [--port P] [--engine standalone|lite]
 
 Hydra overrides go after the arguments. Exit status: 0 on success (found=false included),
 2 on bad input or configuration, 1 on any other failure; errors are one line on stderr.

@@ -14,6 +14,7 @@ BENCH_MINIMUMS = {
     "min_chunks": 1,
     "queries": 1,
     "tracing_lookups": 0,
+    "profile": 0,
     "clients": 1,
     "seconds": 0.1,
     "single_seconds": 0.1,
@@ -57,6 +58,9 @@ def _add_lookup(bench_sub) -> argparse.ArgumentParser:
     parser.add_argument("--queries", type=int, default=60, help="timed lookups per path")
     parser.add_argument(
         "--tracing-lookups", type=int, default=60, help="timed lookups per mode for MLflow tracing off vs on (0: skip)"
+    )
+    parser.add_argument(
+        "--profile", type=int, default=0, metavar="N", help="then N lookups per path stage by stage (0: skip)"
     )
     return parser
 
@@ -158,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
             min_chunks=args.min_chunks,
             queries=args.queries,
             tracing_lookups=args.tracing_lookups,
+            profile=args.profile,
         )
     return EXIT_OK
 

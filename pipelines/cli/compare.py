@@ -3,6 +3,7 @@
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from components.errors import EXIT_OK
 from pipelines.cli.common import UsageError, add_overrides, check_writable, command_parser, load
@@ -69,9 +70,15 @@ def _compare_ab(args: argparse.Namespace) -> int:
     except EvaluationInputError as exc:
         raise UsageError(str(exc)) from exc
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    report = run_ab(list(args.overrides), a, b, queries, args.queries, args.report, say=say)
+    guards, constraints = _guard(args)
+    from pipelines.lite_snapshot import snapshot_overrides
+
+    with snapshot_overrides(load(args.overrides), say) as snapshot:
+        base = [*snapshot, *args.overrides]
+        report = run_ab(base, a, b, queries, args.queries, args.report, say=say, guards=guards, constraints=constraints)
     if args.json:
         payload = {
+            "verdict": report.verdict,
             "metrics": report.metrics,
             "changes": [change.__dict__ for change in report.changes],
             "report": report.report_path,
@@ -81,3 +88,12 @@ def _compare_ab(args: argparse.Namespace) -> int:
     else:
         print(format_ab(report))
     return EXIT_OK
+
+
+def _guard(args: argparse.Namespace):
+    """The configured guard sets and constraints (conf/guard/), scored on both sides."""
+    from pipelines.tuning.guards import QuerySet, guard_constraints, guard_sets
+
+    cfg = load(args.overrides)
+    compared = QuerySet(Path(args.queries).stem, args.queries, [], "tuning")
+    return guard_sets(cfg, [], [compared]), guard_constraints(cfg, [], [], "guard.constraints")

@@ -30,8 +30,9 @@ def add_parser(sub) -> None:
         "BM25 + dense reciprocal-rank-fusion hybrid over the same chunks, and log them as one MLflow run. "
         "-m sweeps Hydra overrides (a=1,2, range(), choice()): one child run per combination; --search NAME "
         "runs Optuna's constrained search over conf/search/NAME.yaml (or a YAML path) with a held-out split. "
-        "Searches and sweeps keep to constraints (--constraint, --guard): the printed best meets all of them, "
-        "and none feasible exits 1.",
+        "Searches and sweeps keep to the guard of conf/guard/ (guard sets and constraints; --guard, --constraint "
+        "add to it, guard=none drops it) and print a setting only when it keeps every guard and beats the "
+        "current settings by a paired sign test, else 'keep the current settings' and why; none feasible exits 1.",
     )
     _add_query_options(parser)
     _add_run_options(parser)
@@ -84,7 +85,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="FILE",
-        help="a query set scored in every trial for the constraints only, e.g. eval/offtopic-alerts.jsonl (repeatable)",
+        help="a query set scored in every trial for the constraints only, beside guard.sets (repeatable)",
     )
     parser.add_argument(
         "--constraint",
@@ -93,7 +94,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         metavar="SPEC",
         help="search/sweep constraint METRIC[@SET]>=X or <=X, e.g. 'no_evidence_rate>=0.95' (every set with "
         "off-topic queries) or 'answer_rate@prometheus-dev>=0.95' (SET: a query file's stem); adds to the "
-        "space's constraints (a sweep's default: no_evidence_rate>=0.95); 'none' drops those (repeatable)",
+        "guard's (conf/guard/, guard.constraints) and the space's constraints; 'none' drops those (repeatable)",
     )
     parser.add_argument("--study", metavar="NAME", help="Optuna study name in paths.state_dir/optuna.db")
     parser.add_argument(
@@ -120,9 +121,23 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("give --queries FILE (or --cfg to print the config)")
     _check_tuning_options(args, search)
     try:
-        return _run_kind(args, search, overrides)
+        with _snapshot(args, overrides) as snapshot:
+            return _run_kind(args, search, [*snapshot, *overrides])
     except EvaluationInputError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def _snapshot(args: argparse.Namespace, overrides: list[str]):
+    """A snapshot copy of the Lite db while `knowledge serve` holds it (pipelines/lite_snapshot.py); none to index."""
+    from contextlib import nullcontext
+
+    from pipelines.lite_snapshot import snapshot_overrides
+    from pipelines.tuning.sweep import parse_overrides
+
+    if args.kb:
+        return nullcontext([])
+    fixed = [o for o in overrides if not parse_overrides([o])[0].is_sweep_override()]
+    return snapshot_overrides(load(fixed), say=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def _check_tuning_options(args: argparse.Namespace, search: str | None) -> None:

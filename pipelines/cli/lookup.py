@@ -155,12 +155,9 @@ def _lookup_remote(args: argparse.Namespace) -> int:
 
 def _shown(result, view: str) -> dict:
     """The result as `--view` shows it: the full result, or the agent view (packed context and citations)."""
-    data = result.to_dict()
-    if view == "full":
-        return data
-    from pipelines.agent import agent_view
+    from pipelines.agent import shown
 
-    return agent_view(data)
+    return shown(result.to_dict(), view)
 
 
 def _report_failure(result) -> None:

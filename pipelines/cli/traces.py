@@ -62,6 +62,11 @@ def _add_rerun(actions) -> argparse.ArgumentParser:
     parser.add_argument("--since", metavar="DATE", help="only lookups recorded since DATE (YYYY-MM-DD[THH:MM])")
     parser.add_argument("--last", type=int, default=0, metavar="N", help="only the newest N lookups (0: all)")
     parser.add_argument("--json", action="store_true", help="print the totals and every query as JSON")
+    parser.add_argument(
+        "--include-evaluation",
+        action="store_true",
+        help="replay the lookups recorded by `knowledge eval --record` too (default: production traffic only)",
+    )
     return parser
 
 
@@ -124,11 +129,36 @@ def _export(args: argparse.Namespace, store) -> None:
 
 
 def _rerun(args: argparse.Namespace, cfg) -> int:
+    from pipelines.lite_snapshot import snapshot_overrides
+    from pipelines.tuning.rerun import parse_since
+
+    parse_since(args.since)  # a bad date is refused before any copy is made
+
+    with snapshot_overrides(cfg, say=lambda line: print(line, file=sys.stderr, flush=True)) as snapshot:
+        return _rerun_with(args, load(args.overrides, snapshot))
+
+
+def _rerun_with(args: argparse.Namespace, cfg) -> int:
+    from pipelines.tuning.guards import guard_constraints, guard_sets
     from pipelines.tuning.rerun import format_rerun, parse_since, rerun_traces
 
-    report = rerun_traces(cfg, since=parse_since(args.since), last=args.last or None)
+    since = parse_since(args.since)
+    guards, constraints = guard_sets(cfg, [], []), guard_constraints(cfg, [], [], "guard.constraints")
+    report = rerun_traces(
+        cfg,
+        since=since,
+        last=args.last or None,
+        include_evaluation=args.include_evaluation,
+        guards=guards,
+        constraints=constraints,
+    )
     if args.json:
-        payload = {"totals": report.totals, "run_id": report.run_id, "queries": [r.to_dict() for r in report.rows]}
+        payload = {
+            "totals": report.totals,
+            "guard": report.guard,
+            "run_id": report.run_id,
+            "queries": [r.to_dict() for r in report.rows],
+        }
         print(json.dumps(payload, ensure_ascii=False, indent=2))
     else:
         print(format_rerun(report))

@@ -8,27 +8,23 @@ from pipelines.cli.common import load
 
 
 def run_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
-    from pipelines.tuning.guards import DEFAULT_SWEEP_CONSTRAINTS, parse_constraints
-    from pipelines.tuning.sweep import format_ranking, run_sweep
+    from pipelines.tuning.sweep import format_ranking, run_guarded_sweep
 
-    constraints = parse_constraints(list(DEFAULT_SWEEP_CONSTRAINTS), args.constraint, "the sweep's default guard")
-    tuning, guards = _query_sets(args)
-    result = run_sweep(
+    result = run_guarded_sweep(
         overrides,
-        [],
-        ", ".join(args.queries),
+        args.queries,
+        args.guard,
+        args.constraint,
         kb_path=args.kb,
         baselines=not args.no_baselines,
         rank_by=args.rank_by,
         experiment=args.experiment,
         say=lambda line: print(line, file=sys.stderr, flush=True),
-        sets=[*tuning, *guards],
-        constraints=constraints,
     )
     print(format_ranking(result))
     for line in result.runs.announce(result.parent_run_id, f"parent run of {len(result.trials)} child runs"):
         print(line)
-    if result.best is None:
+    if not any(trial.feasible for trial in result.trials):
         print("knowledge: error: no combination met the constraints", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
@@ -36,14 +32,14 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
 
 def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int:
     from pipelines.evaluation import index_first
-    from pipelines.tuning.guards import parse_constraints
+    from pipelines.tuning.guards import guard_constraints
     from pipelines.tuning.search import format_search, run_search
     from pipelines.tuning.space import SearchSpace
 
     space = SearchSpace.load(name)
-    constraints = parse_constraints(space.constraints, args.constraint, space.origin)
     cfg = load(overrides)
-    tuning, guards, held_out = _search_sets(args)
+    constraints = guard_constraints(cfg, space.constraints, args.constraint, space.origin)
+    tuning, guards, held_out = _search_sets(args, cfg)
     if args.kb:
         index_first(cfg, args.kb)
     result = run_search(
@@ -58,6 +54,7 @@ def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int
         study_name=args.study,
         resume=args.resume,
         experiment=args.experiment,
+        say=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(format_search(result))
     for line in result.runs.announce(result.parent_run_id, f"parent run of this run's {args.trials} trial runs"):
@@ -66,20 +63,20 @@ def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int
     return _search_status(result)
 
 
-def _query_sets(args: argparse.Namespace):
-    """The tuning sets (--queries) and the guard sets (--guard)."""
-    from pipelines.tuning.guards import load_sets
+def _query_sets(args: argparse.Namespace, cfg):
+    """The tuning sets (--queries) and the guard sets (guard.sets and --guard)."""
+    from pipelines.tuning.guards import guard_sets, load_sets
 
     tuning = load_sets(args.queries, "tuning")
-    return tuning, load_sets(args.guard, "guard", tuning)
+    return tuning, guard_sets(cfg, args.guard, tuning)
 
 
-def _search_sets(args: argparse.Namespace):
+def _search_sets(args: argparse.Namespace, cfg):
     """Tuning, guard and held-out sets: the --holdout files, else a seeded share of each tuning set."""
     from pipelines.tuning.guards import load_sets
     from pipelines.tuning.space import split_sets
 
-    tuning, guards = _query_sets(args)
+    tuning, guards = _query_sets(args, cfg)
     if args.holdout:
         held_out = load_sets(args.holdout, "held-out", [*tuning, *guards])
     else:
@@ -88,12 +85,8 @@ def _search_sets(args: argparse.Namespace):
 
 
 def _search_status(result) -> int:
-    """Exit 1, with the one line that says why, when the search has no setting to recommend."""
+    """Exit 1, with the one line that says why, when no trial (the current settings included) met the constraints."""
     if result.best is None:
         print("knowledge: error: no trial met the constraints", file=sys.stderr)
-        return EXIT_FAILURE
-    if result.recommended is None:
-        breaks = ", ".join(result.held_out_breaks)
-        print(f"knowledge: error: the best trial breaks {breaks} on the held-out queries", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK

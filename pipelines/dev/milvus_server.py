@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from components.errors import first_line
+from components.errors import BadInputError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +40,15 @@ READY_TIMEOUT_S = 180.0
 STOP_GRACE_S = 5.0
 
 
+LOCK_FILE = "knowledge-dev-server.lock"
+
+
 class MilvusServerUnavailableError(RuntimeError):
     """The `milvus` package is missing, or its server did not start."""
+
+
+class ServerArgumentError(MilvusServerUnavailableError, BadInputError):
+    """The data folder or the port cannot be used as given (in use, not a folder): exit status 2."""
 
 
 def free_port() -> int:
@@ -63,25 +70,40 @@ class MilvusServerProcess:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self._process: subprocess.Popen | None = None
+        self._lock: int | None = None
 
     @property
     def uri(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> "MilvusServerProcess":
+        self._check_installed()
+        self._lock = lock_data_dir(self.data_dir)
+        try:
+            self._process = self._launch()
+            self._wait_ready(timeout_s)
+        except BaseException:
+            # Also on Ctrl+C or SIGTERM while waiting: the server group never outlives its caller.
+            self.stop()
+            raise
+        return self
+
+    @staticmethod
+    def _check_installed() -> None:
         try:
             import milvus  # noqa: F401  (only to fail early and clearly)
         except ImportError as exc:
             raise MilvusServerUnavailableError(
                 "the `milvus` package is not installed (pip install milvus==2.3.5)"
             ) from exc
+
+    def _launch(self) -> subprocess.Popen:
         isolate = network_namespace_command()
-        self.data_dir.mkdir(parents=True, exist_ok=True)
         listener = _loopback_listener(self.port)
         child = [sys.executable, "-m", "pipelines.dev.milvus_server", "--child", str(self.data_dir), str(self.port)]
-        log = open(self.data_dir / "server-child.log", "ab")  # noqa: SIM115 (kept open for the child)
+        log = open(self.log_path, "ab")  # noqa: SIM115 (kept open for the child)
         try:
-            self._process = subprocess.Popen(
+            return subprocess.Popen(
                 [*isolate, *child, "--listen-fd", str(listener.fileno())],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -91,8 +113,10 @@ class MilvusServerProcess:
         finally:
             log.close()
             listener.close()  # the child's relay owns it now: the port closes when the server goes
-        self._wait_ready(timeout_s)
-        return self
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "server-child.log"
 
     def _wait_ready(self, timeout_s: float) -> None:
         from pymilvus import MilvusClient
@@ -102,7 +126,7 @@ class MilvusServerProcess:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 self.stop()
-                raise MilvusServerUnavailableError(f"Milvus server exited early; see {self.data_dir}/server-child.log")
+                raise MilvusServerUnavailableError(f"Milvus server exited early; see {self.log_path}")
             if _answers(self.port):
                 try:
                     # A connection of its own: a shared one of this process may still point at the
@@ -126,18 +150,11 @@ class MilvusServerProcess:
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM to the group, SIGKILL after a grace period: the server binary ignores SIGTERM for long."""
         process, self._process = self._process, None
-        if process is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
+        lock, self._lock = self._lock, None
+        if process is not None:
+            _stop_group(process, grace_s)
+        if lock is not None:
+            os.close(lock)  # the data folder is free again once the server is gone
 
     def restart(self, timeout_s: float = READY_TIMEOUT_S) -> "MilvusServerProcess":
         """Stop, then start again on the same port and data folder (its collections kept)."""
@@ -153,6 +170,52 @@ class MilvusServerProcess:
 
     def __exit__(self, *_exc_info) -> None:
         self.stop()
+
+
+def _stop_group(process: subprocess.Popen, grace_s: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """
+    Create the data folder and take its lock (a file descriptor, held while the server runs): a
+    second server on the same folder is refused at once instead of waiting on Milvus's own locks.
+    """
+    if data_dir.exists() and not data_dir.is_dir():
+        raise ServerArgumentError(f"--data-dir {data_dir} is a file, not a folder")
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise ServerArgumentError(f"--data-dir {data_dir} cannot be used as a folder: {exc.strerror or exc}") from exc
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(descriptor)
+        raise ServerArgumentError(
+            f"--data-dir {data_dir} is in use by another Milvus dev server (pid {holder}); stop it or pick another folder"
+        ) from exc
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, str(os.getpid()).encode(), 0)
+    return descriptor
+
+
+def check_port_free(port: int) -> None:
+    """Refuse a port something already listens on (SO_REUSEADDR, as servers bind: a restart's TIME_WAIT is no owner)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ServerArgumentError(f"--port {port} is busy on 127.0.0.1: {exc.strerror or exc}") from exc
 
 
 @functools.cache
@@ -186,7 +249,7 @@ def _loopback_listener(port: int) -> socket.socket:
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise MilvusServerUnavailableError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}") from exc
+        raise ServerArgumentError(f"--port {port} is busy on 127.0.0.1: {exc.strerror or exc}") from exc
     sock.set_inheritable(True)
     return sock
 
@@ -260,21 +323,6 @@ def _run_child(data_dir: str, port: int, listen_fd: int) -> None:
     server.start()
     signal.signal(signal.SIGTERM, lambda *_: (server.stop(), sys.exit(0)))
     asyncio.run(_relay(listener, port, lambda: server.server_proc is not None and server.server_proc.poll() is None))
-
-
-def serve_until_interrupted(data_dir: Path, port: int | None) -> int:
-    """`knowledge dev milvus-server`: run a server in the foreground until Ctrl+C (or SIGTERM)."""
-
-    def interrupted(*_args) -> None:
-        raise KeyboardInterrupt  # SIGTERM stops the server group as Ctrl+C does, never orphaning it
-
-    signal.signal(signal.SIGTERM, interrupted)
-    with MilvusServerProcess(data_dir, port) as server:
-        print(f"Milvus server ready: milvus.uri={server.uri} (data in {data_dir}); Ctrl+C stops it", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            while server._process is not None and server._process.poll() is None:
-                time.sleep(1)
-    return 0
 
 
 if __name__ == "__main__":

@@ -29,10 +29,20 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pipelines.evaluation import EvalQuery, PipelineSystem, Ranked, evaluate, index_first
-from pipelines.evaluation_metrics import first_hit, ndcg
+from pipelines.evaluation import EvalQuery, PipelineSystem, Ranked, index_first
 from pipelines.manifest import indexed_kb
 from pipelines.settings import ConfigError, load_config
+from pipelines.tuning.guards import Constraint, QuerySet, evaluate_sets
+from pipelines.tuning.recommend import (
+    METRICS,
+    Candidate,
+    Policy,
+    ab_verdict,
+    format_p,
+    metric_values,
+    per_query_values,
+    sign_test,
+)
 from pipelines.tuning.runs import RunLogger, flatten_params, metric_name
 from pipelines.tuning.sweep import affects_index, index_redirect
 
@@ -54,35 +64,6 @@ def split_overrides(text: str | None, option: str) -> list[str]:
     if bad:
         raise ConfigError(f"{option}: {bad[0]!r} is not key=value")
     return overrides
-
-
-# Per-query values of each metric: None where a metric does not apply (hit@1 of an off-topic query).
-def per_query_values(query: EvalQuery, answer: Ranked) -> dict[str, float | None]:
-    if not query.answerable:
-        empty = dict.fromkeys(("hit@1", "hit@5", "mrr@10", "ndcg@10", "answer_rate"))
-        return {**empty, "no_evidence_rate": 0.0 if answer.answered else 1.0}
-    rank = first_hit(answer.sources, query.relevant, 10)
-    return {
-        "hit@1": 1.0 if rank == 1 else 0.0,
-        "hit@5": 1.0 if rank is not None and rank <= 5 else 0.0,
-        "mrr@10": 1.0 / rank if rank else 0.0,
-        "ndcg@10": ndcg(answer.sources, query.relevant, 10),
-        "answer_rate": 1.0 if answer.answered else 0.0,
-        "no_evidence_rate": None,
-    }
-
-
-METRICS = ("hit@1", "hit@5", "mrr@10", "ndcg@10", "answer_rate", "no_evidence_rate")
-
-
-def sign_test(deltas: np.ndarray) -> float:
-    """Exact two-sided sign test of paired deltas; ties are left out, and no untied pair gives p = 1."""
-    from scipy.stats import binomtest
-
-    wins, losses = int((deltas > 0).sum()), int((deltas < 0).sum())
-    if wins + losses == 0:
-        return 1.0
-    return float(binomtest(wins, wins + losses, 0.5).pvalue)
 
 
 def bootstrap_interval(deltas: np.ndarray, seed: int = 0) -> tuple[float, float]:
@@ -133,6 +114,7 @@ class AbReport:
     metrics: dict[str, dict[str, Any]]
     changes: list[QueryChange]
     configs: dict[str, DictConfig] = field(repr=False, default_factory=dict)
+    verdict: str = ""  # the one verdict line (pipelines/tuning/recommend.py::ab_verdict)
     run_id: str | None = None
     report_path: str | None = None
     runs: RunLogger | None = None
@@ -164,24 +146,33 @@ def run_ab(
     experiment: str = AB_EXPERIMENT,
     say: Callable[[str], None] = logger.info,
     seed: int = 0,
+    guards: list[QuerySet] = (),
+    constraints: list[Constraint] = (),
 ) -> AbReport:
-    """Evaluate both configs on `queries`, pair them query by query, write the report, log the run."""
+    """
+    Evaluate both configs on `queries` and the guard sets, pair them query by query, give the verdict
+    (B better / worse / no detectable difference, by the recommendation rule), write the report, log the run.
+    """
     configs = {"a": side_config(base, a, say), "b": side_config(base, b, say)}
-    answers = {
-        side: evaluate(cfg, queries, [PipelineSystem(cfg)], label=queries_label).answers["pipeline"]
-        for side, cfg in configs.items()
-    }
-    values = {side: [per_query_values(q, r) for q, r in zip(queries, answers[side], strict=True)] for side in SIDES}
-    metrics = {
-        name: paired_metric([v[name] for v in values["a"]], [v[name] for v in values["b"]], seed) for name in METRICS
-    }
-    metrics = {name: m for name, m in metrics.items() if m["n"]}
+    main = QuerySet(Path(queries_label).stem or "queries", queries_label, queries, "tuning")
+    sets = [main, *guards]
+    evaluated = {side: evaluate_sets(cfg, sets, [PipelineSystem(cfg)]) for side, cfg in configs.items()}
+    answers = {side: evaluation.answers["pipeline"] for side, (evaluation, _) in evaluated.items()}
+    metrics = _paired_metrics(sets, answers, seed)
     changes = [
         QueryChange(q.id, q.query, q.kind, _top(ra), _top(rb), ra.answered, rb.answered)
-        for q, ra, rb in zip(queries, answers["a"], answers["b"], strict=True)
+        for q, ra, rb in zip(queries, answers["a"], answers["b"], strict=False)
         if _top(ra) != _top(rb) or ra.answered != rb.answered
     ]
     report = AbReport({"a": a, "b": b, "base": base}, queries_label, metrics, changes, configs)
+    policy = Policy.from_config(configs["a"])
+    candidates = {
+        side: Candidate(
+            side.upper(), per_set, {main.name: metric_values(queries, answers[side][: len(queries)], policy.metric)}
+        )
+        for side, (_, per_set) in evaluated.items()
+    }
+    report.verdict = ab_verdict(candidates["a"], candidates["b"], list(constraints), policy, [main.name])
     path = Path(report_path) if report_path else Path(configs["a"].paths.state_dir) / AB_REPORT
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html_report(report), encoding="utf-8")
@@ -189,6 +180,23 @@ def run_ab(
     report.runs = RunLogger.from_config(configs["a"], experiment)
     report.run_id = _log_run(report, path)
     return report
+
+
+def _paired_metrics(sets: list[QuerySet], answers: dict[str, list[Ranked]], seed: int) -> dict[str, dict[str, Any]]:
+    """Every metric of the compared queries, then each guard set's (`no_evidence_rate@offtopic-alerts`), paired."""
+    metrics, start = {}, 0
+    for number, query_set in enumerate(sets):
+        end = start + len(query_set.queries)
+        values = {
+            side: [per_query_values(q, r) for q, r in zip(query_set.queries, answers[side][start:end], strict=True)]
+            for side in SIDES
+        }
+        start = end
+        for name in METRICS:
+            paired = paired_metric([v[name] for v in values["a"]], [v[name] for v in values["b"]], seed)
+            if paired["n"]:
+                metrics[name if number == 0 else f"{name}@{query_set.name}"] = paired
+    return metrics
 
 
 def _top(answer: Ranked) -> str | None:
@@ -202,6 +210,7 @@ def _log_run(report: AbReport, html_path: Path) -> str | None:
         "queries": report.queries_label,
         "ab.a": " ".join(report.overrides["a"]),
         "ab.b": " ".join(report.overrides["b"]),
+        "ab.verdict": report.verdict,
     }
     run_id = runs.start("ab", tags=tags)
     if run_id is None:
@@ -247,7 +256,7 @@ def html_report(report: AbReport) -> str:
             f"<tr class='{css}'><td>{e(name)}</td><td class='num'>{m['n']}</td><td class='num'>{m['a']:.3f}</td>"
             f"<td class='num'>{m['b']:.3f}</td><td class='num'>{m['delta']:+.3f}</td>"
             f"<td class='num'>[{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]</td>"
-            f"<td class='num'>{m['b_better']} / {m['b_worse']}</td><td class='num'>{m['p_value']:.4g}</td></tr>"
+            f"<td class='num'>{m['b_better']} / {m['b_worse']}</td><td class='num'>{format_p(m['p_value'])}</td></tr>"
         )
     changes = "".join(
         f"<tr><td>{e(c.id)}</td><td>{e(c.query)}</td><td>{e(c.kind)}</td><td>{e(str(c.a_top))}</td>"
@@ -260,6 +269,7 @@ def html_report(report: AbReport) -> str:
         f"<p>A: <code>{e(' '.join(report.overrides['a']) or '(defaults)')}</code><br>"
         f"B: <code>{e(' '.join(report.overrides['b']) or '(defaults)')}</code><br>"
         f"both: <code>{e(' '.join(report.overrides['base']) or '-')}</code></p>"
+        f"<p><strong>{e(report.verdict)}</strong></p>"
         "<p>Delta is B - A over the queries a metric applies to; the interval is a paired bootstrap 95% "
         f"interval ({BOOTSTRAP_SAMPLES} resamples); p is an exact two-sided sign test over the queries "
         "whose value differs (1 when none does).</p>"
@@ -275,14 +285,15 @@ def format_ab(report: AbReport, limit: int = 20) -> str:
     lines = [
         f"A/B over {report.queries_label}: A = {' '.join(report.overrides['a']) or '(defaults)'}; "
         f"B = {' '.join(report.overrides['b']) or '(defaults)'}",
-        f"{'metric':<18}{'n':>5}{'A':>8}{'B':>8}{'delta':>8}{'95% interval':>20}{'B+/B-':>9}{'p (sign)':>10}",
+        f"{'metric':<34}{'n':>5}{'A':>8}{'B':>8}{'delta':>8}{'95% interval':>20}{'B+/B-':>9}{'p (sign)':>10}",
     ]
     for name, m in report.metrics.items():
         interval = f"[{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]"
         lines.append(
-            f"{name:<18}{m['n']:>5}{m['a']:>8.3f}{m['b']:>8.3f}{m['delta']:>+8.3f}{interval:>20}"
-            f"{str(m['b_better']) + '/' + str(m['b_worse']):>9}{m['p_value']:>10.4g}"
+            f"{name:<34}{m['n']:>5}{m['a']:>8.3f}{m['b']:>8.3f}{m['delta']:>+8.3f}{interval:>20}"
+            f"{str(m['b_better']) + '/' + str(m['b_worse']):>9}{format_p(m['p_value']):>10}"
         )
+    lines.append(report.verdict)
     lines.append(f"{len(report.changes)} queries changed their top source or answer")
     for change in report.changes[:limit]:
         lines.append(

@@ -33,8 +33,6 @@ OFF_TOPIC_METRICS = ("no_evidence_rate",)
 ANY_QUERY_METRICS = ("fallback_rate", "latency_p50_ms", "latency_p95_ms")
 # Given with --constraint, drops the constraints a space or a sweep would apply by default.
 NO_CONSTRAINTS = "none"
-# The guard every sweep applies unless told otherwise (each shipped conf/search/*.yaml lists it too).
-DEFAULT_SWEEP_CONSTRAINTS = ("no_evidence_rate>=0.95",)
 _SYNTAX = re.compile(r"^\s*(?P<lhs>[\w@.-]+?)\s*(?P<op>>=|<=)\s*(?P<bound>\S+)\s*$")
 
 
@@ -222,3 +220,69 @@ def evaluate_sets(cfg, sets: list[QuerySet], systems: list[Any]) -> tuple[Evalua
         evaluation.report["systems"]["pipeline"] = score(tuning_queries, tuning_answers)
     evaluation.report["sets"] = per_set
     return evaluation, per_set
+
+
+def resolve_guard_path(path: str) -> str:
+    """A guard file as given, from the working directory, else from the project (where conf/ lives)."""
+    from pipelines.settings import CONF_DIR
+
+    given = Path(path)
+    if given.is_absolute() or given.exists():
+        return str(given)
+    in_project = CONF_DIR.resolve().parent / given
+    if in_project.exists():
+        return str(in_project)
+    where = sorted({str(Path.cwd()), str(CONF_DIR.resolve().parent)})
+    raise ConfigError(f"guard.sets: {path} not found in {' nor in '.join(where)}; guard=none drops the guard sets")
+
+
+def guard_sets(cfg, given: list[str], taken: list[QuerySet]) -> list[QuerySet]:
+    """The configured guard sets (`guard.sets`) and the `--guard` files, each file once."""
+    names = {s.name for s in taken}
+    # A configured guard also given as a tuning set is scored there already.
+    configured = [p for p in map(resolve_guard_path, cfg.guard.sets) if Path(p).stem not in names]
+    unique: dict[str, str] = {}
+    for path in [*configured, *given]:
+        unique.setdefault(str(Path(path).resolve()), path)
+    return load_sets(list(unique.values()), "guard", taken)
+
+
+def guard_constraints(cfg, declared: list[str], given: list[str], declared_origin: str) -> list[Constraint]:
+    """The configured guard's constraints, a space's (`declared`) and the given ones; `none` drops all but the given."""
+    configured = [Constraint.parse(text, "guard.constraints") for text in cfg.guard.constraints]
+    if NO_CONSTRAINTS in given:
+        configured = []
+    by_label: dict[str, Constraint] = {}
+    for constraint in [*configured, *parse_constraints(declared, given, declared_origin)]:
+        by_label.setdefault(constraint.label, constraint)  # the same constraint from two places is one
+    return list(by_label.values())
+
+
+def untested_guards(
+    constraints: list[Constraint], per_set_of_each: list[dict[str, dict[str, Any]]], min_off_topic: int
+) -> list[str]:
+    """
+    The off-topic constraints that could not fail: too few off-topic queries, or every one of them
+    rejected at every setting tried. Such a constraint kept nothing out; the "best" is unguarded.
+    """
+    warnings = []
+    for constraint in [c for c in constraints if c.metric in OFF_TOPIC_METRICS]:
+        mine = [
+            {name: m for name, m in per_set.items() if constraint.applies_to(name) and constraint.counts(m)}
+            for per_set in per_set_of_each
+        ]
+        if not mine or not mine[0]:
+            continue
+        count = sum(constraint.counts(m) for m in mine[0].values())
+        if count < min_off_topic:
+            why = f"only {count} off-topic queries (fewer than guard.min_off_topic={min_off_topic})"
+        elif all(float(m.get(constraint.metric) or 0) >= 1.0 for per_set in mine for m in per_set.values()):
+            why = f"every one of the {count} off-topic queries was rejected at every setting tried"
+        else:
+            continue
+        warnings.append(
+            f"off-topic constraint {constraint.label} not tested: {why}; add a guard set of questions or alerts "
+            "about systems the knowledge base does not cover (--guard FILE or guard.sets=[FILE]; "
+            "docs/tuning.md#guard-sets)"
+        )
+    return warnings

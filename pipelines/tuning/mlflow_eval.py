@@ -107,11 +107,13 @@ def query_feedback(query: EvalQuery, sources: list[str], answered: bool) -> dict
     if not query.answerable:
         return {"no_evidence": not answered}
     rank = first_hit(sources, query.relevant, DEPTH)
-    return {
+    feedback: dict[str, Any] = {
         "hit_at_1": rank == 1,
-        "first_relevant_rank": rank if rank is not None else 0,
         "reciprocal_rank": round(1.0 / rank, 4) if rank is not None and rank <= RECALL_DEPTH else 0.0,
     }
+    if rank is not None:  # a miss has no rank: none rather than 0, which MLflow would average in
+        feedback["first_relevant_rank"] = rank
+    return feedback
 
 
 def label_traces(tracking_uri: str, experiment_id: str, run_id: str, evaluation: Evaluation) -> int:

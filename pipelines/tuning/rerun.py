@@ -92,6 +92,8 @@ class RerunReport:
     run_id: str | None = None
     runs: RunLogger | None = None
     totals: dict[str, float] = field(default_factory=dict)
+    guard: dict[str, dict[str, Any]] = field(default_factory=dict)  # each guard set's metrics under the config
+    constraints: list[Any] = field(default_factory=list)
 
     @property
     def changed(self) -> list[RerunRow]:
@@ -117,15 +119,26 @@ def _rate(flags: list[bool]) -> float:
     return round(sum(flags) / len(flags), 4) if flags else 0.0
 
 
-def recorded_rows(cfg: DictConfig, since: datetime | None = None, last: int | None = None) -> list[dict[str, Any]]:
-    """The successful lookup rows to rerun, oldest first (`last`: only the newest N)."""
+def recorded_rows(
+    cfg: DictConfig, since: datetime | None = None, last: int | None = None, include_evaluation: bool = False
+) -> list[dict[str, Any]]:
+    """The successful lookup rows to rerun, oldest first (`last`: only the newest N); production traffic only by default."""
     from pipelines.traces import open_store
 
     rows = open_store(cfg, reading=True).latest(last=None, status="ok")  # newest first
     rows = [row for row in rows if row.get("tool_name") == TOOL_NAME and _query_of(row) is not None]
+    if not include_evaluation:
+        rows = [row for row in rows if not is_evaluation(row)]
     if since is not None:
         rows = [row for row in rows if _aware(row["created_at"]) >= since]
     return list(reversed(rows[:last] if last else rows))
+
+
+def is_evaluation(row: dict[str, Any]) -> bool:
+    """A lookup recorded by `knowledge eval --record`, not by a client."""
+    from components.tracing.trace_writer import EVALUATION_ORIGIN, ORIGIN_KEY
+
+    return (row.get("retrieval_details") or {}).get(ORIGIN_KEY) == EVALUATION_ORIGIN
 
 
 def _aware(value: datetime) -> datetime:
@@ -143,11 +156,17 @@ def rerun_traces(
     since: datetime | None = None,
     last: int | None = None,
     experiment: str = RERUN_EXPERIMENT,
+    include_evaluation: bool = False,
+    guards: list[Any] = (),
+    constraints: list[Any] = (),
 ) -> RerunReport:
-    """Rerun the recorded queries under `cfg` (nothing recorded), compare, log one MLflow run."""
+    """
+    Rerun the recorded queries under `cfg` (nothing recorded), compare, score the guard sets
+    (conf/guard/) under the same config, log one MLflow run.
+    """
     from pipelines.lookup import LookupService, build_lookup_pipeline
 
-    recorded = recorded_rows(cfg, since, last)
+    recorded = recorded_rows(cfg, since, last, include_evaluation)
     if not recorded:
         raise RerunInputError(
             f"no recorded lookup to rerun in {url_without_password(cfg.trace.db_url)} (with --since/--last as given)"
@@ -171,7 +190,12 @@ def rerun_traces(
                 current=decision(result.found, result.retrieval_details(0)),
             )
         )
-    report = RerunReport(rows, skipped, totals=totals(rows))
+    report = RerunReport(rows, skipped, totals=totals(rows), constraints=list(constraints))
+    if guards:
+        from pipelines.evaluation import PipelineSystem
+        from pipelines.tuning.guards import evaluate_sets
+
+        _, report.guard = evaluate_sets(cfg, list(guards), [PipelineSystem(cfg)])
     report.runs = RunLogger.from_config(cfg, experiment)
     report.run_id = _log_run(report, cfg, since, last)
     return report
@@ -185,7 +209,10 @@ def _log_run(report: RerunReport, cfg: DictConfig, since: datetime | None, last:
         return None
     try:
         runs.log_params(run_id, flatten_params(cfg))
-        runs.log_metrics(run_id, report.totals)
+        from pipelines.tuning.runs import flatten_metrics
+
+        guard = {k: v for name, m in report.guard.items() for k, v in flatten_metrics(m, f"guard.{name}.").items()}
+        runs.log_metrics(run_id, {**report.totals, **guard})
         runs.log_table(run_id, [row.to_dict() for row in report.rows], artifact_file=RERUN_ARTIFACT)
     except Exception:
         runs.finish(run_id, "FAILED")
@@ -207,6 +234,7 @@ def format_rerun(report: RerunReport, limit: int = 30) -> str:
     ]
     if report.skipped:
         lines.append(f"  skipped {report.skipped} invalid quer{'y' if report.skipped == 1 else 'ies'}")
+    lines += _guard_lines(report)
     for row in report.changed[:limit]:
         moves = "; ".join(f"{name} {row.recorded[name]} -> {row.current[name]}" for name in row.changed)
         lines.append(f"  {row.invocation_id[:8]}  {_cut(row.query, 60):<60}  {moves}")
@@ -215,6 +243,21 @@ def format_rerun(report: RerunReport, limit: int = 30) -> str:
     if report.runs is not None:
         lines.extend(report.runs.announce(report.run_id))
     return "\n".join(lines)
+
+
+def _guard_lines(report: RerunReport) -> list[str]:
+    """Each guard set under the config replayed: its rejection and answer rates, and the constraints it breaks."""
+    from pipelines.tuning.guards import set_violations
+
+    lines = []
+    for name, metrics in report.guard.items():
+        broken = set_violations(report.constraints, name, metrics)
+        rates = ", ".join(
+            f"{key} {metrics[key]:.3f}" for key in ("no_evidence_rate", "answer_rate") if metrics.get(key) is not None
+        )
+        status = "breaks " + ", ".join(broken) if broken else "keeps the guard"
+        lines.append(f"  guard {name}: {rates}: {status}")
+    return lines
 
 
 def _cut(text: str, width: int) -> str:

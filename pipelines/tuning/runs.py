@@ -95,13 +95,13 @@ class RunLogger:
     def enabled(self) -> bool:
         return bool(self.tracking_uri)
 
-    def _client(self):
+    def client(self):
         from mlflow import MlflowClient
 
         return MlflowClient(self.tracking_uri)
 
     def experiment_id(self) -> str:
-        client = self._client()
+        client = self.client()
         found = client.get_experiment_by_name(self.experiment)
         if found is not None:
             return found.experiment_id
@@ -123,12 +123,12 @@ class RunLogger:
         all_tags = dict(tags or {})
         if parent_id:
             all_tags["mlflow.parentRunId"] = parent_id
-        run = self._client().create_run(self.experiment_id(), run_name=run_name, tags=all_tags, start_time=start_time)
+        run = self.client().create_run(self.experiment_id(), run_name=run_name, tags=all_tags, start_time=start_time)
         return run.info.run_id
 
     def finish(self, run_id: str | None, status: str = "FINISHED", end_time: int | None = None) -> None:
         if run_id:
-            self._client().set_terminated(run_id, status=status, end_time=end_time)
+            self.client().set_terminated(run_id, status=status, end_time=end_time)
 
     def log_params(self, run_id: str | None, params: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -137,7 +137,7 @@ class RunLogger:
             return
         items = [Param(key, value) for key, value in params.items()]
         for start in range(0, len(items), MAX_PARAMS_PER_BATCH):
-            self._client().log_batch(run_id, params=items[start : start + MAX_PARAMS_PER_BATCH])
+            self.client().log_batch(run_id, params=items[start : start + MAX_PARAMS_PER_BATCH])
 
     def log_metrics(self, run_id: str | None, metrics: dict[str, float]) -> None:
         import time
@@ -149,7 +149,7 @@ class RunLogger:
         now = int(time.time() * 1000)
         items = [Metric(key, value, now, 0) for key, value in metrics.items()]
         for start in range(0, len(items), MAX_PARAMS_PER_BATCH * 10):
-            self._client().log_batch(run_id, metrics=items[start : start + MAX_PARAMS_PER_BATCH * 10])
+            self.client().log_batch(run_id, metrics=items[start : start + MAX_PARAMS_PER_BATCH * 10])
 
     def log_evaluation(
         self,
@@ -175,7 +175,7 @@ class RunLogger:
             self.log_metrics(run_id, evaluation_metrics(evaluation.report))
             self.log_table(run_id, evaluation.per_query_rows())
             if queries:
-                log_query_set(self._client(), run_id, evaluation.queries, queries)
+                log_query_set(self.client(), run_id, evaluation.queries, queries)
             label_traces(self.tracking_uri, self.experiment_id(), run_id, evaluation)
         except Exception:
             self.finish(run_id, "FAILED", evaluation.ended_ms)
@@ -187,7 +187,7 @@ class RunLogger:
         import pandas as pd
 
         if run_id:
-            self._client().log_table(run_id, data=pd.DataFrame(rows), artifact_file=artifact_file)
+            self.client().log_table(run_id, data=pd.DataFrame(rows), artifact_file=artifact_file)
 
     def ui_command(self) -> str:
         return f"mlflow ui --backend-store-uri {self.tracking_uri}"

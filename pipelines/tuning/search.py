@@ -14,13 +14,9 @@ a search can be resumed (`--resume`) and opened in optuna-dashboard.
 
 import json
 import logging
-import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from components.errors import first_line
 from pipelines.evaluation import build_systems
 from pipelines.settings import ConfigError, load_config
 from pipelines.tuning.guards import (
@@ -30,18 +26,31 @@ from pipelines.tuning.guards import (
     evaluate_sets,
     feasible,
     set_violations,
+    untested_guards,
     violated,
 )
+from pipelines.tuning.recommend import Policy, set_values
 from pipelines.tuning.runs import RunLogger, metric_name
 from pipelines.tuning.space import SearchSpace
+from pipelines.tuning.study import (
+    CURRENT_ATTR,
+    IMPORTANCES_ARTIFACT,
+    enqueue_current,
+    evaluated_settings,
+    evaluated_state,
+    finish_trial,
+    format_value,
+    open_study,
+    param_importances,
+    progress_printer,
+    study_storage,
+)
 from pipelines.tuning.sweep import Trial, metric_value
 
 logger = logging.getLogger(__name__)
 
-STUDY_FILE = "optuna.db"
-IMPORTANCES_ARTIFACT = "param_importances.json"
-# Optuna user attributes: what a trial needs to be shown again when its study is resumed.
-_ATTRS = ("overrides", "metrics", "sets", "run_id")
+# Optuna user attributes: what a trial needs to be shown again when its study is resumed (or repeated).
+_ATTRS = ("overrides", "metrics", "sets", "run_id", "values")
 
 
 @dataclass
@@ -50,6 +59,7 @@ class Judged:
 
     metrics: dict[str, Any]
     sets: dict[str, dict[str, Any]]
+    values: dict[str, list[float | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -64,100 +74,17 @@ class SearchResult:
     parent_run_id: str | None
     runs: RunLogger
     roles: dict[str, str] = field(default_factory=dict)  # set name -> tuning, guard, held-out
+    verdict: Any = None  # pipelines/tuning/recommend.py's Verdict
+    repeats: int = 0  # trials that drew a setting already evaluated (not re-run)
 
     @property
     def override_line(self) -> str:
         return " ".join(self.best.overrides) if self.best else ""
 
     @property
-    def held_out_breaks(self) -> list[str]:
-        """The constraints the best setting breaks on the held-out sets ("LABEL on SET"): a best that does not carry over."""
-        judged = self.judged.get("best on held-out")
-        if self.best is None or judged is None:
-            return []
-        return [
-            f"{label} on {name}"
-            for name, values in judged.sets.items()
-            for label in set_violations(self.constraints, name, values)
-        ]
-
-    @property
     def recommended(self) -> Trial | None:
-        """The best trial, if it also keeps every constraint on the held-out queries; else nothing to recommend."""
-        return self.best if self.best is not None and not self.held_out_breaks else None
-
-
-def study_storage(state_dir: str) -> str:
-    folder = Path(state_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder.resolve() / STUDY_FILE}"
-
-
-def _study_summaries(storage: str) -> list[Any]:
-    """The studies of the storage; a damaged study file is named with what to do, not as a bare sqlite error."""
-    import optuna
-    from sqlalchemy.exc import SQLAlchemyError
-
-    try:
-        return optuna.get_all_study_summaries(storage)
-    except SQLAlchemyError as exc:
-        path = storage.removeprefix("sqlite:///")
-        raise ConfigError(
-            f"the study file {path} is damaged ({first_line(exc)}): move it away to start again (its studies are "
-            "lost), or give another paths.state_dir"
-        ) from exc
-
-
-def open_study(storage: str, space: SearchSpace, study_name: str | None, resume: bool, seed: int, constraints):
-    """A new study, or with `resume` the named (or latest) study of this space; Optuna's constrained TPE either way."""
-    import warnings
-
-    import optuna
-
-    # constraints_func is marked experimental in Optuna 4; it is the documented way to constrain TPE.
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-
-    names = {s.study_name: s for s in _study_summaries(storage)}
-    if resume and study_name is None:
-        mine = [s for s in names.values() if s.user_attrs.get("space") == space.name]
-        if not mine:
-            raise ConfigError(f"--resume: no study of search={space.name} in {storage}; start one without --resume")
-        study_name = max(mine, key=lambda s: s.datetime_start or datetime.min).study_name
-    if resume and study_name not in names:
-        raise ConfigError(
-            f"--resume: no study {study_name!r} in {storage}; known: {', '.join(sorted(names)) or 'none'}"
-        )
-    if not resume and study_name in names:
-        raise ConfigError(f"study {study_name!r} exists in {storage}: --resume continues it, or give another --study")
-    study_name = study_name or f"{space.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:4]}"
-    # A resumed study moves the seed on by its trials: the same seed would draw the same startup settings again.
-    done = names[study_name].n_trials if resume else 0
-    sampler = optuna.samplers.TPESampler(seed=seed + done, constraints_func=_constraint_values)
-    study = optuna.create_study(
-        storage=storage, study_name=study_name, direction=space.direction, sampler=sampler, load_if_exists=resume
-    )
-    if resume:
-        _check_same_search(study, space, constraints)
-    else:
-        study.set_user_attr("space", space.name)
-        study.set_user_attr("metric", space.metric)
-        study.set_user_attr("constraints", [c.label for c in constraints])
-    return study
-
-
-def _check_same_search(study, space: SearchSpace, constraints: list[Constraint]) -> None:
-    attrs = study.user_attrs
-    if attrs.get("space") != space.name or attrs.get("constraints") != [c.label for c in constraints]:
-        raise ConfigError(
-            f"--resume: study {study.study_name!r} is search={attrs.get('space')} under "
-            f"{', '.join(attrs.get('constraints') or []) or 'no constraints'}, not search={space.name} under "
-            f"{', '.join(c.label for c in constraints) or 'no constraints'}"
-        )
-
-
-def _constraint_values(trial) -> list[float]:
-    """Optuna's constraints_func: the values the objective stored (a failed trial counts as infeasible)."""
-    return trial.user_attrs.get("constraint_values", [float("inf")])
+        """The best trial, if the recommendation rule picks it over the current settings."""
+        return self.best if self.verdict is not None and self.verdict.recommended is not None else None
 
 
 def run_search(
@@ -172,6 +99,7 @@ def run_search(
     study_name: str | None = None,
     resume: bool = False,
     experiment: str | None = None,
+    say=logger.info,
 ) -> SearchResult:
     """Run `trials` constrained Optuna trials on the tuning and guard sets, then judge the best and the defaults."""
     import optuna
@@ -199,10 +127,20 @@ def run_search(
         },
     )
 
+    policy = Policy.from_config(base_cfg, space.metric)
+    evaluated = evaluated_settings(study)
+
     def objective(trial) -> float:
         overrides = space.suggest(trial)
+        if tuple(overrides) in evaluated:  # Optuna drew a setting it already has: copy it, do not evaluate it again
+            number, attrs = evaluated[tuple(overrides)]
+            for name in (*_ATTRS, "constraint_values"):
+                trial.set_user_attr(name, attrs[name])
+            trial.set_user_attr("repeat_of", number)
+            return finish_trial(trial, space.objective(attrs["metrics"]), attrs["constraint_values"])
         cfg = load_config([*base_overrides, *overrides])
-        evaluation, per_set = evaluate_sets(cfg, [*tuning, *guards], build_systems(cfg, baselines=False))
+        sets = [*tuning, *guards]
+        evaluation, per_set = evaluate_sets(cfg, sets, build_systems(cfg, baselines=False))
         metrics = evaluation.report["systems"]["pipeline"]
         run_id = runs.log_evaluation(
             evaluation,
@@ -215,16 +153,22 @@ def run_search(
                 "search.feasible": str(feasible(constraints, per_set)).lower(),
             },
         )
-        for name, value in zip(_ATTRS, (overrides, metrics, per_set, run_id), strict=True):
+        values = set_values(sets, evaluation.answers["pipeline"], policy.metric)
+        attrs = dict(zip(_ATTRS, (overrides, metrics, per_set, run_id, values), strict=True))
+        attrs["constraint_values"] = [c.violation(per_set) for c in constraints]
+        for name, value in attrs.items():
             trial.set_user_attr(name, json.loads(json.dumps(value)))
-        trial.set_user_attr("constraint_values", [c.violation(per_set) for c in constraints])
-        return space.objective(metrics)
+        evaluated[tuple(overrides)] = (trial.number, attrs)
+        return finish_trial(trial, space.objective(metrics), attrs["constraint_values"])
 
     try:
-        study.optimize(objective, n_trials=trials)
-        done = [_trial_of(t, constraints) for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-        best = _best(study, done)
-        judged = _judge(base_overrides, best, tuning, guards, held_out)
+        enqueue_current(study, space, base_cfg)
+        study.optimize(objective, n_trials=trials, callbacks=[progress_printer(space, constraints, trials, say)])
+        done = [
+            _trial_of(t, constraints) for t in study.trials if evaluated_state(t) and "repeat_of" not in t.user_attrs
+        ]
+        best = _best(space, done)
+        judged = _judge(base_overrides, best, done, tuning, guards, held_out, policy.metric)
     except BaseException:
         runs.finish(parent, "FAILED")
         raise
@@ -240,9 +184,33 @@ def run_search(
         runs,
         _roles(tuning, guards, held_out),
     )
+    result.repeats = sum("repeat_of" in t.user_attrs for t in study.trials)
+    result.verdict = _verdict(result, base_cfg, policy, held_out or tuning)
     _log_search(result, study)
     runs.finish(parent)
     return result
+
+
+def _verdict(result: "SearchResult", cfg, policy, paired: list[QuerySet]):
+    """The recommendation rule (pipelines/tuning/recommend.py): the best trial against the current settings."""
+    from pipelines.tuning.recommend import Candidate, recommend
+
+    def candidate(who: str) -> Candidate | None:
+        if who == "best" and result.best is None:
+            return None
+        label = result.override_line if who == "best" else "the current settings"
+        tuned, held = result.judged[f"{who} on tuning"], result.judged.get(f"{who} on held-out")
+        values = {f"tuning:{name}": v for name, v in tuned.values.items()}
+        values.update({f"held-out:{name}": v for name, v in (held.values if held else {}).items()})
+        return Candidate(label, tuned.sets, values, held.sets if held else {})
+
+    where = "held-out" if paired and paired[0].role == "held-out" else "tuning"
+    unguarded = untested_guards(result.constraints, [t.sets for t in result.trials], int(cfg.guard.min_off_topic))
+    current = candidate("default")
+    if result.best is not None and result.best.current:
+        current.label = result.override_line
+    names = [f"{where}:{s.name}" for s in paired]
+    return recommend(current, candidate("best"), result.constraints, policy, names, unguarded)
 
 
 def _trial_of(frozen, constraints: list[Constraint]) -> Trial:
@@ -251,15 +219,17 @@ def _trial_of(frozen, constraints: list[Constraint]) -> Trial:
     trial = Trial(attrs["overrides"], attrs["overrides"], attrs["metrics"], attrs.get("run_id"), sets=per_set)
     trial.number = frozen.number
     trial.feasible = feasible(constraints, per_set)
+    trial.values = attrs.get("values") or {}
+    trial.current = bool(attrs.get(CURRENT_ATTR))
     return trial
 
 
-def _best(study, done: list[Trial]) -> Trial | None:
-    try:
-        number = study.best_trial.number  # Optuna picks among feasible trials only; ValueError when none is
-    except ValueError:
+def _best(space: SearchSpace, done: list[Trial]) -> Trial | None:
+    """The feasible trial with the best objective (the earliest of equals), as Optuna's constrained best_trial picks."""
+    feasible_trials = [t for t in done if t.feasible]
+    if not feasible_trials:
         return None
-    return next(t for t in done if t.number == number)
+    return min(feasible_trials, key=lambda t: (space.better_first(space.objective(t.metrics)), t.number))
 
 
 def _roles(*groups: list[QuerySet]) -> dict[str, str]:
@@ -270,22 +240,36 @@ def _roles(*groups: list[QuerySet]) -> dict[str, str]:
     return roles
 
 
-def _judge(base_overrides, best: Trial | None, tuning, guards, held_out) -> dict[str, Judged]:
-    """The defaults (and the best, if any) on the tuning + guard sets and on the held-out sets."""
-    settings = {"default": base_overrides}
+def _judge(base_overrides, best: Trial | None, done: list[Trial], tuning, guards, held_out, metric: str):
+    """
+    The defaults (and the best, if any) on the tuning + guard sets and on the held-out sets; what a
+    trial already scored (the best's, and the current settings' trial on the tuning sets) is not re-run.
+    """
+    current = next((t for t in done if t.current), None)
+    settings = {"default": (base_overrides, current)}
     if best is not None:
-        settings["best"] = [*base_overrides, *best.overrides]
+        settings["best"] = ([*base_overrides, *best.overrides], best)
     judged = {}
-    for name, overrides in settings.items():
+    for name, (overrides, trial) in settings.items():
         cfg = load_config(overrides)
         systems = build_systems(cfg, baselines=False)
         for where, sets in (("tuning", [*tuning, *guards]), ("held-out", held_out)):
-            if best is not None and name == "best" and where == "tuning":
-                judged[f"{name} on {where}"] = Judged(best.metrics, best.sets)
+            if where == "tuning" and trial is not None:
+                judged[f"{name} on {where}"] = Judged(trial.metrics, trial.sets, trial.values)
+                continue
+            if (
+                where == "held-out"
+                and name == "best"
+                and best is not None
+                and best.current
+                and "default on held-out" in judged
+            ):
+                judged[f"{name} on {where}"] = judged["default on held-out"]
                 continue
             evaluation, per_set = evaluate_sets(cfg, sets, systems)
             metrics = evaluation.report["systems"]["pipeline"] if where == "tuning" else _pooled(evaluation, held_out)
-            judged[f"{name} on {where}"] = Judged(metrics, per_set)
+            values = set_values(sets, evaluation.answers["pipeline"], metric)
+            judged[f"{name} on {where}"] = Judged(metrics, per_set, values)
     return judged
 
 
@@ -318,23 +302,11 @@ def _log_search(result: SearchResult, study) -> None:
     runs.log_metrics(parent, metrics)
     if result.recommended is not None:
         client.set_tag(parent, "best.overrides", result.override_line)
-    elif result.best is not None:
-        client.set_tag(parent, "best.rejected", f"{result.override_line}: breaks {', '.join(result.held_out_breaks)}")
+    else:
+        client.set_tag(parent, "best.kept", result.verdict.reason)
     importances = param_importances(study)
     if importances is not None:
         client.log_dict(parent, importances, IMPORTANCES_ARTIFACT)
-
-
-def param_importances(study) -> dict[str, Any] | None:
-    """Optuna's parameter importances (fANOVA) over the study's trials; None with too few trials to tell."""
-    import optuna
-
-    try:
-        importances = optuna.importance.get_param_importances(study)
-    except (ValueError, RuntimeError) as exc:  # fewer than two completed trials, or no variance to explain
-        logger.info("No parameter importances for study %s: %s", study.study_name, exc)
-        return None
-    return {"study": study.study_name, "evaluator": "fanova", "importances": dict(importances)}
 
 
 def format_search(result: SearchResult) -> str:
@@ -343,37 +315,26 @@ def format_search(result: SearchResult) -> str:
     metric = space.metric
     feasible_count = sum(t.feasible for t in result.trials)
     lines = [
-        f"{len(result.trials)} trials of search={space.name} (study {result.study_name} in {result.storage}), "
-        f"{feasible_count} feasible under {', '.join(c.label for c in constraints) or 'no constraints'}; "
+        f"{len(result.trials) + result.repeats} trials of search={space.name} (study {result.study_name} in "
+        f"{result.storage}), {len(result.trials)} distinct settings, {feasible_count} feasible under {', '.join(c.label for c in constraints) or 'no constraints'}; "
         f"{metric} on {', '.join(n for n, r in result.roles.items() if r == 'tuning')}:",
     ]
     header = [f"{'trial':>5}", f"{metric:>8}", f"{'mrr@10':>8}", *(f"{c.label:>{len(c.label)}}" for c in constraints)]
     lines.append("  ".join([*header, "feasible", "setting"]))
     ordered = sorted(result.trials, key=lambda t: (not t.feasible, space.better_first(space.objective(t.metrics))))
     for trial in ordered:
-        cells = [f"{trial.number:>5}", f"{_fmt(metric_value(trial.metrics, metric)):>8}"]
-        cells.append(f"{_fmt(metric_value(trial.metrics, 'mrr@10')):>8}")
-        cells += [f"{_fmt(c.value(trial.sets)):>{len(c.label)}}" for c in constraints]
+        cells = [f"{trial.number:>5}", f"{format_value(metric_value(trial.metrics, metric)):>8}"]
+        cells.append(f"{format_value(metric_value(trial.metrics, 'mrr@10')):>8}")
+        cells += [f"{format_value(c.value(trial.sets)):>{len(c.label)}}" for c in constraints]
         mark = "yes" if trial.feasible else "NO: " + ", ".join(violated(constraints, trial.sets))
-        lines.append("  ".join([*cells, f"{mark:<8}", trial.override_line]))
+        current = "  (current)" if trial.current else ""
+        lines.append("  ".join([*cells, f"{mark:<8}", trial.override_line]) + current)
     lines += _judged_lines(result)
-    default = result.judged["default on tuning"]
-    if feasible(constraints, default.sets) and (
-        result.best is None
-        or space.better_first(space.objective(default.metrics))
-        < space.better_first(space.objective(result.best.metrics))
-    ):
-        lines.append("the defaults meet the constraints and score better on the tuning queries: keep them")
+    if result.repeats:
+        lines.append(f"{result.repeats} trials drew a setting already evaluated and were not re-run")
     if result.best is None:
         lines.append("no trial met the constraints: no best setting (more --trials, a wider space or other bounds)")
-    elif result.held_out_breaks:
-        lines.append(
-            f"no setting to recommend: the best trial ({result.override_line}) breaks "
-            f"{', '.join(result.held_out_breaks)} (held out): it does not carry over "
-            "(more --trials, a wider space or other bounds)"
-        )
-    else:
-        lines.append(f"best setting: {result.override_line}")
+    lines += result.verdict.lines()
     return "\n".join(lines)
 
 
@@ -392,12 +353,8 @@ def _judged_lines(result: SearchResult) -> list[str]:
                     continue
                 values = judged.sets[name]
                 broken = set_violations(result.constraints, name, values)
-                cells = "".join(f"{_fmt(metric_value(values, c)):>18}" for c in columns)
+                cells = "".join(f"{format_value(metric_value(values, c)):>18}" for c in columns)
                 shown_role = "held-out" if where == "held-out" else role
                 status = "violates " + ", ".join(broken) if broken else "ok"
                 lines.append(f"  {name:<28}{shown_role:<10}{who:<9}{cells}  {status}")
     return lines
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None or value == float("-inf") else f"{value:.3f}"

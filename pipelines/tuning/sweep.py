@@ -39,6 +39,9 @@ RANKABLE = (
     "latency_p95_ms",
 )
 LOWER_IS_BETTER = ("fallback_rate", "latency_p50_ms", "latency_p95_ms")
+# What a sweep's runs keep for the verdict to be given again from MLflow (pipelines/tuning/review.py).
+PAIRED_VALUES_ARTIFACT = "paired_values.json"
+CURRENT_TAG = "sweep.current"
 INDEX_KEY_PREFIXES = ("kb.", "chunking.", "embedder.", "milvus.index_type", "milvus.index_params", "milvus.collection")
 
 
@@ -102,6 +105,8 @@ class Trial:
     sets: dict[str, dict[str, Any]] = field(default_factory=dict)
     feasible: bool = True
     number: int = 0
+    values: dict[str, list[float | None]] = field(default_factory=dict)  # per set, the paired metric's per query
+    current: bool = False  # the settings in force when the sweep ran
 
     def value(self, metric: str) -> float:
         return metric_value(self.metrics, metric)
@@ -125,6 +130,8 @@ class SweepResult:
     rank_by: str
     runs: RunLogger
     constraints: list[Any] = field(default_factory=list)
+    verdict: Any = None  # pipelines/tuning/recommend.py's Verdict
+    repeats: list[str] = field(default_factory=list)  # combinations that repeat an earlier setting
 
     def ranked(self) -> list[Trial]:
         """Feasible combinations first, each group best first by the ranking metric."""
@@ -158,12 +165,12 @@ def run_sweep(
     constraints: list[Any] = (),
 ) -> SweepResult:
     """
-    Evaluate every combination of `overrides` on `sets` (tuning and guard query sets; or `queries`
-    as one set) under `constraints`; one child run each under one parent run. A combination with
-    its own index re-indexes the knowledge base the base index holds (its manifest's), or
-    `kb_path`, into its own folder, and `say`s so.
+    Evaluate every distinct combination of `overrides`, and the current settings, on `sets` (tuning and
+    guard query sets; or `queries` as one set) under `constraints`; one child run each under one parent
+    run. A combination with its own index re-indexes the knowledge base the base index holds (its
+    manifest's), or `kb_path`, into its own folder, and `say`s so. The verdict is pipelines/tuning/recommend.py's.
     """
-    from pipelines.tuning.guards import QuerySet, check_measurable, evaluate_sets, feasible
+    from pipelines.tuning.guards import QuerySet, check_measurable
 
     rankable(rank_by)
     sets = sets or [QuerySet(Path(queries_label).stem, queries_label, queries, "tuning")]
@@ -183,33 +190,166 @@ def run_sweep(
             "sweep.constraints": " ".join(c.label for c in constraints),
         },
     )
-    trials: list[Trial] = []
+    sweep = _Sweep(sets, list(constraints), sweep_keys, kb_path, baselines, runs, parent, say, base_cfg, rank_by)
     try:
         for number, combination in enumerate(combinations):
-            swept = [o for o in combination if _key(o) in sweep_keys]
-            redirect = index_redirect(combination, base_cfg.paths.state_dir)
-            if kb_path:
-                redirect.append(f"kb.path={kb_path}")
-            cfg = load_config([*combination, *redirect])
-            if redirect and any(affects_index(o) for o in combination):
-                kb = cfg.kb.path if kb_path or any(_key(o) == "kb.path" for o in combination) else indexed_kb(base_cfg)
-                say(f"{' '.join(swept) or 'base'}: re-indexing {kb} into {Path(cfg.l0.index_path).parent}")
-                index_first(cfg, kb, replace=True)  # its own folder: whatever it held before is stale
-            logger.info("Sweep combination %d/%d: %s", number + 1, len(combinations), " ".join(swept))
-            evaluation, per_set = evaluate_sets(cfg, sets, build_systems(cfg, baselines))
-            ok = feasible(list(constraints), per_set)
-            run_id = runs.log_evaluation(
-                evaluation, cfg, run_name=" ".join(swept) or "base", parent_id=parent, tags=_trial_tags(swept, ok)
-            )
-            metrics = evaluation.report["systems"]["pipeline"]
-            trials.append(Trial(combination, swept, metrics, run_id, sets=per_set, feasible=ok, number=number))
+            sweep.evaluate(combination, number, len(combinations))
+        current = [o for o in overrides if not parse_overrides([o])[0].is_sweep_override()]
+        sweep.evaluate_current(current)
     except BaseException:
         runs.finish(parent, "FAILED")
         raise
-    result = SweepResult(trials, parent, rank_by, runs, list(constraints))
+    result = SweepResult(sweep.trials, parent, rank_by, runs, list(constraints), repeats=sweep.repeats)
+    result.verdict = _verdict(result, base_cfg, sets)
+    if parent is not None:
+        from pipelines.tuning.recommend import Policy
+
+        policy = Policy.from_config(base_cfg, rankable(rank_by))
+        verdict_tags = {
+            "verdict.metric": policy.metric,
+            "verdict.level": str(policy.level),
+            "verdict.min_off_topic": str(base_cfg.guard.min_off_topic),
+            "verdict.tuning_sets": " ".join(s.name for s in sets if s.role == "tuning"),
+        }
+        for key, value in verdict_tags.items():
+            runs.client().set_tag(parent, key, value)
     _log_best(runs, parent, result)
     runs.finish(parent)
     return result
+
+
+def run_guarded_sweep(
+    overrides: list[str],
+    query_files: list[str],
+    guard_files: list[str] = (),
+    constraint_texts: list[str] = (),
+    **options: Any,
+) -> SweepResult:
+    """
+    A sweep under the configured guard (conf/guard/: its sets and constraints) plus `guard_files` and
+    `constraint_texts` (`none` drops the configured constraints): what `knowledge eval -m` and the notebook run.
+    """
+    from pipelines.tuning.guards import guard_constraints, guard_sets, load_sets
+
+    cfg = load_config([o for o in overrides if not parse_overrides([o])[0].is_sweep_override()])
+    constraints = guard_constraints(cfg, [], list(constraint_texts), "guard.constraints")
+    tuning = load_sets(list(query_files), "tuning")
+    sets = [*tuning, *guard_sets(cfg, list(guard_files), tuning)]
+    return run_sweep(overrides, [], ", ".join(query_files), sets=sets, constraints=constraints, **options)
+
+
+@dataclass
+class _Sweep:
+    """The combinations evaluated so far, by the values of the swept keys: a repeated setting is not re-run."""
+
+    sets: list[Any]
+    constraints: list[Any]
+    keys: list[str]
+    kb_path: str | None
+    baselines: bool
+    runs: RunLogger
+    parent: str | None
+    say: Callable[[str], None]
+    base_cfg: Any
+    rank_by: str
+    trials: list[Trial] = field(default_factory=list)
+    seen: dict[tuple, Trial] = field(default_factory=dict)
+    repeats: list[str] = field(default_factory=list)
+
+    def config(self, combination: list[str]):
+        redirect = index_redirect(combination, self.base_cfg.paths.state_dir)
+        if self.kb_path:
+            redirect.append(f"kb.path={self.kb_path}")
+        return load_config([*combination, *redirect]), redirect
+
+    def setting(self, cfg) -> tuple:
+        from omegaconf import OmegaConf
+
+        return tuple(repr(OmegaConf.select(cfg, key)) for key in self.keys)
+
+    def evaluate(self, combination: list[str], number: int, total: int) -> Trial | None:
+        swept = [o for o in combination if _key(o) in self.keys]
+        cfg, redirect = self.config(combination)
+        setting = self.setting(cfg)
+        if setting in self.seen:
+            self.repeats.append(" ".join(swept))
+            self.say(f"{' '.join(swept)}: the same setting as {self.seen[setting].override_line}, not re-run")
+            return None
+        if redirect and any(affects_index(o) for o in combination):
+            named = self.kb_path or any(_key(o) == "kb.path" for o in combination)
+            kb = cfg.kb.path if named else indexed_kb(self.base_cfg)
+            self.say(f"{' '.join(swept) or 'base'}: re-indexing {kb} into {Path(cfg.l0.index_path).parent}")
+            index_first(cfg, kb, replace=True)  # its own folder: whatever it held before is stale
+        trial = self._run(cfg, combination, swept, number)
+        self.seen[setting] = trial
+        self.say(f"combination {number + 1}/{total}: {_progress(trial, self.rank_by)}")
+        return trial
+
+    def evaluate_current(self, current: list[str]) -> None:
+        """The settings in force, as a trial of their own unless a combination already is them."""
+        cfg, _ = self.config(current)
+        known = self.seen.get(self.setting(cfg))
+        if known is not None:
+            known.current = True
+            if known.run_id is not None:
+                self.runs.client().set_tag(known.run_id, CURRENT_TAG, "true")
+            return
+        from omegaconf import OmegaConf
+
+        swept = [f"{key}={OmegaConf.select(cfg, key)}" for key in self.keys]
+        trial = self._run(cfg, [*current, *swept], swept, len(self.trials) + len(self.repeats))
+        trial.current = True
+        if trial.run_id is not None:
+            self.runs.client().set_tag(trial.run_id, CURRENT_TAG, "true")
+        self.say(f"current settings: {_progress(trial, self.rank_by)}")
+
+    def _run(self, cfg, combination: list[str], swept: list[str], number: int) -> Trial:
+        from pipelines.tuning.guards import evaluate_sets, feasible
+        from pipelines.tuning.recommend import Policy, set_values
+
+        logger.info("Sweep combination %d: %s", number + 1, " ".join(swept))
+        evaluation, per_set = evaluate_sets(cfg, self.sets, build_systems(cfg, self.baselines))
+        ok = feasible(self.constraints, per_set)
+        run_id = self.runs.log_evaluation(
+            evaluation, cfg, run_name=" ".join(swept) or "base", parent_id=self.parent, tags=_trial_tags(swept, ok)
+        )
+        metrics = evaluation.report["systems"]["pipeline"]
+        trial = Trial(combination, swept, metrics, run_id, sets=per_set, feasible=ok, number=number)
+        policy = Policy.from_config(self.base_cfg, rankable(self.rank_by))
+        trial.values = set_values(self.sets, evaluation.answers["pipeline"], policy.metric)
+        if run_id is not None:  # what the notebook needs to give the same verdict from the runs
+            self.runs.client().log_dict(run_id, trial.values, PAIRED_VALUES_ARTIFACT)
+        self.trials.append(trial)
+        return trial
+
+
+def _progress(trial: Trial, rank_by: str) -> str:
+    """One line per evaluated setting, printed as the sweep goes."""
+    mark = "feasible" if trial.feasible else "infeasible"
+    return f"{rank_by} {_fmt(trial.value(rank_by))}, {mark}: {trial.override_line or 'base'}"
+
+
+def _verdict(result: SweepResult, cfg, sets: list[Any]):
+    """The sweep's verdict: the best feasible combination against the current settings."""
+    from pipelines.tuning.recommend import Policy
+
+    tuning = [s.name for s in sets if s.role == "tuning"]
+    return sweep_verdict(
+        result, Policy.from_config(cfg, rankable(result.rank_by)), int(cfg.guard.min_off_topic), tuning
+    )
+
+
+def sweep_verdict(result: SweepResult, policy, min_off_topic: int, tuning: list[str]):
+    """The one recommendation rule (pipelines/tuning/recommend.py) over a sweep's trials, as run or read back."""
+    from pipelines.tuning.guards import untested_guards
+    from pipelines.tuning.recommend import Candidate, recommend
+
+    def candidate(trial: Trial | None) -> Candidate | None:
+        return None if trial is None else Candidate(trial.override_line, trial.sets, trial.values)
+
+    current = next(t for t in result.trials if t.current)
+    unguarded = untested_guards(result.constraints, [t.sets for t in result.trials], min_off_topic)
+    return recommend(candidate(current), candidate(result.best), result.constraints, policy, tuning, unguarded)
 
 
 def _trial_tags(swept: list[str], feasible: bool) -> dict[str, str]:
@@ -223,7 +363,11 @@ def _log_best(runs: RunLogger, parent: str | None, result: SweepResult) -> None:
     runs.log_metrics(parent, {f"best.{metric_name(result.rank_by)}": best.value(result.rank_by)})
     from mlflow import MlflowClient
 
-    MlflowClient(runs.tracking_uri).set_tag(parent, "best.overrides", best.override_line)
+    client = MlflowClient(runs.tracking_uri)
+    if result.verdict.recommended is not None:
+        client.set_tag(parent, "best.overrides", best.override_line)
+    else:
+        client.set_tag(parent, "best.kept", result.verdict.reason)
 
 
 def format_ranking(result: SweepResult, columns: tuple[str, ...] = ()) -> str:
@@ -241,12 +385,14 @@ def format_ranking(result: SweepResult, columns: tuple[str, ...] = ()) -> str:
         if guards:
             broken = [c.label for c in result.constraints if c.violation(trial.sets) > 0]
             cells += "  " + ("yes" if not broken else "NO: " + ", ".join(broken))
-        lines.append(f"{place:>3}  {trial.override_line:<{width}}{cells}")
-    if result.best is not None:
-        under = f" (feasible under {', '.join(guards)})" if guards else ""
-        lines.append(f"best by {result.rank_by}{under}: {result.best.override_line}")
-    elif result.trials:
+        mark = "  (current)" if trial.current else ""
+        lines.append(f"{place:>3}  {trial.override_line:<{width}}{cells}{mark}")
+    if result.repeats:
+        lines.append(f"not re-run (the same setting as a row above): {'; '.join(result.repeats)}")
+    if result.best is None and result.trials:
         lines.append(f"no combination met the constraints ({', '.join(guards)}): no best setting")
+    if result.verdict is not None:
+        lines += result.verdict.lines()
     return "\n".join(lines)
 
 

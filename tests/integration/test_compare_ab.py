@@ -29,6 +29,9 @@ def test_a_config_against_itself_changes_nothing(sample_cfg, tmp_path, capsys):
     for metric in payload["metrics"].values():
         assert metric["delta"] == 0 and metric["p_value"] == 1.0 and metric["b_better"] == metric["b_worse"] == 0
     assert "0 queries whose top source or answer changed" in report_file.read_text(encoding="utf-8")
+    assert payload["verdict"].startswith("no detectable difference (n=8, p=1)")
+    # The configured guard set is scored on both sides and shown beside the compared queries.
+    assert "no_evidence_rate@offtopic-alerts" in payload["metrics"]
 
 
 def test_a_config_that_rejects_everything_is_a_significant_drop(sample_cfg, mlflow_store, capsys):
@@ -42,6 +45,7 @@ def test_a_config_that_rejects_everything_is_a_significant_drop(sample_cfg, mlfl
     assert payload["metrics"]["no_evidence_rate"]["b"] == 1.0
     assert {change["b_top"] for change in payload["changes"]} == {None}
     assert len(payload["changes"]) == answered["n"]  # every answered query lost its answer
+    assert payload["verdict"].startswith("B is worse (n=8, p=0.0078")
 
     run = MlflowClient(mlflow_store).get_run(payload["run_id"])
     assert run.data.params["b.retrieval.evidence_threshold"] == "0.99"
@@ -55,3 +59,14 @@ def test_bad_ab_input_is_one_line(sample_cfg, capsys):
     assert capsys.readouterr().err.strip() == "knowledge: error: --b: 'retrieval.top_k' is not key=value"
     assert main(["compare", "--queries", QUERIES, "--b", "retrieval.top_k=zero", *state]) == 2
     assert "retrieval.top_k" in capsys.readouterr().err
+
+
+def test_the_table_gives_one_verdict_the_guard_metrics_and_small_p_values_as_below_0_001(sample_cfg, capsys):
+    state = [f"paths.state_dir={sample_cfg.paths.state_dir}", f"kb.path={sample_cfg.kb.path}", "mlflow=off"]
+    # Every answer is lost and every alert of the guard set rejected: the guard's p-value is far below 0.001.
+    assert main(["compare", "--queries", QUERIES, "--b", REJECT_ALL, *state]) == 0
+    out = capsys.readouterr().out.splitlines()
+    verdicts = [line for line in out if line.startswith(("B is better", "B is worse", "no detectable difference"))]
+    assert verdicts == [next(line for line in out if line.startswith("B is worse (n=8, p=0.0078"))]
+    guard_row = next(line for line in out if line.startswith("no_evidence_rate@offtopic-alerts"))
+    assert guard_row.split()[1] == "46"

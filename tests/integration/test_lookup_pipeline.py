@@ -246,10 +246,26 @@ def test_tool_boundary_remains_explicit(sample_service):
     assert call_result.error is False
     payload = json.loads(call_result.result)
     expected = sample_service.lookup(QUERY).to_dict()
-    assert payload["found"] is True and payload["evidenceBlocks"] == expected["evidenceBlocks"]
-    assert payload["contextPack"]["text"] == expected["contextPack"]["text"]
+    # The agent view by default: the packed context and one citation per evidence block.
+    assert payload["found"] is True and payload["context"] == expected["contextPack"]["text"]
+    assert [c["source"] for c in payload["citations"]] == [b["source"] for b in expected["evidenceBlocks"]]
     # The result reached the model: its second call saw the tool message.
     assert len(generator.seen) == 2 and any(m.tool_call_result for m in generator.seen[1])
     assert out["last_message"].text == "answered from the knowledge base: found=True"
     # Knowledge reaches the conversation only through that tool call: nothing was injected before it.
     assert not any("source:" in (m.text or "") for m in generator.seen[0])
+
+
+def test_the_tools_result_is_what_lookup_view_agent_prints(sample_cfg, sample_service, capsys):
+    from pipelines.cli import main
+    from tests.conftest import sample_overrides
+
+    state = [f"paths.state_dir={sample_cfg.paths.state_dir}", *sample_overrides(sample_cfg), "mlflow=off"]
+    assert main(["lookup", QUERY, "--view", "agent", *state]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    result = lookup_knowledge_tool(sample_service).invoke(query=QUERY)
+    assert {**result, "invocationId": None} == {**printed, "invocationId": None}  # each call has its own id
+    full = lookup_knowledge_tool(sample_service, view="full").invoke(query=QUERY)
+    assert full["evidenceBlocks"] and "evidenceBlocks" not in result
+    with pytest.raises(ValueError, match="view='short'"):
+        lookup_knowledge_tool(sample_service, view="short")

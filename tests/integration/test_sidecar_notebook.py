@@ -19,6 +19,8 @@ NOTEBOOK = REPO / "notebooks" / "sidecar_comparison.ipynb"
 
 def test_sidecar_notebook_runs_and_reads_the_latest_compare_run(tmp_path, monkeypatch):
     monkeypatch.setenv("KNOWLEDGE_NOTEBOOK_STATE", str(tmp_path / "state"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # what the notebook writes besides its state folder
     # The kernel imports this checkout's code, whatever the interpreter has installed.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     notebook = nbformat.read(NOTEBOOK, as_version=4)
@@ -37,6 +39,7 @@ def test_sidecar_notebook_runs_and_reads_the_latest_compare_run(tmp_path, monkey
     experiment = client.get_experiment_by_name("lookup-knowledge-compare")
     runs = client.search_runs([experiment.experiment_id])
     assert len(runs) == 1 and runs[0].data.metrics["queries"] == 5
+    assert list((tmp_path / "tmp").iterdir()) == []  # the downloaded artifact's folder is gone
 
 
 def test_committed_notebook_has_no_outputs_and_matches_its_pair():

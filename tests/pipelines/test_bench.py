@@ -144,6 +144,21 @@ def test_bench_lookup_smoke(tiny_corpus):
     assert any("tracing off vs on" in line for line in printed)
 
 
+def test_bench_lookup_profiles_each_path_stage_by_stage(tiny_corpus):
+    printed: list[str] = []
+    figures = bench.bench_lookup(
+        ["mlflow=off"], corpus=tiny_corpus, min_chunks=50, queries=2, echo=printed.append, tracing_lookups=0, profile=2
+    )
+    profile = figures["profile"]
+    assert set(profile) == set(figures["paths"]) and profile
+    for path, stages in profile.items():
+        assert _positive(stages["lookup (LookupService.lookup)"]) and _positive(stages["retriever"]), path
+        assert _positive(stages["query_embedder"]) and "trace_writer" in stages, path
+        assert any(stage.startswith("retriever: dense search, filtered") for stage in stages), path
+    table = next(line for line in printed if line.startswith("| stage (p50 of 2 lookups, ms)"))
+    assert "| retriever |" in table
+
+
 def test_time_lookups_takes_any_service():
     class Echo:
         def lookup(self, query):

@@ -316,9 +316,14 @@ def test_dev_milvus_server_bad_port_exit_2(capsys, tmp_path):
     assert code == 2 and len(err) == 1 and "--port 70000" in err[0]
 
 
-def test_dev_milvus_server_unusable_data_dir_exit_1(capsys, a_file):
+def test_dev_milvus_server_unusable_data_dir_exit_2(capsys, a_file):
     code, _, err = run(capsys, "dev", "milvus-server", "--data-dir", str(a_file / "milvus"))
-    assert code == 1 and len(err) == 1 and "Not a directory" in err[0] and "Traceback" not in err[0]
+    assert code == 2 and len(err) == 1 and "Not a directory" in err[0] and "Traceback" not in err[0]
+
+
+def test_dev_milvus_server_data_dir_on_a_file_exit_2(capsys, a_file):
+    code, _, err = run(capsys, "dev", "milvus-server", "--engine", "lite", "--data-dir", str(a_file))
+    assert code == 2 and err == [f"knowledge: error: --data-dir {a_file} is a file, not a folder"]
 
 
 @pytest.mark.parametrize(

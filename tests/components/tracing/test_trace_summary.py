@@ -93,3 +93,28 @@ def test_a_failed_call_is_an_error_trace_with_the_failed_stage_and_a_writer_span
     assert trace["error"] == "out of paper" and trace["outputs"]["error"] == error
     assert trace["spans"][0]["error"] == "RuntimeError: out of paper"
     assert trace["spans"][-1]["name"] == "trace_writer" and trace["spans"][-1]["start_ns"] == 950
+
+
+def test_a_fallbacks_retriever_span_lists_each_chunk_once_at_its_best_similarity():
+    from components.tracing.trace_summary import retriever_decision
+    from tests.helpers import candidate
+
+    # The filtered attempt and the unfiltered retry both returned chunk a#0.
+    filtered, unfiltered = candidate("a#0", "a.md", 0.41), candidate("a#0", "a.md", 0.52)
+    outputs = {"candidates": [filtered, candidate("b#0", "b.md", 0.47), unfiltered]}
+    documents = retriever_decision(outputs, packed=set(), start_ns=0, end_ns=1)["outputs"]
+    assert [d["id"] for d in documents] == ["a#0", "b#0"]
+    assert documents[0]["metadata"]["score"] == 0.52
+
+
+def test_the_rerank_span_shows_the_rerank_trace_that_traces_show_prints():
+    from components.contracts import RerankEntry
+    from components.tracing.trace_summary import rerank_decision
+    from tests.helpers import candidate
+
+    # The reranker's order holds two chunks of a.md; the lookup's rerank trace (after the cap) one.
+    ranked = [candidate("a#0", "a.md", 0.6), candidate("a#1", "a.md", 0.59), candidate("b#0", "b.md", 0.5)]
+    trace = [RerankEntry(1, "a.md", "a#0", 0.6, 0.7, {"bm25": 0.1}), RerankEntry(2, "b.md", "b#0", 0.5, 0.55, {})]
+    top = rerank_decision({"candidates": ranked}, rerank_trace=trace)["outputs"]["top"]
+    assert [(t["rank"], t["chunk_id"], t["final_score"]) for t in top] == [(1, "a#0", 0.7), (2, "b#0", 0.55)]
+    assert [t["chunk_id"] for t in rerank_decision({"candidates": ranked})["outputs"]["top"]] == ["a#0", "a#1", "b#0"]
