@@ -61,7 +61,7 @@ class AdaptOptions:
     overwrite: bool = False  # write the model's files into a folder adapt did not write (others are left alone)
     callbacks: list[TrainerCallback] = field(default_factory=list)  # more trainer callbacks (observe or stop a run)
     overrides: list[str] = field(default_factory=list)  # the command's config overrides, for the verdict's pipelines
-    guard_sets: list[str] | None = None  # off-topic query files (None: adapt_verdict.DEFAULT_GUARD_SETS)
+    guard_sets: list[str] | None = None  # off-topic query files besides the configured guard's (guard.sets)
     # After training: fit the model's calibration, then judge it against the base model (the CLI does
     # both; the training machinery alone leaves them out).
     calibrate: bool = False
@@ -87,7 +87,7 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
     check_output_folder(output, options.overwrite)
     check_training_source(kb_path)
     if options.calibrate:
-        options.guard_sets = checked_guard_sets(options.guard_sets)
+        checked_guard_sets(cfg, options.guard_sets)
     mined = mine_pairs(
         kb_path,
         max_tokens=cfg.chunking.max_tokens,
@@ -122,10 +122,10 @@ def calibrate_and_judge(cfg: DictConfig, options: AdaptOptions, output: Path, mi
     """
     from pipelines.adapt_calibration import fit_calibration, write_calibration
     from pipelines.adapt_verdict import KB_SET, NotRecommendedError, guard_texts, judge, kb_queries
-    from pipelines.evaluation import load_queries
 
-    guard_sets = checked_guard_sets(options.guard_sets)
-    calibration = fit_calibration(cfg, str(output), mined, guard_texts(guard_sets), guard_sets)
+    guard_sets = checked_guard_sets(cfg, options.guard_sets)
+    names = [query_set.path for query_set in guard_sets]
+    calibration = fit_calibration(cfg, str(output), mined, guard_texts(guard_sets), names)
     path = write_calibration(output, calibration)
     mapped = ", ".join(
         f"{key.split('.')[-1]} {calibration['base_thresholds'][key]:g} -> {value:g}"
@@ -134,20 +134,26 @@ def calibrate_and_judge(cfg: DictConfig, options: AdaptOptions, output: Path, mi
     say(f"Calibration ({calibration['method']}) written to {path}: {mapped}")
     if not options.verdict:
         return None
-    sets = {KB_SET: kb_queries(mined, options.seed), **{Path(p).stem: load_queries(p) for p in guard_sets}}
+    sets = {KB_SET: kb_queries(mined, options.seed), **{s.name: s.queries for s in guard_sets}}
     say(f"Judging base against adapted model on {', '.join(f'{n} ({len(q)})' for n, q in sets.items())} ...")
-    verdict = judge(options.overrides, cfg.embedder.model, str(output), kb_path, cfg.paths.state_dir, sets)
+    verdict = judge(cfg, options.overrides, str(output), kb_path, sets)
     for line in verdict.lines():
         say(line)
     write_calibration(output, {**calibration, "verdict": verdict.as_dict()})
     card = output / "README.md"
-    card.write_text(card.read_text(encoding="utf-8") + verdict_section(verdict.lines()), encoding="utf-8")
+    head = (
+        card.read_text(encoding="utf-8").split(VERDICT_HEADING, 1)[0].rstrip("\n") + "\n"
+    )  # a new verdict replaces the last
+    card.write_text(head + verdict_section(verdict.lines()), encoding="utf-8")
     if not verdict.recommended:
         raise NotRecommendedError(
             f"the adapted model is not recommended: {verdict.reason} "
             f"(it stays in {output}, marked as not recommended in its model card)"
         )
     return verdict
+
+
+VERDICT_HEADING = "\n## Verdict\n"
 
 
 def verdict_section(lines: list[str]) -> str:

@@ -4,9 +4,11 @@ through the whole lookup pipeline (each indexed into its own folder under
 `paths.state_dir/adapt-verdict/`), on queries made from the knowledge base (pair anchors, with the
 anchor's document as the answer) and on the guard sets (off-topic texts that must be rejected).
 
-`recommend_adapted` is the rule: the adapted model is recommended only when it ranks better and
-rejects as well. It stands in for the project's shared recommendation rule until that lands, and
-is the one place to swap. Design notes: docs/adapt.md#the-verdict.
+The decision is the project's one recommendation rule (`pipelines.tuning.recommend.recommend`):
+the adapted model is the candidate, the base model the current setting; it must keep the configured
+guard's constraints (`conf/guard`) and reject off-topic texts within one point of the base model on
+every guard set, and beat the base model by the paired test on the knowledge base's queries.
+Design notes: docs/adapt.md#the-verdict.
 """
 
 import random
@@ -15,11 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import BadInputError, KnowledgeFailure
-from pipelines.adapt_pairs import EVAL_DIR, MinedPairs
-from pipelines.evaluation import EvalQuery, Ranked, evaluate, index_first, load_queries
+from pipelines.adapt_pairs import MinedPairs
+from pipelines.evaluation import EvalQuery, Ranked, evaluate, index_first
 
-# The guard sets adapt fits the calibration on and judges with (off-topic texts the corpus does not cover).
-DEFAULT_GUARD_SETS = (str(EVAL_DIR / "offtopic-alerts.jsonl"),)
 KB_QUERIES = 100  # queries made from the knowledge base, at most
 KB_SET = "kb-pairs"
 # Off-topic rejection may fall this much under the base model's before the adapted model is refused.
@@ -41,10 +41,19 @@ class SetScores:
 
 
 @dataclass
-class Verdict:
-    recommended: bool
-    reason: str
-    scores: dict[str, dict[str, SetScores]] = field(default_factory=dict)  # model label -> set name -> scores
+class AdaptVerdict:
+    """The shared rule's verdict, with the scores it was made from (model label -> set name -> scores)."""
+
+    decision: Any  # pipelines.tuning.recommend.Verdict
+    scores: dict[str, dict[str, SetScores]] = field(default_factory=dict)
+
+    @property
+    def recommended(self) -> bool:
+        return self.decision.recommended is not None
+
+    @property
+    def reason(self) -> str:
+        return self.decision.reason
 
     def lines(self) -> list[str]:
         lines = ["  set              model    hit@1  hit@5  answered  rejected  high right"]
@@ -57,7 +66,7 @@ class Verdict:
                     f"  {_fmt(s.rejected):>8}  {high}"
                 )
         verdict = "recommended" if self.recommended else "not recommended"
-        return [*lines, f"Verdict: {verdict}: {self.reason}"]
+        return [*lines, *self.decision.lines(), f"Verdict: {verdict}: {self.reason}"]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -78,17 +87,23 @@ def kb_queries(mined: MinedPairs, seed: int, limit: int = KB_QUERIES) -> list[Ev
     return [EvalQuery(query=a, relevant={s}, kind="answerable", id=f"kb-{i}") for i, (a, s) in enumerate(chosen)]
 
 
-def guard_texts(guard_sets: list[str]) -> list[str]:
-    return [q.query for path in guard_sets for q in load_queries(path) if not q.answerable]
+def guard_texts(guard_sets: list[Any]) -> list[str]:
+    """The off-topic texts of the guard sets (`QuerySet`s)."""
+    return [q.query for query_set in guard_sets for q in query_set.queries if not q.answerable]
 
 
-def checked_guard_sets(paths: list[str] | None) -> list[str]:
-    """The guard sets to use, each read once before training so that a bad one fails in seconds."""
-    chosen = list(paths or DEFAULT_GUARD_SETS)
-    for path in chosen:
-        if not guard_texts([path]):
-            raise BadInputError(f"--guard {path} holds no off-topic query (kind off_topic, or no relevant sources)")
-    return chosen
+def checked_guard_sets(cfg, given: list[str] | None) -> list[Any]:
+    """
+    The configured guard sets (`guard.sets`) and the `--guard` files, read before training so that a
+    bad one fails in seconds; a `--guard` file without off-topic queries guards nothing and is refused.
+    """
+    from pipelines.tuning.guards import guard_sets
+
+    sets = guard_sets(cfg, list(given or []), [])
+    for query_set in sets:
+        if not guard_texts([query_set]):
+            raise BadInputError(f"guard set {query_set.path} holds no off-topic query (kind off_topic)")
+    return sets
 
 
 def set_scores(queries: list[EvalQuery], answers: list[Ranked]) -> SetScores:
@@ -107,7 +122,9 @@ def set_scores(queries: list[EvalQuery], answers: list[Ranked]) -> SetScores:
     )
 
 
-def score_model(overrides: list[str], model: str, state: Path, kb_path: str, sets: dict[str, list[EvalQuery]]):
+def model_answers(
+    overrides: list[str], model: str, state: Path, kb_path: str, sets: dict[str, list[EvalQuery]]
+) -> dict[str, list[Ranked]]:
     """One model through the whole pipeline, with its calibration (as `embedder.model=DIR` loads it)."""
     from pipelines.evaluation import PipelineSystem
     from pipelines.settings import load_config
@@ -115,45 +132,50 @@ def score_model(overrides: list[str], model: str, state: Path, kb_path: str, set
     cfg = load_config([*overrides, f"embedder.model={model}", f"paths.state_dir={state}", "mlflow=off"])
     cfg = index_first(cfg, kb_path, replace=True)
     system = PipelineSystem(cfg)
-    return {
-        name: set_scores(queries, evaluate(cfg, queries, [system]).answers["pipeline"])
-        for name, queries in sets.items()
-    }
+    return {name: evaluate(cfg, queries, [system]).answers["pipeline"] for name, queries in sets.items()}
 
 
-def recommend_adapted(base: dict[str, SetScores], adapted: dict[str, SetScores]) -> tuple[bool, str]:
+def decide(cfg, sets: dict[str, list[EvalQuery]], answers: dict[str, dict[str, list[Ranked]]], model_label: str):
     """
-    Recommend the adapted model only when its hit@1 is higher over the ranking sets and, on every
-    guard set, it rejects off-topic texts within `REJECTION_TOLERANCE` of the base model.
+    The shared rule on base (`answers["base"]`) against adapted (`answers["adapted"]`): the configured
+    guard's constraints, plus, per set with off-topic queries, rejection within `REJECTION_TOLERANCE`
+    of the base model's; the paired test on the knowledge base's queries.
     """
-    for name, scores in adapted.items():
-        if scores.rejected is None:
-            continue
-        floor = round((base[name].rejected or 0.0) - REJECTION_TOLERANCE, 4)
-        if scores.rejected < floor:
-            return (
-                False,
-                f"it rejects {scores.rejected:.3f} of {name} (base {base[name].rejected:.3f}; needs {floor:.3f})",
-            )
-    ranked = [name for name, s in adapted.items() if s.hit_at_1 is not None]
-    gain = sum(adapted[n].hit_at_1 for n in ranked) - sum(base[n].hit_at_1 for n in ranked)
-    if not ranked or gain <= 0:
-        return False, f"it does not rank better (hit@1 change {gain / max(1, len(ranked)):+.3f} on {', '.join(ranked)})"
-    return True, f"hit@1 {gain / len(ranked):+.3f} on {', '.join(ranked)}, rejection kept on the guard sets"
+    from pipelines.evaluation_metrics import score
+    from pipelines.tuning.guards import Constraint, guard_constraints, untested_guards
+    from pipelines.tuning.recommend import Candidate, Policy, metric_values, recommend
+
+    policy = Policy.from_config(cfg)
+    metrics = {label: {n: score(sets[n], answers[label][n]) for n in sets} for label in answers}
+
+    def candidate(label: str, text: str) -> Candidate:
+        values = {n: metric_values(sets[n], answers[label][n], policy.metric) for n in sets}
+        return Candidate(text, metrics[label], values)
+
+    constraints = guard_constraints(cfg, [], [], "guard.constraints")
+    for name, base in metrics["base"].items():
+        if base["off_topic"]:
+            floor = max(0.0, round(base["no_evidence_rate"] - REJECTION_TOLERANCE, 4))
+            constraints.append(Constraint.parse(f"no_evidence_rate@{name}>={floor}", "the base model's rejection"))
+    unguarded = untested_guards(constraints, [metrics["base"], metrics["adapted"]], int(cfg.guard.min_off_topic))
+    paired = [n for n in sets if metrics["base"][n]["answerable"]]
+    return recommend(
+        candidate("base", "the base model"), candidate("adapted", model_label), constraints, policy, paired, unguarded
+    )
 
 
 def judge(
+    cfg,
     overrides: list[str],
-    base_model: str,
     model_dir: str,
     kb_path: str,
-    state_dir: str,
     sets: dict[str, list[EvalQuery]],
-) -> Verdict:
-    root = Path(state_dir) / "adapt-verdict"
-    scores = {
-        label: score_model(overrides, model, root / label, kb_path, sets)
-        for label, model in (("base", base_model), ("adapted", model_dir))
+) -> AdaptVerdict:
+    root = Path(cfg.paths.state_dir) / "adapt-verdict"
+    answers = {
+        label: model_answers(overrides, model, root / label, kb_path, sets)
+        for label, model in (("base", cfg.embedder.model), ("adapted", model_dir))
     }
-    recommended, reason = recommend_adapted(scores["base"], scores["adapted"])
-    return Verdict(recommended, reason, scores)
+    decision = decide(cfg, sets, answers, f"embedder.model={model_dir}")
+    scores = {label: {n: set_scores(sets[n], answers[label][n]) for n in sets} for label in answers}
+    return AdaptVerdict(decision, scores)

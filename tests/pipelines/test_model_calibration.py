@@ -9,7 +9,6 @@ import pytest
 from components.common.embedding_models import resolve_model
 from components.common.onnx_export import export_dir
 from pipelines.adapt_calibration import map_threshold
-from pipelines.adapt_verdict import SetScores, recommend_adapted
 from pipelines.calibration import CalibrationError, calibration_in_force
 from pipelines.settings import load_config
 from tests.helpers import lookup_with, run_cli, stderr_lines
@@ -115,20 +114,33 @@ def test_the_score_map_moves_a_threshold_to_the_same_share_of_texts():
     assert map_threshold(base, adapted, weights, 0.0) == pytest.approx(0.25)
 
 
-def _scores(hit: float | None, rejected: float | None) -> SetScores:
-    return SetScores(hit_at_1=hit, hit_at_5=hit, answered=1.0 if hit else None, rejected=rejected, high_right=None)
+def _verdict(base_hits: int, adapted_hits: int, base_rejected: int, adapted_rejected: int):
+    """The shared rule's verdict on 40 KB queries and 40 off-topic texts, answers made to order."""
+    from pipelines.adapt_verdict import KB_SET, decide
+    from pipelines.evaluation import EvalQuery, Ranked
+
+    kb = [EvalQuery(f"q{i}", {"a.md"}, "answerable") for i in range(40)]
+    off = [EvalQuery(f"o{i}", set(), "off_topic") for i in range(40)]
+    sets = {KB_SET: kb, "offtopic": off}
+
+    def answers(hits: int, rejected: int) -> dict:
+        ranked = [Ranked(["a.md"] if i < hits else ["b.md"], True) for i in range(40)]
+        return {KB_SET: ranked, "offtopic": [Ranked([], i >= rejected) for i in range(40)]}
+
+    return decide(
+        load_config(["mlflow=off"]),
+        sets,
+        {"base": answers(base_hits, base_rejected), "adapted": answers(adapted_hits, adapted_rejected)},
+        "embedder.model=DIR",
+    )
 
 
 def test_a_guard_failure_makes_the_verdict_refuse_a_model_that_ranks_better():
-    base = {"kb-pairs": _scores(0.80, None), "offtopic-alerts": _scores(None, 0.978)}
-    leaky = {"kb-pairs": _scores(0.90, None), "offtopic-alerts": _scores(None, 0.587)}
-    recommended, reason = recommend_adapted(base, leaky)
-    assert not recommended and "rejects 0.587 of offtopic-alerts" in reason
-    safe = {"kb-pairs": _scores(0.90, None), "offtopic-alerts": _scores(None, 0.970)}
-    assert recommend_adapted(base, safe)[0]
-    no_gain = {"kb-pairs": _scores(0.80, None), "offtopic-alerts": _scores(None, 1.0)}
-    recommended, reason = recommend_adapted(base, no_gain)
-    assert not recommended and "does not rank better" in reason
+    leaky = _verdict(base_hits=20, adapted_hits=36, base_rejected=40, adapted_rejected=38)  # 0.95: one point under
+    assert leaky.recommended is None and "no_evidence_rate@offtopic>=0.99" in leaky.reason
+    assert _verdict(base_hits=20, adapted_hits=36, base_rejected=40, adapted_rejected=40).recommended is not None
+    no_gain = _verdict(base_hits=20, adapted_hits=21, base_rejected=40, adapted_rejected=40)
+    assert no_gain.recommended is None and "not better" in no_gain.reason
 
 
 def test_adapt_writes_a_calibration_judges_the_model_and_its_onnx_export_loads(small_kb, make_config, tmp_path):
