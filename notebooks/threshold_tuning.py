@@ -176,10 +176,13 @@ if ADAPTED_MODEL:
         kb_path=str(ROOT / KB),
         experiment=EXPERIMENT,
     )
-    models_review = read_sweep(TRACKING_URI, models.parent_run_id, EXPERIMENT)
     print("model comparison parent run:", models.parent_run_id)
-    for line in models_review.verdict.lines():
+    for line in models.verdict.lines() if models.verdict else []:
         print(line)
-    display(pd.DataFrame(models_review.table))  # noqa: F821 (IPython's display)
+    columns = ("hit@1", "hit@5", "answer_rate", "no_evidence_rate", "fallback_rate")
+    model_table = pd.DataFrame(
+        [{"model": " ".join(trial.swept), **{name: trial.value(name) for name in columns}} for trial in models.trials]
+    )
+    print(model_table.to_string(index=False))
 else:
     print("ADAPTED_MODEL not given: no model comparison")
