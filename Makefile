@@ -1,5 +1,5 @@
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test lint format
+.PHONY: help setup demo adapt test lint format
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -9,6 +9,9 @@ setup: ## create .venv and install the project with its test extras
 
 demo: ## set up, index the bundled knowledge/ and answer an example query
 	scripts/demo.sh
+
+adapt: ## adapt the embedding model to KB=DIR (default kb.path), with its calibration and verdict (ARGS: more)
+	.venv/bin/knowledge adapt $(if $(KB),--kb $(KB)) --seed $(or $(SEED),0) $(ARGS)
 
 test: ## set up, lint, and run the whole test suite (what CI runs)
 	scripts/test.sh

@@ -223,6 +223,8 @@ class RetrievalTrace(Contract, CheapDeepcopy):
     bm25_skipped: str | None = field(default=None, metadata=wire(omit_none=True))
     # For the MLflow trace only: the top similarity a filtered attempt needed to stand.
     reference_threshold: float | None = field(default=None, metadata=wire(json=None, record=None))
+    # For the MLflow trace only: where the thresholds came from (`retrieval.calibration`).
+    calibration: str | None = field(default=None, metadata=wire(json=None, record=None))
 
 
 @dataclass

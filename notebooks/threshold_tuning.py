@@ -43,6 +43,7 @@ KB = "knowledge"
 EVIDENCE_THRESHOLDS = "0.2,0.35,0.5,0.65"
 REFERENCE_THRESHOLDS = "0.3,0.6"
 GUARD_OVERRIDES = []  # e.g. ["guard.sets=[eval/my-guard.jsonl]"]: the guard (conf/guard/) of the sweep run here
+ADAPTED_MODEL = None  # a model folder `knowledge adapt` wrote, compared with the packaged model at the end; None: skipped
 
 # %%
 import os
@@ -150,3 +151,38 @@ plt.show()
 for line in review.verdict.lines():
     print(line)
 RECOMMENDED = review.verdict.recommended.label if review.verdict.recommended else None
+
+# %% [markdown]
+# ## Base against adapted model
+#
+# `knowledge adapt` (docs/adapt.md) writes a model folder that carries its own calibration. Given as
+# `ADAPTED_MODEL`, it is compared with the packaged model in MLflow: a sweep over `embedder.model`,
+# one child run per model on the same query set, each model indexed into its own folder and with its
+# own thresholds, and the verdict of the same rule. Left empty, nothing runs: the notebook trains
+# nothing.
+
+# %%
+if ADAPTED_MODEL:
+    from pipelines.tuning.sweep import run_guarded_sweep
+
+    models = run_guarded_sweep(
+        [
+            f"paths.state_dir={STATE_DIR}",
+            f"mlflow.tracking_uri={TRACKING_URI}",
+            *GUARD_OVERRIDES,
+            f"embedder.model=packaged:all-MiniLM-L6-v2,{ADAPTED_MODEL}",
+        ],
+        [str(ROOT / QUERIES)],
+        kb_path=str(ROOT / KB),
+        experiment=EXPERIMENT,
+    )
+    print("model comparison parent run:", models.parent_run_id)
+    for line in models.verdict.lines() if models.verdict else []:
+        print(line)
+    columns = ("hit@1", "hit@5", "answer_rate", "no_evidence_rate", "fallback_rate")
+    model_table = pd.DataFrame(
+        [{"model": " ".join(trial.swept), **{name: trial.value(name) for name in columns}} for trial in models.trials]
+    )
+    print(model_table.to_string(index=False))
+else:
+    print("ADAPTED_MODEL not given: no model comparison")

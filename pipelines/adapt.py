@@ -31,9 +31,10 @@ from typing import Any
 from omegaconf import DictConfig
 from transformers import TrainerCallback
 
-from components.common.embedding_models import ADAPT_RECORD, resolve_model
+from components.common.embedding_models import ADAPT_RECORD, CALIBRATION_FILE, resolve_model
 from components.errors import BadInputError
 from pipelines.adapt_pairs import MinedPairs, check_training_source, mine_pairs
+from pipelines.adapt_verdict import checked_guard_sets
 
 CHECKPOINTS = "checkpoints"
 RUN_FILE = "run.json"
@@ -59,6 +60,12 @@ class AdaptOptions:
     progress_bar: bool = False
     overwrite: bool = False  # write the model's files into a folder adapt did not write (others are left alone)
     callbacks: list[TrainerCallback] = field(default_factory=list)  # more trainer callbacks (observe or stop a run)
+    overrides: list[str] = field(default_factory=list)  # the command's config overrides, for the verdict's pipelines
+    guard_sets: list[str] | None = None  # off-topic query files besides the configured guard's (guard.sets)
+    # After training: fit the model's calibration, then judge it against the base model (the CLI does
+    # both; the training machinery alone leaves them out).
+    calibrate: bool = False
+    verdict: bool = False
 
 
 @dataclass
@@ -79,6 +86,8 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
     output = Path(options.output) if options.output else default_output(cfg, kb_path)
     check_output_folder(output, options.overwrite)
     check_training_source(kb_path)
+    if options.calibrate:
+        checked_guard_sets(cfg, options.guard_sets)
     mined = mine_pairs(
         kb_path,
         max_tokens=cfg.chunking.max_tokens,
@@ -97,8 +106,58 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
                 "give another --output, or --overwrite to replace it"
             )
         say(f"{output} already holds this adapted model (same knowledge base and settings): nothing to do")
+        if options.calibrate and not (output / CALIBRATION_FILE).is_file():  # adapted before calibrations existed
+            calibrate_and_judge(cfg, options, output, mined, kb_path, say)
         return AdaptResult(str(output), done, already_done=True)
-    return _train(cfg, options, output, mined, settings, say)
+    result = _train(cfg, options, output, mined, settings, say)
+    if options.calibrate:
+        calibrate_and_judge(cfg, options, output, mined, kb_path, say)
+    return result
+
+
+def calibrate_and_judge(cfg: DictConfig, options: AdaptOptions, output: Path, mined: MinedPairs, kb_path: str, say):
+    """
+    Write the model's calibration (docs/adapt.md#calibration), then judge it against the base model
+    and mark its card; a model that is not recommended stays, and the run ends with NotRecommendedError.
+    """
+    from pipelines.adapt_calibration import fit_calibration, write_calibration
+    from pipelines.adapt_verdict import KB_SET, NotRecommendedError, guard_texts, judge, kb_queries
+
+    guard_sets = checked_guard_sets(cfg, options.guard_sets)
+    names = [query_set.path for query_set in guard_sets]
+    calibration = fit_calibration(cfg, str(output), mined, guard_texts(guard_sets), names)
+    path = write_calibration(output, calibration)
+    mapped = ", ".join(
+        f"{key.split('.')[-1]} {calibration['base_thresholds'][key]:g} -> {value:g}"
+        for key, value in calibration["thresholds"].items()
+    )
+    say(f"Calibration ({calibration['method']}) written to {path}: {mapped}")
+    if not options.verdict:
+        return None
+    sets = {KB_SET: kb_queries(mined, options.seed), **{s.name: s.queries for s in guard_sets}}
+    say(f"Judging base against adapted model on {', '.join(f'{n} ({len(q)})' for n, q in sets.items())} ...")
+    verdict = judge(cfg, options.overrides, str(output), kb_path, sets)
+    for line in verdict.lines():
+        say(line)
+    write_calibration(output, {**calibration, "verdict": verdict.as_dict()})
+    card = output / "README.md"
+    head = (
+        card.read_text(encoding="utf-8").split(VERDICT_HEADING, 1)[0].rstrip("\n") + "\n"
+    )  # a new verdict replaces the last
+    card.write_text(head + verdict_section(verdict.lines()), encoding="utf-8")
+    if not verdict.recommended:
+        raise NotRecommendedError(
+            f"the adapted model is not recommended: {verdict.reason} "
+            f"(it stays in {output}, marked as not recommended in its model card)"
+        )
+    return verdict
+
+
+VERDICT_HEADING = "\n## Verdict\n"
+
+
+def verdict_section(lines: list[str]) -> str:
+    return "\n".join(["", "## Verdict", "", "```", *lines, "```", ""])
 
 
 def _settings(cfg: DictConfig, options: AdaptOptions, kb_path: str, mined: MinedPairs) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from components.common.choices import (
     check_unit_interval,
 )
 from components.errors import BadInputError, first_line
+from pipelines.calibration import CALIBRATED_KEYS, apply_calibration
 
 if TYPE_CHECKING:
     from components.stores.knowledge_store import KnowledgeStore
@@ -118,6 +119,7 @@ class RetrievalConfig:
     category_filter: bool = MISSING
     bm25_top_k: int = MISSING
     outscored_margin: float = MISSING
+    calibration: str = MISSING
 
 
 @dataclass
@@ -242,10 +244,7 @@ _AT_LEAST = {
 # Durations that must be positive: 0 would turn a guard off, a negative one means nothing.
 _POSITIVE = ("serve.read_timeout_s", "serve.health_timeout_s")
 _UNIT_INTERVAL = (
-    "retrieval.reference_threshold",
-    "retrieval.evidence_threshold",
-    "retrieval.uncovered_evidence_threshold",
-    "retrieval.high_relevance",
+    *CALIBRATED_KEYS,  # the similarity bars
     "retrieval.outscored_margin",
     "competition.sibling_similarity",
     "l0.title_min_overlap",
@@ -360,6 +359,7 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | 
     finally:
         GlobalHydra.instance().clear()
     _check_known_keys(cfg)
+    apply_calibration(cfg, overrides)  # a model folder's thresholds, before they are validated
     _validate_values(cfg)
     return _plain_values(cfg)
 

@@ -22,6 +22,11 @@ DEFAULT_MODEL = "packaged:all-MiniLM-L6-v2"
 DEFAULT_BACKEND = EmbeddingBackend.onnx.value
 # The training record `knowledge adapt` writes into the model folders it makes.
 ADAPT_RECORD = "adapt.json"
+# The similarity thresholds fitted for the model folder (pipelines/calibration.py).
+CALIBRATION_FILE = "calibration.json"
+# Files of a model folder that describe it without changing its vectors: a new calibration or a model
+# card's verdict must not make the ONNX backend export the model again.
+DESCRIPTION_FILES = ("README.md", ADAPT_RECORD, CALIBRATION_FILE)
 
 
 class ModelNotFoundError(BadInputError):

@@ -25,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from components.common.embedding_models import ADAPT_RECORD, DESCRIPTION_FILES
 from components.errors import BadInputError, first_line
 
 logger = logging.getLogger(__name__)
@@ -55,10 +56,17 @@ def default_cache_dir() -> Path:
 
 
 def _model_files(model_dir: Path) -> list[Path]:
-    """The files of a model folder that can change its vectors (hidden files and folders left out)."""
+    """
+    The files of a model folder that can change its vectors: hidden files and folders left out, and
+    in a folder `knowledge adapt` wrote its description (card, record, calibration), which it
+    rewrites after the model is exported.
+    """
+    described = (model_dir / ADAPT_RECORD).is_file()
     files = []
     for path in sorted(model_dir.rglob("*")):
         relative = path.relative_to(model_dir)
+        if described and str(relative) in DESCRIPTION_FILES:
+            continue
         if path.is_file() and not any(part.startswith(".") for part in relative.parts):
             files.append(path)
     return files

@@ -98,6 +98,7 @@ class FallbackRetriever:
         bm25_top_k: int = 20,
         outscored_margin: float = 0.05,
         outscored_check_below: float = 0.6,
+        calibration: str = "conf",
     ) -> None:
         """
         :param store: The Milvus collection (`KnowledgeStore`) and how to search it.
@@ -117,6 +118,8 @@ class FallbackRetriever:
         :param outscored_check_below: Only a filtered attempt whose top similarity is under this
             gets the unfiltered check (`retrieval.high_relevance`: highly relevant evidence stands,
             and the check's extra search is spared).
+        :param calibration: Where the similarity thresholds came from (`retrieval.calibration` as
+            loaded: `conf`, or the model folder's calibration file), recorded in the trace.
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -144,6 +147,7 @@ class FallbackRetriever:
         self.bm25_top_k = bm25_top_k
         self.outscored_margin = outscored_margin
         self.outscored_check_below = outscored_check_below
+        self.calibration = calibration
         self._searches: dict[str, VectorSearch] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -185,6 +189,7 @@ class FallbackRetriever:
             l1_enabled=self.l1_enabled,
             evidence_threshold=bar,
             reference_threshold=self.reference_threshold,
+            calibration=self.calibration,
         )
         if not self.l1_enabled:
             return {"candidates": [], "retrieval_trace": trace, "evidence_bar": evidence_bar}

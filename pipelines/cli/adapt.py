@@ -33,6 +33,16 @@ def add_parser(sub) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="B", help="pairs per batch (default 32)")
     parser.add_argument("--max-steps", type=int, metavar="N", help="stop after N steps (default: all epochs)")
+    parser.add_argument(
+        "--guard",
+        action="append",
+        metavar="FILE",
+        help="off-topic query set the calibration is fitted on and the verdict judges with (repeatable; "
+        "default eval/offtopic-alerts.jsonl)",
+    )
+    parser.add_argument(
+        "--no-verdict", action="store_true", help="write the calibration but skip judging base against adapted model"
+    )
     add_overrides(parser)
 
 
@@ -54,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
         max_steps=args.max_steps,
         overwrite=args.overwrite,
         progress_bar=sys.stderr.isatty(),
+        overrides=list(args.overrides),
+        guard_sets=args.guard,
+        calibrate=True,
+        verdict=not args.no_verdict,
     )
     adapt_model(cfg, options, say=lambda line: print(line, flush=True))
     return EXIT_OK

@@ -22,6 +22,7 @@ from components.errors import first_line
 from components.stores.l0_index_file import L0IndexHandle
 from components.stores.milvus_collection import close_quietly
 from components.tracing.trace_store import TraceStore
+from pipelines.calibration import calibration_in_force
 from pipelines.serving.bind import lookup_slots
 from pipelines.settings import knowledge_store
 from pipelines.traces import redact_url
@@ -113,6 +114,7 @@ class HealthCheck:
                 "uncoveredEvidence": retrieval.uncovered_evidence_threshold,
                 "highRelevance": retrieval.high_relevance,
             },
+            "calibration": calibration_in_force(cfg),
             "query": {"maxChars": cfg.query.max_chars, "onOverlong": cfg.query.on_overlong},
             "traceDb": redact_url(cfg.trace.db_url),
             "mlflow": bool(cfg.mlflow.tracking_uri),
