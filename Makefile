@@ -11,7 +11,7 @@ demo: ## set up, index the bundled knowledge/ and answer an example query
 	scripts/demo.sh
 
 adapt: ## adapt the embedding model to KB=DIR (default kb.path), with its calibration and verdict (ARGS: more)
-	.venv/bin/knowledge adapt $(if $(KB),--kb $(KB)) --seed $(or $(SEED),0) $(ARGS)
+	scripts/setup.sh && .venv/bin/knowledge adapt $(if $(KB),--kb $(KB)) --seed $(or $(SEED),0) $(ARGS)
 
 test: ## set up, lint, and run the whole test suite (what CI runs)
 	scripts/test.sh

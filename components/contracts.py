@@ -221,9 +221,8 @@ class RetrievalTrace(Contract, CheapDeepcopy):
     # The legs the attempts ran, and why the BM25 leg did not (None when it ran).
     legs: list[str] = field(default_factory=list)
     bm25_skipped: str | None = field(default=None, metadata=wire(omit_none=True))
-    # For the MLflow trace only: the top similarity a filtered attempt needed to stand.
+    # MLflow trace only: the top similarity a filtered attempt needed, where the thresholds came from.
     reference_threshold: float | None = field(default=None, metadata=wire(json=None, record=None))
-    # For the MLflow trace only: where the thresholds came from (`retrieval.calibration`).
     calibration: str | None = field(default=None, metadata=wire(json=None, record=None))
 
 

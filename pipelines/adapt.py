@@ -31,7 +31,8 @@ from typing import Any
 from omegaconf import DictConfig
 from transformers import TrainerCallback
 
-from components.common.embedding_models import ADAPT_RECORD, CALIBRATION_FILE, resolve_model
+from components.common.embedding_models import resolve_model
+from components.common.model_folder import ADAPT_RECORD, CALIBRATION_FILE
 from components.errors import BadInputError
 from pipelines.adapt_pairs import MinedPairs, check_training_source, mine_pairs
 from pipelines.adapt_verdict import checked_guard_sets

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from components.common.embedding_models import CALIBRATION_FILE, load_onnx_encoder
+from components.common.embedding_models import load_onnx_encoder
+from components.common.model_folder import CALIBRATION_FILE
 from pipelines.adapt_pairs import MinedPairs
 from pipelines.calibration import CALIBRATED_KEYS
 

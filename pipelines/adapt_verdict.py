@@ -18,7 +18,8 @@ from typing import Any
 
 from components.errors import BadInputError, KnowledgeFailure
 from pipelines.adapt_pairs import MinedPairs
-from pipelines.evaluation import EvalQuery, Ranked, evaluate, index_first
+from pipelines.evaluation import evaluate, index_first
+from pipelines.evaluation_metrics import EvalQuery, Ranked
 
 KB_QUERIES = 100  # queries made from the knowledge base, at most
 KB_SET = "kb-pairs"

@@ -22,7 +22,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from components.common.embedding_models import CALIBRATION_FILE, PACKAGED_PREFIX
+from components.common.embedding_models import PACKAGED_PREFIX
+from components.common.model_folder import CALIBRATION_FILE
 from components.errors import BadInputError
 
 # The keys a calibration may set: every similarity bar of conf/retrieval.

