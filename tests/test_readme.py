@@ -35,6 +35,13 @@ OWN_KB_DOCUMENTS = (
 # Commands run elsewhere: the test that runs each (a server on a free loopback port).
 COVERED = {
     "make test": "tests/test_readme.py::test_make_targets_are_the_scripts_the_readme_names",
+    "make adapt KB=~/runbooks": "tests/test_readme.py::test_make_targets_are_the_scripts_the_readme_names",
+    "knowledge index --kb ~/runbooks embedder.model=.knowledge/models/adapted-runbooks": (
+        "tests/pipelines/test_adapt.py::test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model"
+    ),
+    'knowledge lookup "disk almost full" embedder.model=.knowledge/models/adapted-runbooks': (
+        "tests/pipelines/test_adapt.py::test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model"
+    ),
     "knowledge serve": "tests/integration/test_serve.py::test_lookup_returns_the_evidence_first_result_and_its_trace_row",
     "knowledge serve --mcp": "tests/integration/test_serve_mcp.py::test_call_tool_returns_evidence",
     "curl -s http://127.0.0.1:1416/lookup_knowledge/run -H 'Content-Type: application/json' "
@@ -165,6 +172,9 @@ def test_make_targets_are_the_scripts_the_readme_names():
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
     assert re.search(r"^demo:.*\n\tscripts/demo\.sh$", makefile, re.M)
     assert re.search(r"^test:.*\n\tscripts/test\.sh$", makefile, re.M)
+    assert re.search(
+        r"^adapt:.*\n\tscripts/setup\.sh && \.venv/bin/knowledge adapt \$\(if \$\(KB\),--kb \$\(KB\)\)", makefile, re.M
+    )
     test_script = (REPO / "scripts" / "test.sh").read_text(encoding="utf-8")
     assert "scripts/setup.sh" in test_script and "scripts/lint.sh" in test_script
     assert test_script.rstrip().splitlines()[-1].startswith("exec .venv/bin/python -m pytest")
