@@ -76,27 +76,32 @@ _RESULT_FIELDS = {"hints": "l0_hints", "dedup": "dedup"}
 
 
 def with_finished_stages(
-    failure: LookupResult, recording: stage_recorder.StageRecording | None, error: BaseException | None = None
+    failure: LookupResult,
+    recording: stage_recorder.StageRecording | None,
+    failed_stage: str | None = None,
+    partial_outputs: dict[str, Any] | None = None,
 ) -> tuple[LookupResult, set[str]]:
     """
     The error result with the outputs of every stage that finished before the failure, and the
-    `retrieval_details` keys they fill. A retriever that failed after some attempts ran hands its
-    partial trace on the exception (`retrieval_trace`): those attempts are kept too.
+    `retrieval_details` keys they fill. A component that failed after producing part of its work
+    returns it as its failure's outputs (`partial_outputs` of `failed_stage`; the retriever's
+    `retrieval_trace` of the attempts that ran): those are kept too.
     """
     changes: dict[str, Any] = {}
     keys: set[str] = set()
-    for stage in recording.stages if recording else []:
-        parts = _STAGE_PARTS.get(stage.name)
-        if not parts or not stage.end_ns or stage.error or not isinstance(stage.outputs, dict):
-            continue
-        for output, detail_keys in parts.items():
-            if output in stage.outputs:
-                changes[_RESULT_FIELDS.get(output, output)] = stage.outputs[output]
+    finished = [
+        (stage.name, stage.outputs)
+        for stage in (recording.stages if recording else [])
+        if stage.end_ns and not stage.error and isinstance(stage.outputs, dict)
+    ]
+    if failed_stage is not None and partial_outputs:
+        finished.append((failed_stage, partial_outputs))
+    for name, outputs in finished:
+        for output, detail_keys in _STAGE_PARTS.get(name, {}).items():
+            field = _RESULT_FIELDS.get(output, output)
+            if output in outputs and field not in changes:
+                changes[field] = outputs[output]
                 keys.update(detail_keys)
-    partial_trace = getattr(error, "retrieval_trace", None)
-    if "retrieval_trace" not in changes and partial_trace is not None:
-        changes["retrieval_trace"] = partial_trace
-        keys.update(("retrieval_trace", "fallback_reason"))
     return dataclasses.replace(failure, **changes, completed_parts=sorted(changes)), keys
 
 
@@ -316,10 +321,15 @@ class TraceWriter:
         started_at: float,
         component_name: str | None = None,
         arguments: dict[str, Any] | None = None,
+        partial_outputs: dict[str, Any] | None = None,
     ) -> LookupResult:
         """
         Record a failed call (`status=error`, the error text) and return the structured error
         result the caller gets instead of an exception. Never raises.
+
+        :param component_name: The pipeline component that failed (None: outside the pipeline).
+        :param partial_outputs: What that component produced before it failed, as returned in its
+            `ComponentFailure` (the retriever's `retrieval_trace`): recorded like finished stages' outputs.
         """
         ended_ns = time.time_ns()
         try:
@@ -330,10 +340,10 @@ class TraceWriter:
         info = error_info(error, component_name)
         arguments = dict(arguments) if arguments else {"query": query if isinstance(query, str) else repr(query)}
         arguments = bounded_arguments(arguments)
-        recording = stage_recorder.last_recording()
+        recording = stage_recorder.until_failed(stage_recorder.last_recording(), component_name, error)
         completed = [s.name for s in recording.stages if s.end_ns and not s.error] if recording else []
         failure = LookupResult.failure(query if isinstance(query, str) else "", info)
-        failure, finished_keys = with_finished_stages(failure, recording, error)
+        failure, finished_keys = with_finished_stages(failure, recording, component_name, partial_outputs)
         details = {
             **{k: v for k, v in self.details(failure).items() if k in finished_keys},
             "error": info,
