@@ -5,6 +5,7 @@ from typing import Any
 import numpy as np
 from haystack import component
 
+from components.common.choices import check_at_least, check_unit_interval
 from components.common.evidence import EvidenceBar, usable
 from components.common.text import identifier_words
 from components.contracts import Candidate, Competition
@@ -92,11 +93,8 @@ class CompetitionDetector:
         :param sibling_margin: A sibling runner-up within this margin competes.
         :param sibling_similarity: Summary-vector cosine at or above which two documents are siblings.
         """
-        for name, value in (("margin", margin), ("sibling_margin", sibling_margin)):
-            if value < 0:
-                raise ValueError(f"{name} must be at least 0, got {value}")
-        if not 0.0 <= sibling_similarity <= 1.0:
-            raise ValueError(f"sibling_similarity must lie in [0, 1], got {sibling_similarity}")
+        check_at_least(0, margin=margin, sibling_margin=sibling_margin)
+        check_unit_interval(sibling_similarity=sibling_similarity)
         self.l0_index_path = l0_index_path
         self.margin = margin
         self.sibling_margin = sibling_margin

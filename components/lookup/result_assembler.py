@@ -3,6 +3,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.choices import check_at_least, check_unit_interval
 from components.common.evidence import EvidenceBar
 from components.common.l0_words import is_identifier_name
 from components.common.markdown_sections import section_kind
@@ -158,8 +159,8 @@ class ResultAssembler:
         :param reference_threshold: Best similarity for `"medium"`.
         :param high_margin: How far the runner-up document must trail for `"high"`.
         """
-        if high_margin < 0:
-            raise ValueError(f"high_margin must be at least 0, got {high_margin}")
+        check_unit_interval(high_relevance=high_relevance, reference_threshold=reference_threshold)
+        check_at_least(0, high_margin=high_margin)
         self.high_relevance = high_relevance
         self.reference_threshold = reference_threshold
         self.high_margin = high_margin

@@ -9,6 +9,7 @@ from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
 
+from components.common.choices import check_at_least, check_unit_interval
 from components.contracts import STATUS_ERROR, LookupResult
 from components.tracing import stage_recorder
 from components.tracing.mlflow_sink import MlflowTraceSink, get_sink
@@ -183,10 +184,8 @@ class TraceWriter:
         :param timeout_s: Longest wait on a server trace database per call before spooling.
         :param sample_rate: Share of lookups that get an MLflow trace (0 to 1); failed calls always do.
         """
-        if summary_chars < 0:
-            raise ValueError(f"summary_chars must be >= 0, not {summary_chars}")
-        if not 0.0 <= sample_rate <= 1.0:
-            raise ValueError(f"sample_rate must be between 0 and 1, not {sample_rate}")
+        check_at_least(0, summary_chars=summary_chars, retry_interval=retry_interval, timeout_s=timeout_s)
+        check_unit_interval(sample_rate=sample_rate)
         self.db_url = db_url
         self.spool_path = spool_path
         self.summary_chars = summary_chars
