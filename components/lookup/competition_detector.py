@@ -74,9 +74,23 @@ class CompetitionDetector:
     Usage example:
 
     ```python
-    detector = CompetitionDetector(l0_index_path=".knowledge/knowledge.l0.json")
-    out = detector.run(candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.35))
-    out["competition"]  # None, or Competition(leader=..., competitor=..., margin=0.03, reasons=[...])
+    >>> import tempfile
+    >>> from components.common.evidence import EvidenceBar
+    >>> from components.contracts import Candidate
+    >>> from components.stores.l0_index import L0Index
+    >>> from components.stores.l0_index_file import save_l0_index
+    >>> path = f"{tempfile.mkdtemp()}/kb.l0.json"
+    >>> save_l0_index(L0Index([]), path)  # no summary vectors: siblings by name only
+    >>> def chunk(source, score):
+    ...     return Candidate(f"{source}#0", source, "text", score, 2 - 2 * score, "l2", "sdk", final_score=score)
+    >>> ranked = [chunk("node/NodeFilesystemSpaceFillingUp.md", 0.8), chunk("node/NodeFilesystemFilesFillingUp.md", 0.7)]
+    >>> detector = CompetitionDetector(l0_index_path=path)
+    >>> out = detector.run(candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.35))
+    >>> out["competition"].competitor, out["runner_up_margin"]
+    ('node/NodeFilesystemFilesFillingUp.md', 0.1)
+    >>> out["competition"].reasons  # siblings by name: within sibling_margin
+    ['score margin 0.100 < 0.2', 'shared name stem NodeFilesystem…FillingUp']
+
     ```
     """
 
