@@ -79,9 +79,25 @@ class FallbackRetriever:
     Usage example:
 
     ```python
-    retriever = FallbackRetriever(store=KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge"))
-    out = retriever.run(query_transform=qt, hints=hints, query_embedding=embedding)
-    out["retrieval_trace"].attempts[0].outcome  # "selected"
+    >>> import tempfile
+    >>> from haystack import Document
+    >>> from components.contracts import IndexPlan, L0Hints, QueryTransform
+    >>> from components.indexing.milvus_writer import MilvusChunkWriter
+    >>> store = KnowledgeStore(uri=f"{tempfile.mkdtemp()}/milvus.db", collection="knowledge")
+    >>> def chunk(source, vector):  # 4-d embeddings here
+    ...     meta = {"source": source, "evidence_key": f"{source}#0", "category": source.split("/")[0]}
+    ...     return Document(content=f"what to do about {source}", embedding=vector, meta=meta)
+    >>> chunks = [chunk("disk/full.md", [1.0, 0.0, 0.0, 0.0]), chunk("db/lag.md", [0.0, 1.0, 0.0, 0.0])]
+    >>> _ = MilvusChunkWriter(store=store).run(documents=chunks, plan=IndexPlan())
+    >>> retriever = FallbackRetriever(store=store)
+    >>> qt = QueryTransform(raw="disk full", normalized="disk full", variants=["disk full"])
+    >>> out = retriever.run(query_transform=qt, hints=L0Hints(domains=["disk"]), query_embedding=[0.8, 0.6, 0.0, 0.0])
+    >>> [(c.source, round(c.similarity, 3)) for c in out["candidates"]]
+    [('disk/full.md', 0.8)]
+    >>> attempt = out["retrieval_trace"].attempts[0]
+    >>> attempt.category_filter, attempt.outcome, out["evidence_bar"].applied
+    ('disk', 'selected', 0.35)
+
     ```
     """
 
