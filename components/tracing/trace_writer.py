@@ -146,15 +146,19 @@ class TraceWriter:
     Usage example:
 
     ```python
-    writer = TraceWriter(
-        db_url="sqlite:///.knowledge/traces.db",
-        spool_path=".knowledge/trace-spool.jsonl",
-        tracking_uri=None,  # no MLflow trace
-        artifact_location=None,
-    )
-    writer.warm_up()
-    out = writer.run(result=lookup_result, arguments={"query": "disk full"}, started_at=time.time())
-    out["result"].invocation_id, out["result"].trace_status  # "5f0c…", "recorded"
+    >>> import tempfile, time
+    >>> folder = tempfile.mkdtemp()
+    >>> writer = TraceWriter(db_url=f"sqlite:///{folder}/traces.db", spool_path=f"{folder}/trace-spool.jsonl",
+    ...                      tracking_uri=None, artifact_location=None)  # no MLflow trace
+    >>> writer.warm_up()
+    >>> # A lookup's result goes through `run`; a call that failed through `record_error`:
+    >>> failed = writer.record_error("disk full", ConnectionError("vector store went away"), time.time(), "retriever")
+    >>> failed.trace_status, failed.evidence_status
+    ('recorded', 'error')
+    >>> row = writer.store.get(failed.invocation_id)
+    >>> row["status"], row["error"]
+    ('error', 'ConnectionError: vector store went away (in retriever)')
+
     ```
     """
 
