@@ -12,6 +12,9 @@ trace store unusable; exit status 1). Anything else is unexpected and counts as 
         print(f"knowledge: error: {first_line(exc)}")
 """
 
+from dataclasses import dataclass, field
+from typing import Any
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
@@ -60,3 +63,25 @@ def first_line(exc: BaseException, *, lines: int = 1, typed: bool = False, from_
         return type(exc).__name__
     message = " ".join(found)
     return f"{type(exc).__name__}: {message}" if typed else message
+
+
+@dataclass(frozen=True)
+class ComponentFailure:
+    """
+    A component run that failed, returned as the component's `failure` output instead of raised
+    (its `raise_on_failure=False`): what it produced before the error travels by name in
+    `outputs` (FallbackRetriever: the `retrieval_trace` of the attempts that ran). The component
+    sends none of its other outputs, so nothing after it runs on them.
+    """
+
+    error: Exception
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+def failed_component(pipeline_outputs: dict[str, Any]) -> tuple[str, ComponentFailure] | None:
+    """The component of a pipeline run that returned a `failure` output, and the failure (None: none did)."""
+    for name, outputs in pipeline_outputs.items():
+        failure = outputs.get("failure") if isinstance(outputs, dict) else None
+        if isinstance(failure, ComponentFailure):
+            return name, failure
+    return None

@@ -16,6 +16,7 @@ from haystack import Pipeline
 from omegaconf import DictConfig
 
 from components.contracts import InvalidQueryError, LookupResult
+from components.errors import failed_component
 from components.stores.l0_index_file import L0IndexHandle
 from components.tracing import stage_recorder
 from components.tracing.trace_writer import TraceWriter
@@ -42,7 +43,10 @@ class LookupService:
     Every call leaves one `tool_invocation` row (and, with MLflow configured, one MLflow trace)
     and returns its `invocationId`. A failure inside the pipeline (a component raising, a vector
     store that does not answer) is recorded with `status=error` and returned as a structured
-    error result (`evidenceStatus="error"`); an invalid query is recorded, then raised.
+    error result (`evidenceStatus="error"`); an invalid query is recorded, then raised. With a
+    TraceWriter, a component that can return its failure as an output instead of raising it (the
+    retriever's `raise_on_failure`) is set to, so that the record keeps what it did before the
+    error (the trace of the attempts that ran).
 
     Usage example:
 
@@ -64,6 +68,10 @@ class LookupService:
         self._warm_lock = threading.Lock()
         if one_shot and self.trace_writer is not None:
             self.trace_writer.defer_mlflow_setup()
+        for name in self.pipeline.graph.nodes if self.trace_writer is not None else ():
+            instance = self.pipeline.get_component(name)
+            if getattr(instance, "raise_on_failure", None) is True:
+                instance.raise_on_failure = False
 
     @property
     def trace_writer(self) -> TraceWriter | None:
@@ -113,14 +121,28 @@ class LookupService:
             if isinstance(error, InvalidQueryError) or failure is None:
                 raise error from exc
             return failure
+        failed = failed_component(outputs)
+        if failed is not None:
+            name, returned = failed
+            failure = self._record_error(query, returned.error, started, name, returned.outputs)
+            if failure is None:
+                raise returned.error
+            return failure
         if writer is None:
             return outputs["assembler"]["result"]
         return outputs["trace_writer"]["result"]
 
     def _record_error(
-        self, query: Any, error: BaseException, started: float, component_name: str | None
+        self,
+        query: Any,
+        error: BaseException,
+        started: float,
+        component_name: str | None,
+        partial_outputs: dict[str, Any] | None = None,
     ) -> LookupResult | None:
         writer = self.trace_writer
         if writer is None:
             return None
-        return writer.record_error(query, error, started, component_name=component_name)
+        return writer.record_error(
+            query, error, started, component_name=component_name, partial_outputs=partial_outputs
+        )

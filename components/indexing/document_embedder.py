@@ -33,10 +33,13 @@ class KnowledgeDocumentEmbedder:
     Usage example:
 
     ```python
-    embedder = KnowledgeDocumentEmbedder(model="packaged:all-MiniLM-L6-v2", backend="onnx")
-    embedder.warm_up()
-    docs = embedder.run(documents=[Document(content="rm old logs", meta={"embed_header": "Disk full > Fix"})])
-    len(docs["documents"][0].embedding)  # 384
+    >>> from haystack import Document
+    >>> embedder = KnowledgeDocumentEmbedder(model="packaged:all-MiniLM-L6-v2")
+    >>> embedder.warm_up()
+    >>> docs = embedder.run(documents=[Document(content="rm old logs", meta={"embed_header": "Disk full > Fix"})])
+    >>> len(docs["documents"][0].embedding)
+    384
+
     ```
     """
 

@@ -30,10 +30,14 @@ class IndexPlanner:
     Usage example:
 
     ```python
-    store = KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge")
-    planner = IndexPlanner(store=store, fingerprint="minilm/200/32")
-    result = planner.run(documents=reader_output["documents"])
-    result["plan"].unchanged, result["documents"]  # only what needs (re-)indexing
+    >>> import tempfile
+    >>> from haystack import Document
+    >>> store = KnowledgeStore(uri=f"{tempfile.mkdtemp()}/milvus.db", collection="knowledge")
+    >>> planner = IndexPlanner(store=store, fingerprint="minilm/200/32")
+    >>> result = planner.run(documents=[Document(content="# Disk full", meta={"source": "disk/full.md", "doc_hash": "1f"})])
+    >>> result["plan"].added, result["plan"].unchanged, len(result["documents"])  # an empty store: all to index
+    (['disk/full.md'], [], 1)
+
     ```
     """
 

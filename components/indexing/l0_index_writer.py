@@ -32,9 +32,15 @@ class L0IndexWriter:
     Usage example:
 
     ```python
-    writer = L0IndexWriter(index_path=".knowledge/knowledge.l0.json")
-    writer.run(documents=reader_output["documents"], chunks=embedder_output["documents"])
-    # {"entries": 36, "path": "...", "summaries_embedded": 0}
+    >>> import tempfile
+    >>> from haystack import Document
+    >>> path = f"{tempfile.mkdtemp()}/kb.l0.json"
+    >>> meta = {"source": "disk/full.md", "title": "Disk Full", "category": "disk", "keywords": ["disk space"]}
+    >>> writer = L0IndexWriter(index_path=path)
+    >>> out = writer.run(documents=[Document(content="# Disk Full\\n\\nFree space.", meta=meta)], chunks=[])
+    >>> out["entries"], out["summaries_embedded"]  # no chunk vectors given: the summary was embedded
+    (1, 1)
+
     ```
     """
 

@@ -39,9 +39,13 @@ class MarkdownChunker:
     Usage example:
 
     ```python
-    chunker = MarkdownChunker(max_tokens=200, overlap_tokens=32)
-    chunks = chunker.run(documents=[Document(content="# Disk\\n## Fix\\nrm old logs", meta={"source": "d.md"})])
-    chunks["documents"][0].meta["breadcrumb"]  # "Disk > Fix"
+    >>> from haystack import Document
+    >>> chunker = MarkdownChunker(max_tokens=200, overlap_tokens=32)
+    >>> doc = Document(content="# Disk\\n## Fix\\nrm old logs", meta={"source": "d.md", "title": "Disk"})
+    >>> chunks = chunker.run(documents=[doc])["documents"]
+    >>> [(c.meta["breadcrumb"], c.content) for c in chunks]
+    [('Disk > Fix', 'rm old logs')]
+
     ```
     """
 

@@ -57,9 +57,14 @@ class MarkdownKnowledgeReader:
     Usage example:
 
     ```python
-    reader = MarkdownKnowledgeReader(kb_path="knowledge/")
-    result = reader.run()
-    result["documents"][0].meta["title"], result["skipped"]
+    >>> import pathlib, tempfile
+    >>> kb = pathlib.Path(tempfile.mkdtemp())
+    >>> (kb / "disk").mkdir()
+    >>> _ = (kb / "disk" / "full.md").write_text("# Disk Full\\n\\nFree space on the volume.\\n")
+    >>> result = MarkdownKnowledgeReader(kb_path=str(kb)).run()
+    >>> [(d.meta["source"], d.meta["title"], d.meta["category"]) for d in result["documents"]], result["skipped"]
+    ([('disk/full.md', 'Disk Full', 'disk')], [])
+
     ```
     """
 

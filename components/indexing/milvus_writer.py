@@ -66,8 +66,18 @@ class MilvusChunkWriter:
     Usage example:
 
     ```python
-    writer = MilvusChunkWriter(store=KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge"))
-    writer.run(documents=embedded_chunks, plan=plan)  # {"written": 42, "deleted": 0, "count": 42}
+    >>> import tempfile
+    >>> from haystack import Document
+    >>> from components.contracts import IndexPlan
+    >>> store = KnowledgeStore(uri=f"{tempfile.mkdtemp()}/milvus.db", collection="knowledge")
+    >>> def chunk(source, vector):  # as the embedder leaves it (4-d here)
+    ...     meta = {"source": source, "evidence_key": f"{source}#0", "category": source.split("/")[0]}
+    ...     return Document(content=f"what to do about {source}", embedding=vector, meta=meta)
+    >>> chunks = [chunk("disk/full.md", [1.0, 0.0, 0.0, 0.0]), chunk("db/lag.md", [0.0, 1.0, 0.0, 0.0])]
+    >>> out = MilvusChunkWriter(store=store).run(documents=chunks, plan=IndexPlan())
+    >>> out["written"], out["deleted"], out["count"]
+    (2, 0, 2)
+
     ```
     """
 

@@ -5,6 +5,7 @@ from typing import Any
 import numpy as np
 from haystack import component
 
+from components.common.choices import check_at_least, check_unit_interval
 from components.common.evidence import EvidenceBar, usable
 from components.common.text import identifier_words
 from components.contracts import Candidate, Competition
@@ -73,9 +74,23 @@ class CompetitionDetector:
     Usage example:
 
     ```python
-    detector = CompetitionDetector(l0_index_path=".knowledge/knowledge.l0.json")
-    out = detector.run(candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.35))
-    out["competition"]  # None, or Competition(leader=..., competitor=..., margin=0.03, reasons=[...])
+    >>> import tempfile
+    >>> from components.common.evidence import EvidenceBar
+    >>> from components.contracts import Candidate
+    >>> from components.stores.l0_index import L0Index
+    >>> from components.stores.l0_index_file import save_l0_index
+    >>> path = f"{tempfile.mkdtemp()}/kb.l0.json"
+    >>> save_l0_index(L0Index([]), path)  # no summary vectors: siblings by name only
+    >>> def chunk(source, score):
+    ...     return Candidate(f"{source}#0", source, "text", score, 2 - 2 * score, "l2", "sdk", final_score=score)
+    >>> ranked = [chunk("node/NodeFilesystemSpaceFillingUp.md", 0.8), chunk("node/NodeFilesystemFilesFillingUp.md", 0.7)]
+    >>> detector = CompetitionDetector(l0_index_path=path)
+    >>> out = detector.run(candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.35))
+    >>> out["competition"].competitor, out["runner_up_margin"]
+    ('node/NodeFilesystemFilesFillingUp.md', 0.1)
+    >>> out["competition"].reasons  # siblings by name: within sibling_margin
+    ['score margin 0.100 < 0.2', 'shared name stem NodeFilesystem…FillingUp']
+
     ```
     """
 
@@ -92,11 +107,8 @@ class CompetitionDetector:
         :param sibling_margin: A sibling runner-up within this margin competes.
         :param sibling_similarity: Summary-vector cosine at or above which two documents are siblings.
         """
-        for name, value in (("margin", margin), ("sibling_margin", sibling_margin)):
-            if value < 0:
-                raise ValueError(f"{name} must be at least 0, got {value}")
-        if not 0.0 <= sibling_similarity <= 1.0:
-            raise ValueError(f"sibling_similarity must lie in [0, 1], got {sibling_similarity}")
+        check_at_least(0, margin=margin, sibling_margin=sibling_margin)
+        check_unit_interval(sibling_similarity=sibling_similarity)
         self.l0_index_path = l0_index_path
         self.margin = margin
         self.sibling_margin = sibling_margin

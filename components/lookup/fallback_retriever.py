@@ -19,7 +19,7 @@ from components.contracts import (
     RetrievalAttempt,
     RetrievalTrace,
 )
-from components.errors import first_line
+from components.errors import ComponentFailure, first_line
 from components.lookup.retrieval_legs import PendingSearch, QueryVectors, bm25_top_hits, top_hits
 from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_collection import is_local_uri
@@ -79,9 +79,25 @@ class FallbackRetriever:
     Usage example:
 
     ```python
-    retriever = FallbackRetriever(store=KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge"))
-    out = retriever.run(query_transform=qt, hints=hints, query_embedding=embedding)
-    out["retrieval_trace"].attempts[0].outcome  # "selected"
+    >>> import tempfile
+    >>> from haystack import Document
+    >>> from components.contracts import IndexPlan, L0Hints, QueryTransform
+    >>> from components.indexing.milvus_writer import MilvusChunkWriter
+    >>> store = KnowledgeStore(uri=f"{tempfile.mkdtemp()}/milvus.db", collection="knowledge")
+    >>> def chunk(source, vector):  # 4-d embeddings here
+    ...     meta = {"source": source, "evidence_key": f"{source}#0", "category": source.split("/")[0]}
+    ...     return Document(content=f"what to do about {source}", embedding=vector, meta=meta)
+    >>> chunks = [chunk("disk/full.md", [1.0, 0.0, 0.0, 0.0]), chunk("db/lag.md", [0.0, 1.0, 0.0, 0.0])]
+    >>> _ = MilvusChunkWriter(store=store).run(documents=chunks, plan=IndexPlan())
+    >>> retriever = FallbackRetriever(store=store)
+    >>> qt = QueryTransform(raw="disk full", normalized="disk full", variants=["disk full"])
+    >>> out = retriever.run(query_transform=qt, hints=L0Hints(domains=["disk"]), query_embedding=[0.8, 0.6, 0.0, 0.0])
+    >>> [(c.source, round(c.similarity, 3)) for c in out["candidates"]]
+    [('disk/full.md', 0.8)]
+    >>> attempt = out["retrieval_trace"].attempts[0]
+    >>> attempt.category_filter, attempt.outcome, out["evidence_bar"].applied
+    ('disk', 'selected', 0.35)
+
     ```
     """
 
@@ -99,6 +115,7 @@ class FallbackRetriever:
         outscored_margin: float = 0.05,
         outscored_check_below: float = 0.6,
         calibration: str = "conf",
+        raise_on_failure: bool = True,
     ) -> None:
         """
         :param store: The Milvus collection (`KnowledgeStore`) and how to search it.
@@ -120,6 +137,9 @@ class FallbackRetriever:
             and the check's extra search is spared).
         :param calibration: Where the similarity thresholds came from (`retrieval.calibration` as
             loaded: `conf`, or the model folder's calibration file), recorded in the trace.
+        :param raise_on_failure: False returns a search that fails as the `failure` output (a
+            `ComponentFailure` with the `retrieval_trace` of the attempts that ran) instead of
+            raising it, so that whoever records the failed lookup keeps those attempts.
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -148,6 +168,7 @@ class FallbackRetriever:
         self.outscored_margin = outscored_margin
         self.outscored_check_below = outscored_check_below
         self.calibration = calibration
+        self.raise_on_failure = raise_on_failure
         self._searches: dict[str, VectorSearch] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -164,7 +185,9 @@ class FallbackRetriever:
             self._searches[path] = self.store.vector_search(path)
         return self._searches[path]
 
-    @component.output_types(candidates=list[Candidate], retrieval_trace=RetrievalTrace, evidence_bar=EvidenceBar)
+    @component.output_types(
+        candidates=list[Candidate], retrieval_trace=RetrievalTrace, evidence_bar=EvidenceBar, failure=ComponentFailure
+    )
     def run(
         self,
         query_transform: QueryTransform,
@@ -180,7 +203,9 @@ class FallbackRetriever:
             query's own when None).
         :returns: `candidates` (unsorted beyond each attempt's own order; after a retry, the retry's
             and the first attempt's usable ones), the `retrieval_trace` and the `evidence_bar` the
-            components after it apply (the one place the evidence threshold enters the pipeline).
+            components after it apply (the one place the evidence threshold enters the pipeline);
+            with `raise_on_failure=False`, a failed search returns only `failure` (the error and the
+            `retrieval_trace` of the attempts that ran).
         """
         bar = self.evidence_bar(hints)
         evidence_bar = EvidenceBar(configured=self.evidence_threshold, applied=bar)
@@ -201,8 +226,9 @@ class FallbackRetriever:
                 embeddings = QueryVectors(query_embedding, expanded)
                 return {**self._attempts(query_transform, hints, embeddings, bar, trace), "evidence_bar": evidence_bar}
         except Exception as exc:
-            exc.retrieval_trace = trace  # the attempts that ran, for the error's record
-            raise
+            if self.raise_on_failure:
+                raise
+            return {"failure": ComponentFailure(error=exc, outputs={"retrieval_trace": trace})}
 
     def _attempts(
         self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryVectors, bar: float, trace

@@ -30,8 +30,18 @@ class L0HintExtractor:
     Usage example:
 
     ```python
-    extractor = L0HintExtractor(l0_index_path=".knowledge/knowledge.l0.json")
-    extractor.run(query="postgres replica is lagging")["hints"].entities  # ["PostgreSQL"]
+    >>> import tempfile
+    >>> from components.contracts import EntityRef
+    >>> from components.stores.l0_index import L0Entry, L0Index
+    >>> from components.stores.l0_index_file import save_l0_index
+    >>> path = f"{tempfile.mkdtemp()}/kb.l0.json"
+    >>> pg = EntityRef("PostgreSQL", aliases=["postgres"])
+    >>> save_l0_index(L0Index([L0Entry("database/replica-lag.md", "Replica Lag", "database", entities=[pg])]), path)
+    >>> extractor = L0HintExtractor(l0_index_path=path)
+    >>> hints = extractor.run(query="postgres replica is lagging")["hints"]
+    >>> hints.entities, hints.single_domain
+    (['PostgreSQL'], 'database')
+
     ```
     """
 

@@ -33,9 +33,12 @@ class KnowledgeQueryEmbedder:
     Usage example:
 
     ```python
-    embedder = KnowledgeQueryEmbedder(model="packaged:all-MiniLM-L6-v2", backend="onnx")
-    embedder.warm_up()
-    embedder.run(query="disk almost full")["query_embedding"][:3]
+    >>> embedder = KnowledgeQueryEmbedder(model="packaged:all-MiniLM-L6-v2")
+    >>> embedder.warm_up()
+    >>> out = embedder.run(query="disk almost full", expanded_query="disk almost full (DiskAlmostFull)")
+    >>> out["query_embedding"].shape, round(float(out["query_embedding"] @ out["query_embedding"]), 3)
+    ((384,), 1.0)
+
     ```
     """
 

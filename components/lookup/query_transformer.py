@@ -28,9 +28,20 @@ class QueryTransformer:
     Usage example:
 
     ```python
-    transformer = QueryTransformer(l0_index_path=".knowledge/knowledge.l0.json")
-    result = transformer.run(query="  pg   replica lag\\x07 ")
-    result["query_transform"].normalized  # "pg replica lag"
+    >>> import tempfile
+    >>> from components.contracts import EntityRef
+    >>> from components.stores.l0_index import L0Entry, L0Index
+    >>> from components.stores.l0_index_file import save_l0_index
+    >>> path = f"{tempfile.mkdtemp()}/kb.l0.json"
+    >>> pg = EntityRef("PostgreSQL", aliases=["pg"])
+    >>> save_l0_index(L0Index([L0Entry("database/replica-lag.md", "Replica Lag", "database", entities=[pg])]), path)
+    >>> transformer = QueryTransformer(l0_index_path=path)
+    >>> result = transformer.run(query="  pg   replica lag\\x07 ")
+    >>> result["query_transform"].normalized
+    'pg replica lag'
+    >>> result["expanded_query"]
+    'pg replica lag (PostgreSQL)'
+
     ```
     """
 

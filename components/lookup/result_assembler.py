@@ -3,6 +3,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.choices import check_at_least, check_unit_interval
 from components.common.evidence import EvidenceBar
 from components.common.l0_words import is_identifier_name
 from components.common.markdown_sections import section_kind
@@ -137,10 +138,17 @@ class ResultAssembler:
     Usage example:
 
     ```python
-    assembler = ResultAssembler(l0_index_path=".knowledge/knowledge.l0.json", high_relevance=0.6)
-    result = assembler.run(query_transform=qt, hints=hints, retrieval_trace=trace, evidence_bar=bar, rerank_trace=rt,
-                           evidence_blocks=blocks, dedup=stats, context_pack=pack)["result"]
-    result.to_dict()["found"]
+    >>> from components.common.evidence import EvidenceBar
+    >>> from components.contracts import ContextPack, DedupStats, L0Hints, QueryTransform, RetrievalTrace
+    >>> qt = QueryTransform(raw="bake bread", normalized="bake bread", variants=["bake bread"])
+    >>> assembler = ResultAssembler(l0_index_path=None, high_relevance=0.6)
+    >>> result = assembler.run(query_transform=qt, hints=L0Hints(), retrieval_trace=RetrievalTrace(),
+    ...                        evidence_bar=EvidenceBar(configured=0.35, applied=0.35), rerank_trace=[],
+    ...                        evidence_blocks=[], dedup=DedupStats(0, 0, 0, 0),
+    ...                        context_pack=ContextPack("", 1200, 0, [], [], False))["result"]
+    >>> result.to_dict()["found"], result.to_dict()["evidenceStatus"]
+    (False, 'no_evidence')
+
     ```
     """
 
@@ -158,8 +166,8 @@ class ResultAssembler:
         :param reference_threshold: Best similarity for `"medium"`.
         :param high_margin: How far the runner-up document must trail for `"high"`.
         """
-        if high_margin < 0:
-            raise ValueError(f"high_margin must be at least 0, got {high_margin}")
+        check_unit_interval(high_relevance=high_relevance, reference_threshold=reference_threshold)
+        check_at_least(0, high_margin=high_margin)
         self.high_relevance = high_relevance
         self.reference_threshold = reference_threshold
         self.high_margin = high_margin

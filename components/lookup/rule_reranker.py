@@ -97,10 +97,23 @@ class RuleReranker:
     Usage example:
 
     ```python
-    reranker = RuleReranker(l0_index_path=".knowledge/knowledge.l0.json", weights={"lexical_overlap": 0.3})
-    ranked = reranker.run(query_transform=qt, hints=hints, candidates=candidates, query_embedding=q,
-                       evidence_bar=EvidenceBar(configured=0.35, applied=0.35))["candidates"]
-    ranked[0].boosts  # {"document_similarity": 0.21, "lexical_overlap": 0.12, ...}
+    >>> import tempfile
+    >>> from components.common.evidence import EvidenceBar
+    >>> from components.contracts import Candidate, L0Hints, QueryTransform
+    >>> from components.stores.l0_index import L0Index
+    >>> from components.stores.l0_index_file import save_l0_index
+    >>> path = f"{tempfile.mkdtemp()}/kb.l0.json"
+    >>> save_l0_index(L0Index([], term_df={"disk": 1, "space": 1}), path)  # the idf of the query's terms
+    >>> def chunk(key, source, text, similarity):
+    ...     return Candidate(key, source, text, similarity, 2 - 2 * similarity, "l2", "sdk")
+    >>> candidates = [chunk("a#0", "a.md", "restart the service", 0.62), chunk("b#0", "b.md", "free disk space", 0.6)]
+    >>> qt = QueryTransform(raw="disk space", normalized="disk space", variants=["disk space"])
+    >>> reranker = RuleReranker(l0_index_path=path, weights={"lexical_overlap": 0.3})
+    >>> ranked = reranker.run(query_transform=qt, hints=L0Hints(), candidates=candidates, query_embedding=[0.0] * 384,
+    ...                       evidence_bar=EvidenceBar(configured=0.35, applied=0.35))["candidates"]
+    >>> [(c.evidence_key, c.boosts) for c in ranked]
+    [('b#0', {'lexical_overlap': 0.3}), ('a#0', {})]
+
     ```
     """
 

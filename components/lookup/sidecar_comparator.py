@@ -123,10 +123,25 @@ class SidecarComparator:
     Usage example:
 
     ```python
-    store = KnowledgeStore(uri=".knowledge/milvus.db", collection="knowledge")
-    sidecar = SidecarComparator(store=store, enabled=True, path="haystack")
-    report = sidecar.run(query_embedding=q, candidates=candidates, retrieval_trace=trace)["sidecar"]
-    report.status, report.comparison["overlap_ratio"]
+    >>> import tempfile
+    >>> from haystack import Document
+    >>> from components.contracts import IndexPlan, L0Hints, QueryTransform
+    >>> from components.indexing.milvus_writer import MilvusChunkWriter
+    >>> from components.lookup.fallback_retriever import FallbackRetriever
+    >>> store = KnowledgeStore(uri=f"{tempfile.mkdtemp()}/milvus.db", collection="knowledge")
+    >>> def chunk(source, vector):  # 4-d embeddings here
+    ...     meta = {"source": source, "evidence_key": f"{source}#0", "category": source.split("/")[0]}
+    ...     return Document(content=f"what to do about {source}", embedding=vector, meta=meta)
+    >>> chunks = [chunk("disk/full.md", [1.0, 0.0, 0.0, 0.0]), chunk("db/lag.md", [0.0, 1.0, 0.0, 0.0])]
+    >>> _ = MilvusChunkWriter(store=store).run(documents=chunks, plan=IndexPlan())
+    >>> q = [0.8, 0.6, 0.0, 0.0]
+    >>> qt = QueryTransform(raw="disk full", normalized="disk full", variants=["disk full"])
+    >>> main = FallbackRetriever(store=store).run(query_transform=qt, hints=L0Hints(), query_embedding=q)
+    >>> sidecar = SidecarComparator(store=store, enabled=True, path="haystack")
+    >>> report = sidecar.run(query_embedding=q, candidates=main["candidates"], retrieval_trace=main["retrieval_trace"])
+    >>> report["sidecar"].status, report["sidecar"].comparison["same_top1"]
+    ('ok', True)
+
     ```
     """
 

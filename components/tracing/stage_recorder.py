@@ -25,6 +25,7 @@ stage_recorder.last_recording()   # after the run (or its failure), in the same 
 """
 
 import contextlib
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -158,6 +159,25 @@ def current_recording() -> StageRecording | None:
 def last_recording() -> StageRecording | None:
     """The recording of the last pipeline run that ended in this context (for failed runs)."""
     return _last.get()
+
+
+def until_failed(
+    recording: StageRecording | None, failed_stage: str | None, error: BaseException
+) -> StageRecording | None:
+    """
+    The recording as it stood when `failed_stage` failed: a component that returned its failure
+    as an output (`ComponentFailure`) ended without an error of its own, and components that did
+    not need its outputs may have run after it. The copy marks that stage failed with `error` and
+    ends with it; a stage that raised is already so, and the recording comes back unchanged.
+    """
+    stage = recording.stage(failed_stage) if recording is not None and failed_stage else None
+    if recording is None or stage is None or stage.error:
+        return recording
+    message = f"{type(error).__name__}: {error}"
+    failed = dataclasses.replace(stage, outputs=None, error=message)
+    position = next(i for i, recorded in enumerate(recording.stages) if recorded is stage)
+    stages = [*recording.stages[:position], failed]
+    return dataclasses.replace(recording, stages=stages, end_ns=failed.end_ns, error=recording.error or message)
 
 
 def clear_last_recording() -> None:

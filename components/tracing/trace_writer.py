@@ -9,6 +9,7 @@ from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
 
+from components.common.choices import check_at_least, check_unit_interval
 from components.contracts import STATUS_ERROR, LookupResult
 from components.tracing import stage_recorder
 from components.tracing.mlflow_sink import MlflowTraceSink, get_sink
@@ -76,27 +77,32 @@ _RESULT_FIELDS = {"hints": "l0_hints", "dedup": "dedup"}
 
 
 def with_finished_stages(
-    failure: LookupResult, recording: stage_recorder.StageRecording | None, error: BaseException | None = None
+    failure: LookupResult,
+    recording: stage_recorder.StageRecording | None,
+    failed_stage: str | None = None,
+    partial_outputs: dict[str, Any] | None = None,
 ) -> tuple[LookupResult, set[str]]:
     """
     The error result with the outputs of every stage that finished before the failure, and the
-    `retrieval_details` keys they fill. A retriever that failed after some attempts ran hands its
-    partial trace on the exception (`retrieval_trace`): those attempts are kept too.
+    `retrieval_details` keys they fill. A component that failed after producing part of its work
+    returns it as its failure's outputs (`partial_outputs` of `failed_stage`; the retriever's
+    `retrieval_trace` of the attempts that ran): those are kept too.
     """
     changes: dict[str, Any] = {}
     keys: set[str] = set()
-    for stage in recording.stages if recording else []:
-        parts = _STAGE_PARTS.get(stage.name)
-        if not parts or not stage.end_ns or stage.error or not isinstance(stage.outputs, dict):
-            continue
-        for output, detail_keys in parts.items():
-            if output in stage.outputs:
-                changes[_RESULT_FIELDS.get(output, output)] = stage.outputs[output]
+    finished = [
+        (stage.name, stage.outputs)
+        for stage in (recording.stages if recording else [])
+        if stage.end_ns and not stage.error and isinstance(stage.outputs, dict)
+    ]
+    if failed_stage is not None and partial_outputs:
+        finished.append((failed_stage, partial_outputs))
+    for name, outputs in finished:
+        for output, detail_keys in _STAGE_PARTS.get(name, {}).items():
+            field = _RESULT_FIELDS.get(output, output)
+            if output in outputs and field not in changes:
+                changes[field] = outputs[output]
                 keys.update(detail_keys)
-    partial_trace = getattr(error, "retrieval_trace", None)
-    if "retrieval_trace" not in changes and partial_trace is not None:
-        changes["retrieval_trace"] = partial_trace
-        keys.update(("retrieval_trace", "fallback_reason"))
     return dataclasses.replace(failure, **changes, completed_parts=sorted(changes)), keys
 
 
@@ -140,15 +146,19 @@ class TraceWriter:
     Usage example:
 
     ```python
-    writer = TraceWriter(
-        db_url="sqlite:///.knowledge/traces.db",
-        spool_path=".knowledge/trace-spool.jsonl",
-        tracking_uri=None,  # no MLflow trace
-        artifact_location=None,
-    )
-    writer.warm_up()
-    out = writer.run(result=lookup_result, arguments={"query": "disk full"}, started_at=time.time())
-    out["result"].invocation_id, out["result"].trace_status  # "5f0c…", "recorded"
+    >>> import tempfile, time
+    >>> folder = tempfile.mkdtemp()
+    >>> writer = TraceWriter(db_url=f"sqlite:///{folder}/traces.db", spool_path=f"{folder}/trace-spool.jsonl",
+    ...                      tracking_uri=None, artifact_location=None)  # no MLflow trace
+    >>> writer.warm_up()
+    >>> # A lookup's result goes through `run`; a call that failed through `record_error`:
+    >>> failed = writer.record_error("disk full", ConnectionError("vector store went away"), time.time(), "retriever")
+    >>> failed.trace_status, failed.evidence_status
+    ('recorded', 'error')
+    >>> row = writer.store.get(failed.invocation_id)
+    >>> row["status"], row["error"]
+    ('error', 'ConnectionError: vector store went away (in retriever)')
+
     ```
     """
 
@@ -178,10 +188,8 @@ class TraceWriter:
         :param timeout_s: Longest wait on a server trace database per call before spooling.
         :param sample_rate: Share of lookups that get an MLflow trace (0 to 1); failed calls always do.
         """
-        if summary_chars < 0:
-            raise ValueError(f"summary_chars must be >= 0, not {summary_chars}")
-        if not 0.0 <= sample_rate <= 1.0:
-            raise ValueError(f"sample_rate must be between 0 and 1, not {sample_rate}")
+        check_at_least(0, summary_chars=summary_chars, retry_interval=retry_interval, timeout_s=timeout_s)
+        check_unit_interval(sample_rate=sample_rate)
         self.db_url = db_url
         self.spool_path = spool_path
         self.summary_chars = summary_chars
@@ -316,10 +324,15 @@ class TraceWriter:
         started_at: float,
         component_name: str | None = None,
         arguments: dict[str, Any] | None = None,
+        partial_outputs: dict[str, Any] | None = None,
     ) -> LookupResult:
         """
         Record a failed call (`status=error`, the error text) and return the structured error
         result the caller gets instead of an exception. Never raises.
+
+        :param component_name: The pipeline component that failed (None: outside the pipeline).
+        :param partial_outputs: What that component produced before it failed, as returned in its
+            `ComponentFailure` (the retriever's `retrieval_trace`): recorded like finished stages' outputs.
         """
         ended_ns = time.time_ns()
         try:
@@ -330,10 +343,10 @@ class TraceWriter:
         info = error_info(error, component_name)
         arguments = dict(arguments) if arguments else {"query": query if isinstance(query, str) else repr(query)}
         arguments = bounded_arguments(arguments)
-        recording = stage_recorder.last_recording()
+        recording = stage_recorder.until_failed(stage_recorder.last_recording(), component_name, error)
         completed = [s.name for s in recording.stages if s.end_ns and not s.error] if recording else []
         failure = LookupResult.failure(query if isinstance(query, str) else "", info)
-        failure, finished_keys = with_finished_stages(failure, recording, error)
+        failure, finished_keys = with_finished_stages(failure, recording, component_name, partial_outputs)
         details = {
             **{k: v for k, v in self.details(failure).items() if k in finished_keys},
             "error": info,

@@ -1,6 +1,8 @@
 """
-Fixtures of the serving tests: the sample knowledge base indexed once per session in a child
-process, so this process never opens (and locks) the Milvus Lite db the servers use.
+Fixtures of the integration tests: for the serving tests, the sample knowledge base indexed once
+per session in a child process, so this process never opens (and locks) the Milvus Lite db the
+servers use; for the server tests, one factory indexing it into a Milvus server (the 2.3
+standalone or the Lite gRPC server) and what they compare.
 """
 
 from pathlib import Path
@@ -17,3 +19,48 @@ def served_index(tmp_path_factory) -> Path:
     done = run_cli("index", "--kb", str(REPO / "knowledge"), f"paths.state_dir={state}", "mlflow=off", timeout=900)
     assert done.returncode == 0, done.stderr
     return state
+
+
+# --- the sample KB on a Milvus server: the standalone 2.3 server and the Lite gRPC server alike ---
+
+# Lookups the server tests compare with the same KB in the Milvus Lite file.
+SERVER_QUERIES = [
+    "disk almost full on a worker node",
+    "the postgres replica is falling behind the primary",
+    "how do I find a runaway process eating all the CPU",
+    "certificate expires soon on the ingress",
+    "how do I bake sourdough bread",
+]
+
+
+def server_overrides(server, full_text: bool = False) -> list[str]:
+    """
+    A Milvus server with the Lite file's exact (FLAT) index, so that results compare; `full_text`
+    adds the BM25 function (the Lite server has it, the 2.3 standalone server does not).
+    """
+    overrides = ["milvus=server", f"milvus.uri={server.uri}", "milvus.index_type=FLAT"]
+    return [*overrides, "milvus.full_text=true"] if full_text else overrides
+
+
+def evidence(result) -> list[tuple[str, float]]:
+    return [(block.evidence_key, block.score) for block in result.evidence_blocks]
+
+
+@pytest.fixture(scope="session")
+def indexed_server_cfg(tmp_path_factory):
+    """
+    indexed_server_cfg(server, full_text=False): a config of the sample KB indexed (rebuilt) into
+    `server` with `server_overrides`, in a state folder of its own. The fixture factory of the
+    server test modules, each of which keeps its config in a module fixture.
+    """
+    from pipelines.indexing import run_indexing
+    from pipelines.settings import load_config
+    from tests.conftest import SAMPLE_KB, state_overrides
+
+    def make(server, full_text: bool = False):
+        state = tmp_path_factory.mktemp("server-state")
+        cfg = load_config(state_overrides(state, f"kb.path={SAMPLE_KB}", *server_overrides(server, full_text)))
+        run_indexing(cfg, rebuild=True)
+        return cfg
+
+    return make

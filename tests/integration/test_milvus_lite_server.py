@@ -6,26 +6,19 @@ into it with the BM25 function, and lookups compared with the same KB in the Mil
 
 import pytest
 
-from pipelines.indexing import run_indexing
 from pipelines.lookup import LookupService
-from tests.conftest import SAMPLE_KB, state_overrides
 from tests.helpers import derived_config
-from tests.integration.test_milvus_server import QUERIES, evidence
+from tests.integration.conftest import SERVER_QUERIES, evidence, server_overrides
 
 
 def lite_server_overrides(server) -> list[str]:
     """The Lite gRPC server with full text and the Lite file's exact (FLAT) index, so results compare."""
-    return ["milvus=server", f"milvus.uri={server.uri}", "milvus.index_type=FLAT", "milvus.full_text=true"]
+    return server_overrides(server, full_text=True)
 
 
 @pytest.fixture(scope="module")
-def lite_server_cfg(lite_server, tmp_path_factory):
-    from pipelines.settings import load_config
-
-    state = tmp_path_factory.mktemp("lite-server-state")
-    cfg = load_config(state_overrides(state, f"kb.path={SAMPLE_KB}", *lite_server_overrides(lite_server)))
-    run_indexing(cfg, rebuild=True)
-    return cfg
+def lite_server_cfg(lite_server, indexed_server_cfg):
+    return indexed_server_cfg(lite_server, full_text=True)
 
 
 def bm25_ranks(result) -> list[tuple[str, int | None]]:
@@ -44,7 +37,7 @@ def test_lookups_on_the_lite_server_run_both_legs_and_match_the_lite_file(
         derived_config(lite_server_cfg, *lite_server_overrides(lite_server), f"retrieval.vector_store_mode={mode}")
     )
     on_file = LookupService(derived_config(sample_service.cfg, f"retrieval.vector_store_mode={mode}"))
-    for query in QUERIES:
+    for query in SERVER_QUERIES:
         server_result, file_result = on_server.lookup(query), on_file.lookup(query)
         trace = server_result.retrieval_trace
         assert trace.legs == ["dense", "bm25"] and trace.bm25_skipped is None, query

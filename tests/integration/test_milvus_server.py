@@ -5,39 +5,16 @@ KB indexed into it, and lookups compared with the same KB on Milvus Lite.
 
 import pytest
 
-from pipelines.indexing import run_indexing
 from pipelines.lookup import LookupService
-from tests.conftest import SAMPLE_KB, state_overrides
 from tests.helpers import derived_config
+from tests.integration.conftest import SERVER_QUERIES, evidence, server_overrides
 
 pytestmark = pytest.mark.milvus_server
 
-QUERIES = [
-    "disk almost full on a worker node",
-    "the postgres replica is falling behind the primary",
-    "how do I find a runaway process eating all the CPU",
-    "certificate expires soon on the ingress",
-    "how do I bake sourdough bread",
-]
-
 
 @pytest.fixture(scope="module")
-def server_cfg(milvus_server, tmp_path_factory):
-    from pipelines.settings import load_config
-
-    state = tmp_path_factory.mktemp("server-state")
-    cfg = load_config(state_overrides(state, f"kb.path={SAMPLE_KB}", *server_overrides(milvus_server)))
-    run_indexing(cfg, rebuild=True)
-    return cfg
-
-
-def server_overrides(server) -> list[str]:
-    """The server, with the same exact (FLAT) index as Milvus Lite so that results can be compared."""
-    return ["milvus=server", f"milvus.uri={server.uri}", "milvus.index_type=FLAT"]
-
-
-def evidence(result) -> list[tuple[str, float]]:
-    return [(block.evidence_key, block.score) for block in result.evidence_blocks]
+def server_cfg(milvus_server, indexed_server_cfg):
+    return indexed_server_cfg(milvus_server)
 
 
 @pytest.mark.parametrize("mode", ["sdk", "haystack", "auto"])
@@ -49,7 +26,7 @@ def test_lookups_on_the_server_match_milvus_lite(server_cfg, milvus_server, samp
     on_lite = LookupService(
         derived_config(sample_service.cfg, f"retrieval.vector_store_mode={mode}", "retrieval.bm25_top_k=0")
     )
-    for query in QUERIES:
+    for query in SERVER_QUERIES:
         server_result, lite_result = on_server.lookup(query), on_lite.lookup(query)
         assert server_result.found == lite_result.found, query
         server_blocks, lite_blocks = evidence(server_result), evidence(lite_result)
@@ -72,7 +49,7 @@ def test_a_server_without_bm25_functions_gets_a_dense_only_collection_and_says_w
 
 def test_lookups_on_the_server_run_dense_only_and_the_trace_says_why(server_cfg, milvus_server):
     service = LookupService(derived_config(server_cfg, *server_overrides(milvus_server)))
-    trace = service.lookup(QUERIES[0]).retrieval_trace
+    trace = service.lookup(SERVER_QUERIES[0]).retrieval_trace
     assert (
         trace.legs == ["dense"]
         and trace.bm25_skipped == "collection has no sparse field; run knowledge index --rebuild"

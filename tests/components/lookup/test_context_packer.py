@@ -1,12 +1,17 @@
-"""ContextPacker: token budgets, headers counted exactly, the top-ranked block always packed, omissions recorded."""
+"""
+ContextPacker, in the style of haystack's test_document_joiner.py: token budgets, headers counted exactly and
+never cut, the top-ranked and the competing block always packed, omissions recorded; init validation,
+serialization and empty input.
+"""
 
 import pytest
+from haystack.core.serialization import component_from_dict, component_to_dict
 
-from components.common.embedding_models import count_tokens
-from components.contracts import EvidenceBlock
+from components.common.embedding_models import DEFAULT_MODEL, count_tokens
+from components.contracts import Competition, EvidenceBlock
 from components.lookup.context_packer import ContextPacker
 from components.lookup.result_assembler import completeness_hint
-from tests.helpers import MODEL
+from tests.helpers import MODEL, assert_round_trips
 
 
 def block(
@@ -44,80 +49,144 @@ LONG_HEADER = block(
 SHORT_HEADER = block("second", 200, "Disk", ["vector:sdk attempt 0 (unfiltered)"])
 
 
-def test_the_top_block_is_packed_before_a_lower_one_with_a_shorter_header():
-    pack = ContextPacker(budget_tokens=100).run(evidence_blocks=[LONG_HEADER, SHORT_HEADER])["context_pack"]
-    assert [b.evidence_key for b in pack.blocks][:1] == ["top"]
-    assert pack.used_tokens <= 100 and count_tokens(MODEL, pack.text) <= 100
-    assert pack.truncated and "[…]" in pack.text
+TYPE = "components.lookup.context_packer.ContextPacker"
+REASONS = ["vector:sdk attempt 0 (unfiltered)"]
 
 
-def test_a_budget_smaller_than_a_header_still_packs_the_top_block_within_it():
-    for budget in (8, 30):
-        pack = ContextPacker(budget_tokens=budget).run(evidence_blocks=[LONG_HEADER, SHORT_HEADER])["context_pack"]
-        assert [b.evidence_key for b in pack.blocks] == ["top"]
-        assert pack.text and pack.truncated and pack.included_sources == ["ops/top.md"]
-        assert pack.used_tokens == count_tokens(MODEL, pack.text) <= budget
+class TestContextPacker:
+    def test_init_defaults(self):
+        packer = ContextPacker()
+        assert (packer.budget_tokens, packer.tokenizer_model) == (1200, DEFAULT_MODEL)
+
+    def test_init_with_custom_parameters(self):
+        packer = ContextPacker(budget_tokens=300, tokenizer_model=MODEL)
+        assert (packer.budget_tokens, packer.tokenizer_model) == (300, MODEL)
+
+    @pytest.mark.parametrize("budget", [0, -5])
+    def test_init_refuses_a_budget_of_no_tokens_by_name(self, budget):
+        with pytest.raises(ValueError, match=rf"budget_tokens={budget} must be at least 1"):
+            ContextPacker(budget_tokens=budget)
+
+    def test_to_dict(self):
+        data = component_to_dict(ContextPacker(budget_tokens=300), "context_packer")
+        assert data == {"type": TYPE, "init_parameters": {"budget_tokens": 300, "tokenizer_model": DEFAULT_MODEL}}
+
+    def test_from_dict(self):
+        data = {"type": TYPE, "init_parameters": {"budget_tokens": 64, "tokenizer_model": MODEL}}
+        packer = component_from_dict(ContextPacker, data, "context_packer")
+        assert (packer.budget_tokens, packer.tokenizer_model) == (64, MODEL)
+
+    def test_round_trips(self):
+        assert_round_trips(ContextPacker(budget_tokens=500, tokenizer_model=MODEL))
+
+    def test_no_blocks_give_an_empty_pack(self):
+        pack = ContextPacker(budget_tokens=100).run(evidence_blocks=[])["context_pack"]
+        assert (pack.text, pack.used_tokens, pack.blocks, pack.truncated) == ("", 0, [], False)
+        assert pack.included_sources == [] and pack.omitted_sources == [] and pack.omitted_evidence_keys == []
+
+    def test_blocks_that_fit_are_packed_whole_in_rank_order(self):
+        blocks = [block("a", 10, "A", REASONS), block("b", 10, "B", REASONS)]
+        pack = ContextPacker(budget_tokens=1000).run(evidence_blocks=blocks)["context_pack"]
+        assert [b.evidence_key for b in pack.blocks] == ["a", "b"] and not pack.truncated
+        assert pack.text.startswith("[1] A") and "\n\n[2] B" in pack.text
+        assert pack.used_tokens == count_tokens(MODEL, pack.text)
+
+    def test_a_short_block_is_packed_in_less_room_than_a_stub_needs(self):
+        # Under 24 tokens of room a block is omitted, unless its whole content fits there.
+        first = block("first", 40, "Doc", REASONS, "ops/doc.md")
+        short = block("short", 3, "Doc", REASONS, "ops/other.md")
+        long = block("long", 100, "Doc", REASONS, "ops/other.md")
+        # Room for the second block's content: its 3 tokens and 5 more, well under 24.
+        budget = ContextPacker(budget_tokens=1000).run(evidence_blocks=[first, short])["context_pack"].used_tokens + 5
+        packer = ContextPacker(budget_tokens=budget)
+        assert [b.evidence_key for b in packer.run(evidence_blocks=[first, short])["context_pack"].blocks] == [
+            "first",
+            "short",
+        ]
+        assert packer.run(evidence_blocks=[first, long])["context_pack"].omitted_evidence_keys == ["long"]
+
+    def test_the_competitors_block_is_packed_whatever_the_blocks_before_it(self):
+        reasons = REASONS
+        blocks = [
+            block("a0", 60, "Leader", reasons, "ops/a.md"),
+            block("a1", 60, "Leader", reasons, "ops/a.md"),
+            block("b0", 60, "Competitor", reasons, "ops/b.md"),
+        ]
+        packer = ContextPacker(budget_tokens=160)
+        plain = packer.run(evidence_blocks=blocks)["context_pack"]
+        assert "b0" in plain.omitted_evidence_keys
+        competition = Competition("ops/a.md", "ops/b.md", 0.02, ["score margin 0.020 < 0.05"], evidence_key="b0")
+        kept = packer.run(evidence_blocks=blocks, competition=competition)["context_pack"]
+        assert "b0" in [b.evidence_key for b in kept.blocks] and "ops/b.md" in kept.included_sources
+        assert kept.used_tokens <= 160
+
+    def test_the_top_block_is_packed_before_a_lower_one_with_a_shorter_header(self):
+        pack = ContextPacker(budget_tokens=100).run(evidence_blocks=[LONG_HEADER, SHORT_HEADER])["context_pack"]
+        assert [b.evidence_key for b in pack.blocks][:1] == ["top"]
+        assert pack.used_tokens <= 100 and count_tokens(MODEL, pack.text) <= 100
+        assert pack.truncated and "[…]" in pack.text
+
+    def test_a_budget_smaller_than_a_header_still_packs_the_top_block_within_it(self):
+        for budget in (8, 30):
+            pack = ContextPacker(budget_tokens=budget).run(evidence_blocks=[LONG_HEADER, SHORT_HEADER])["context_pack"]
+            assert [b.evidence_key for b in pack.blocks] == ["top"]
+            assert pack.text and pack.truncated and pack.included_sources == ["ops/top.md"]
+            assert pack.used_tokens == count_tokens(MODEL, pack.text) <= budget
+            assert pack.omitted_evidence_keys == ["second"]
+
+    def test_content_is_truncated_never_the_metadata(self):
+        reasons = ["vector:sdk attempt 0 (category='ops')", "l0_keyword: log rotation"]
+        blocks = [
+            block(f"k{i}", 400, f"Document {i}", reasons, f"ops/doc-{i}.md", f"Document {i} > Fix > Step {i}")
+            for i in range(3)
+        ]
+        for budget in (80, 150, 400):
+            pack = ContextPacker(budget_tokens=budget).run(evidence_blocks=blocks)["context_pack"]
+            assert count_tokens(MODEL, pack.text) <= budget and pack.used_tokens <= budget
+            assert pack.blocks and pack.truncated and pack.omitted_sources
+            for packed in pack.blocks:
+                assert packed.breadcrumb in pack.text and f"source: {packed.source}" in pack.text
+                assert "; ".join(reasons) in pack.text
+            assert pack.included_sources == [b.source for b in pack.blocks]
+            assert pack.included_sources + pack.omitted_sources == [b.source for b in blocks]
+
+    def test_headers_are_counted_by_word_exactly_and_once(self, monkeypatch):
+        """Header words are counted once per packer; the sums equal the tokenizer's own counts."""
+        titles = ["Kube Persistent Volume Filling Up", "磁盘空间不足  处理", "Résumé\tnaïve façade", "x" * 140]
+        blocks = [
+            block(
+                f"k{i}",
+                30,
+                title,
+                [f"vector:sdk attempt 0 (category='ops-{i}')", "l0_keyword: (a)--b"],
+                f"ops/{title[:12]}.md",
+                f"{title} > Fix\n  step {i}",
+                count_tokens(MODEL, "word " * 30),
+            )
+            for i, title in enumerate(titles)
+        ]
+        packer = ContextPacker(budget_tokens=4000)
+        pack = packer.run(evidence_blocks=blocks)["context_pack"]
+        assert len(pack.blocks) == len(blocks)
+        for text, packed in zip(pack.text.split("\n\n"), pack.blocks, strict=True):
+            assert packed.tokens == count_tokens(MODEL, text)
+        assert pack.used_tokens == count_tokens(MODEL, pack.text)
+        encoded: list[str] = []
+        original = packer._encode
+        monkeypatch.setattr(packer, "_encode", lambda text: encoded.append(text) or original(text))
+        assert packer.run(evidence_blocks=blocks)["context_pack"] == pack
+        assert encoded == []
+
+    def test_a_block_omitted_from_an_included_source_is_recorded(self):
+        """Regression: a second block of an included source, cut by the budget, left no trace in the pack."""
+        reasons = ["vector:sdk attempt 0 (unfiltered)"]
+        blocks = [block("first", 40, "Doc", reasons, "ops/doc.md"), block("second", 100, "Doc", reasons, "ops/doc.md")]
+        pack = ContextPacker(budget_tokens=90).run(evidence_blocks=blocks)["context_pack"]
+        assert [b.evidence_key for b in pack.blocks] == ["first"] and not pack.truncated
+        assert pack.included_sources == ["ops/doc.md"] and pack.omitted_sources == []
         assert pack.omitted_evidence_keys == ["second"]
-
-
-def test_content_is_truncated_never_the_metadata():
-    reasons = ["vector:sdk attempt 0 (category='ops')", "l0_keyword: log rotation"]
-    blocks = [
-        block(f"k{i}", 400, f"Document {i}", reasons, f"ops/doc-{i}.md", f"Document {i} > Fix > Step {i}")
-        for i in range(3)
-    ]
-    for budget in (80, 150, 400):
-        pack = ContextPacker(budget_tokens=budget).run(evidence_blocks=blocks)["context_pack"]
-        assert count_tokens(MODEL, pack.text) <= budget and pack.used_tokens <= budget
-        assert pack.blocks and pack.truncated and pack.omitted_sources
-        for packed in pack.blocks:
-            assert packed.breadcrumb in pack.text and f"source: {packed.source}" in pack.text
-            assert "; ".join(reasons) in pack.text
-        assert pack.included_sources == [b.source for b in pack.blocks]
-        assert pack.included_sources + pack.omitted_sources == [b.source for b in blocks]
-
-
-def test_headers_are_counted_by_word_exactly_and_once(monkeypatch):
-    """Header words are counted once per packer; the sums equal the tokenizer's own counts."""
-    titles = ["Kube Persistent Volume Filling Up", "磁盘空间不足  处理", "Résumé\tnaïve façade", "x" * 140]
-    blocks = [
-        block(
-            f"k{i}",
-            30,
-            title,
-            [f"vector:sdk attempt 0 (category='ops-{i}')", "l0_keyword: (a)--b"],
-            f"ops/{title[:12]}.md",
-            f"{title} > Fix\n  step {i}",
-            count_tokens(MODEL, "word " * 30),
-        )
-        for i, title in enumerate(titles)
-    ]
-    packer = ContextPacker(budget_tokens=4000)
-    pack = packer.run(evidence_blocks=blocks)["context_pack"]
-    assert len(pack.blocks) == len(blocks)
-    for text, packed in zip(pack.text.split("\n\n"), pack.blocks, strict=True):
-        assert packed.tokens == count_tokens(MODEL, text)
-    assert pack.used_tokens == count_tokens(MODEL, pack.text)
-    encoded: list[str] = []
-    original = packer._encode
-    monkeypatch.setattr(packer, "_encode", lambda text: encoded.append(text) or original(text))
-    assert packer.run(evidence_blocks=blocks)["context_pack"] == pack
-    assert encoded == []
-
-
-def test_a_block_omitted_from_an_included_source_is_recorded():
-    """Regression: a second block of an included source, cut by the budget, left no trace in the pack."""
-    reasons = ["vector:sdk attempt 0 (unfiltered)"]
-    blocks = [block("first", 40, "Doc", reasons, "ops/doc.md"), block("second", 100, "Doc", reasons, "ops/doc.md")]
-    pack = ContextPacker(budget_tokens=90).run(evidence_blocks=blocks)["context_pack"]
-    assert [b.evidence_key for b in pack.blocks] == ["first"] and not pack.truncated
-    assert pack.included_sources == ["ops/doc.md"] and pack.omitted_sources == []
-    assert pack.omitted_evidence_keys == ["second"]
-    assert pack.to_dict()["omittedEvidenceKeys"] == ["second"] and pack.summary()["omitted_evidence_keys"] == ["second"]
-    hint = completeness_hint(blocks, pack, "high")
-    assert hint.startswith("partial:") and "1 block(s) omitted" in hint
-
-
-def test_init_refuses_a_budget_of_no_tokens():
-    with pytest.raises(ValueError, match=r"budget_tokens=0 must be at least 1"):
-        ContextPacker(budget_tokens=0)
+        assert pack.to_dict()["omittedEvidenceKeys"] == ["second"] and pack.summary()["omitted_evidence_keys"] == [
+            "second"
+        ]
+        hint = completeness_hint(blocks, pack, "high")
+        assert hint.startswith("partial:") and "1 block(s) omitted" in hint

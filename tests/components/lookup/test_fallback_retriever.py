@@ -82,6 +82,41 @@ def test_l1_disabled_searches_nothing(topics_cfg, embed):
     assert out["candidates"] == [] and out["retrieval_trace"].attempts == []
 
 
+def failing_retry(topics_cfg, monkeypatch, **params) -> FallbackRetriever:
+    """A retriever whose unfiltered retry (forced by a reference threshold nothing reaches) fails."""
+    component = retriever(topics_cfg, reference_threshold=0.99, **params)
+    original = component._attempt
+
+    def retry_fails(index, *args):
+        if index == 1:
+            raise ConnectionError("vector store went away")
+        return original(index, *args)
+
+    monkeypatch.setattr(component, "_attempt", retry_fails)
+    return component
+
+
+def test_a_failed_search_is_raised_by_default(topics_cfg, embed, monkeypatch):
+    transform, vector = embed(WATERING)
+    with pytest.raises(ConnectionError, match="went away") as raised:
+        failing_retry(topics_cfg, monkeypatch).run(
+            query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector
+        )
+    assert not hasattr(raised.value, "retrieval_trace")  # no trace rides on the exception
+
+
+def test_a_failed_search_returns_its_failure_with_the_attempts_that_ran(topics_cfg, embed, monkeypatch):
+    transform, vector = embed(WATERING)
+    out = failing_retry(topics_cfg, monkeypatch, raise_on_failure=False).run(
+        query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector
+    )
+    assert list(out) == ["failure"]  # nothing after the retriever runs on a failed search
+    failure = out["failure"]
+    assert isinstance(failure.error, ConnectionError) and str(failure.error) == "vector store went away"
+    trace = failure.outputs["retrieval_trace"]
+    assert [a.index for a in trace.attempts] == [0] and trace.attempts[0].category_filter == "databases"
+
+
 def test_uncovered_terms_raise_the_evidence_bar(topics_cfg):
     component = retriever(topics_cfg, evidence_threshold=0.35, uncovered_evidence_threshold=0.5)
     assert component.evidence_bar(L0Hints()) == 0.35
@@ -117,6 +152,7 @@ def test_round_trips(topics_cfg):
             search_params={"nprobe": 4},
             bm25_top_k=5,
             outscored_margin=0.1,
+            raise_on_failure=False,
         )
     )
     auth = MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem")

@@ -1,5 +1,7 @@
 """ResultAssembler: found / no-evidence results, layers, relevance levels and completeness hints."""
 
+import re
+
 import pytest
 
 from components.common.evidence import EvidenceBar
@@ -190,3 +192,16 @@ def test_completeness_hint_says_what_the_budget_cut():
 
 def test_round_trips():
     assert_round_trips(ResultAssembler(l0_index_path=None, high_relevance=0.7, reference_threshold=0.45))
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"high_relevance": 1.2}, "high_relevance=1.2 must lie in [0, 1]"),
+        ({"reference_threshold": -0.1}, "reference_threshold=-0.1 must lie in [0, 1]"),
+        ({"high_margin": -0.01}, "high_margin=-0.01 must be at least 0"),
+    ],
+)
+def test_init_refuses_values_out_of_range_by_name(params, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ResultAssembler(l0_index_path=None, **params)

@@ -71,3 +71,24 @@ def test_each_thread_records_its_own_run():
     for thread in threads:
         thread.join()
     assert seen[1] is not seen[2] and all(len(recording.stages) == 2 for recording in seen.values())
+
+
+def test_until_failed_ends_a_recording_at_a_stage_that_returned_its_failure():
+    stage_recorder.clear_last_recording()
+    two_stage_pipeline().run({"first": {"value": 3}})
+    recording = stage_recorder.last_recording()
+    cut = stage_recorder.until_failed(recording, "first", ConnectionError("store went away"))
+    assert [stage.name for stage in cut.stages] == ["first"]
+    assert cut.stages[0].error == "ConnectionError: store went away" and cut.stages[0].outputs is None
+    assert cut.end_ns == cut.stages[0].end_ns
+    assert [stage.error for stage in recording.stages] == [None, None]  # the recording itself is kept
+
+
+def test_until_failed_leaves_a_recording_whose_stage_raised_as_it_is():
+    stage_recorder.clear_last_recording()
+    with pytest.raises(Exception, match="negative input"):
+        two_stage_pipeline().run({"first": {"value": -1}})
+    recording = stage_recorder.last_recording()
+    assert stage_recorder.until_failed(recording, "first", ValueError("negative input")) is recording
+    assert stage_recorder.until_failed(recording, None, ValueError("outside")) is recording
+    assert stage_recorder.until_failed(None, "first", ValueError("no recording")) is None

@@ -2,8 +2,10 @@
 
 import hashlib
 import json
+import re
 import time
 
+import pytest
 from haystack import Pipeline
 
 from components.tracing import stage_recorder
@@ -40,16 +42,24 @@ def test_trace_writer_serializes_with_plain_init_parameters(tmp_path):
     assert TraceWriter.from_dict(data).to_dict() == data
 
 
-def test_a_sample_rate_outside_zero_to_one_is_refused(tmp_path):
-    import pytest
-
-    with pytest.raises(ValueError, match="sample_rate must be between 0 and 1"):
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"sample_rate": 1.5}, "sample_rate=1.5 must lie in [0, 1]"),
+        ({"sample_rate": -0.1}, "sample_rate=-0.1 must lie in [0, 1]"),
+        ({"summary_chars": -1}, "summary_chars=-1 must be at least 0"),
+        ({"retry_interval": -5.0}, "retry_interval=-5.0 must be at least 0"),
+        ({"timeout_s": -1.0}, "timeout_s=-1.0 must be at least 0"),
+    ],
+)
+def test_init_refuses_values_out_of_range_by_name(tmp_path, params, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         TraceWriter(
             db_url=f"sqlite:///{tmp_path}/t.db",
             spool_path=str(tmp_path / "s.jsonl"),
-            sample_rate=1.5,
             tracking_uri=None,
             artifact_location=None,
+            **params,
         )
 
 
