@@ -133,6 +133,7 @@ class CompetitionConfig:
     sibling_margin: float = MISSING
     sibling_similarity: float = MISSING
     high_margin: float = MISSING
+    high_needs_agreement: bool = MISSING
 
 
 @dataclass
