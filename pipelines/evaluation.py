@@ -328,22 +328,30 @@ def run_evaluation_full(
     baselines: bool = True,
     details_path: str | None = None,
     record: bool = False,
+    append_details: bool = False,
 ) -> Evaluation:
-    """Evaluate the pipeline (and the baselines) on a query file: metrics per system and every answer."""
+    """
+    Evaluate the pipeline (and the baselines) on a query file: metrics per system and every answer.
+    `append_details` adds this set's rows to `details_path` rather than replacing the file (several
+    sets in one `knowledge eval`).
+    """
     queries = load_queries(queries_path)
     if kb_path:
         cfg = index_first(cfg, kb_path)
     check_sources_indexed(cfg, [query.relevant for query in queries])  # before the model loads
     evaluation = evaluate(cfg, queries, build_systems(cfg, baselines, record), label=str(queries_path))
     if details_path:
-        _write_details(details_path, queries, evaluation.answers)
+        _write_details(details_path, queries, evaluation.answers, Path(queries_path).stem, append_details)
     return evaluation
 
 
-def _write_details(path: str, queries: list[EvalQuery], answers: dict[str, list[Ranked]]) -> None:
-    with open(path, "w", encoding="utf-8") as out:
+def _write_details(
+    path: str, queries: list[EvalQuery], answers: dict[str, list[Ranked]], query_set: str, append: bool
+) -> None:
+    with open(path, "a" if append else "w", encoding="utf-8") as out:
         for position, query in enumerate(queries):
-            row = {"id": query.id, "query": query.query, "relevant": sorted(query.relevant), "kind": query.kind}
+            row = {"set": query_set, "id": query.id, "query": query.query, "relevant": sorted(query.relevant)}
+            row["kind"] = query.kind
             for name, ranked in answers.items():
                 answer = ranked[position]
                 row[name] = {"answered": answer.answered, "top": answer.sources[:5], **answer.details}

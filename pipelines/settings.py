@@ -1,9 +1,8 @@
 """
 Typed configuration: Hydra config groups in `conf/`, validated by the dataclasses below.
 
-Every key of the user-facing contract lives here with its type, so a bad override
-(unknown key, wrong type) fails at composition with one clear message instead of deep
-inside a component. Library code and tests compose with `load_config(overrides)`.
+Every key of the user-facing contract lives here with its type, so a bad override (unknown key, wrong
+type) fails at composition with one clear message instead of deep inside a component.
 """
 
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -133,6 +132,7 @@ class CompetitionConfig:
     sibling_margin: float = MISSING
     sibling_similarity: float = MISSING
     high_margin: float = MISSING
+    high_needs_agreement: bool = MISSING
 
 
 @dataclass

@@ -58,6 +58,12 @@ def document_scores(candidates: list[Candidate]) -> dict[str, tuple[float, Candi
     return dict(sorted(best.items(), key=lambda item: -item[1][0]))
 
 
+def similarity_leader(candidates: list[Candidate]) -> str | None:
+    """The document of the candidate with the highest vector similarity (the first one on a tie)."""
+    best = max(candidates, key=lambda c: c.similarity, default=None)
+    return best.source if best else None
+
+
 @component
 class CompetitionDetector:
     """
@@ -69,7 +75,9 @@ class CompetitionDetector:
     names share a stem (`NodeFilesystem…FillingUp`) or their summary vectors have a cosine of at
     least `sibling_similarity`. The result then names both, packs both and is not `high`; how far
     behind the runner-up is, competing or not, is `runner_up_margin`, which `relevanceLevel`
-    reads too.
+    reads too, with `similarity_agrees`: whether the leader is also first by vector similarity
+    alone (two rankings that agree on the leader are a confidence signal; when the rerank signals
+    overturn the similarity order, the leader is less sure).
 
     Usage example:
 
@@ -115,28 +123,33 @@ class CompetitionDetector:
         self.sibling_similarity = sibling_similarity
         self._l0 = L0IndexHandle(l0_index_path)
 
-    @component.output_types(competition=Competition | None, runner_up_margin=float | None)
+    @component.output_types(
+        competition=Competition | None, runner_up_margin=float | None, similarity_agrees=bool | None
+    )
     def run(self, candidates: list[Candidate], evidence_bar: EvidenceBar) -> dict[str, Any]:
         """
         :param candidates: Reranked candidates, in rank order.
         :param evidence_bar: The retriever's; only candidates at or above its applied bar are considered.
-        :returns: `competition` (None when the leader stands alone) and `runner_up_margin` (None
-            without a second usable document).
+        :returns: `competition` (None when the leader stands alone), `runner_up_margin` (None
+            without a second usable document) and `similarity_agrees`: whether the leader is also
+            the best document by vector similarity alone (None without a usable candidate).
         """
-        documents = list(document_scores(usable(candidates, evidence_bar.applied)).items())
+        kept = usable(candidates, evidence_bar.applied)
+        documents = list(document_scores(kept).items())
+        agrees = similarity_leader(kept) == documents[0][0] if documents else None
         if len(documents) < 2:
-            return {"competition": None, "runner_up_margin": None}
+            return {"competition": None, "runner_up_margin": None, "similarity_agrees": agrees}
         (leader, (leader_score, _)), (runner_up, (runner_score, best)) = documents[0], documents[1]
         margin = round(leader_score - runner_score, 4)
         reasons = self._sibling_reasons(leader, runner_up)
         limit = self.sibling_margin if reasons else self.margin
         if margin >= limit:
-            return {"competition": None, "runner_up_margin": margin}
+            return {"competition": None, "runner_up_margin": margin, "similarity_agrees": agrees}
         reasons.insert(0, f"score margin {margin:.3f} < {limit}")
         competition = Competition(
             leader=leader, competitor=runner_up, margin=margin, reasons=reasons, evidence_key=best.evidence_key
         )
-        return {"competition": competition, "runner_up_margin": margin}
+        return {"competition": competition, "runner_up_margin": margin, "similarity_agrees": agrees}
 
     def _sibling_reasons(self, leader: str, runner_up: str) -> list[str]:
         reasons = []

@@ -113,7 +113,7 @@ class FallbackRetriever:
         category_filter: bool = True,
         bm25_top_k: int = 20,
         outscored_margin: float = 0.05,
-        outscored_check_below: float = 0.6,
+        outscored_check_below: float = 0.5,
         calibration: str = "conf",
         raise_on_failure: bool = True,
     ) -> None:

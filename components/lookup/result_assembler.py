@@ -49,16 +49,19 @@ def relevance_level(
     runner_up_margin: float | None = None,
     high_margin: float = 0.0,
     competing: bool = False,
+    similarity_disagrees: bool = False,
 ) -> str:
     """
-    From the best block's normalized similarity s: `high` when s >= `high`, no document competes
-    and the runner-up document trails by at least `high_margin` (or there is none); `medium`
-    when s >= `medium` (the reference threshold); `low` for any other evidence; `none` without.
+    From the best block's normalized similarity s: `high` when s >= `high`, no document competes,
+    the runner-up document trails by at least `high_margin` (or there is none) and the similarity
+    order does not disagree on the leader; `medium` when s >= `medium` (the reference
+    threshold); `low` for any other evidence; `none` without.
     """
     if not blocks:
         return "none"
     best = max(b.score for b in blocks)
-    sure = not competing and (runner_up_margin is None or runner_up_margin >= high_margin)
+    leads = runner_up_margin is None or runner_up_margin >= high_margin
+    sure = not competing and leads and not similarity_disagrees
     if best >= high and sure:
         return "high"
     if best >= medium:
@@ -141,7 +144,7 @@ class ResultAssembler:
     >>> from components.common.evidence import EvidenceBar
     >>> from components.contracts import ContextPack, DedupStats, L0Hints, QueryTransform, RetrievalTrace
     >>> qt = QueryTransform(raw="bake bread", normalized="bake bread", variants=["bake bread"])
-    >>> assembler = ResultAssembler(l0_index_path=None, high_relevance=0.6)
+    >>> assembler = ResultAssembler(l0_index_path=None, high_relevance=0.5)
     >>> result = assembler.run(query_transform=qt, hints=L0Hints(), retrieval_trace=RetrievalTrace(),
     ...                        evidence_bar=EvidenceBar(configured=0.35, applied=0.35), rerank_trace=[],
     ...                        evidence_blocks=[], dedup=DedupStats(0, 0, 0, 0),
@@ -155,9 +158,10 @@ class ResultAssembler:
     def __init__(
         self,
         l0_index_path: str | None,
-        high_relevance: float = 0.6,
+        high_relevance: float = 0.5,
         reference_threshold: float = 0.5,
-        high_margin: float = 0.15,
+        high_margin: float = 0.1,
+        high_needs_agreement: bool = True,
     ) -> None:
         """
         :param l0_index_path: The L0 index, for the sections of the leading document; None leaves
@@ -165,12 +169,15 @@ class ResultAssembler:
         :param high_relevance: Best similarity for `relevanceLevel="high"`.
         :param reference_threshold: Best similarity for `"medium"`.
         :param high_margin: How far the runner-up document must trail for `"high"`.
+        :param high_needs_agreement: `"high"` only when the leader is also first by vector
+            similarity alone (`CompetitionDetector`'s `similarity_agrees`).
         """
         check_unit_interval(high_relevance=high_relevance, reference_threshold=reference_threshold)
         check_at_least(0, high_margin=high_margin)
         self.high_relevance = high_relevance
         self.reference_threshold = reference_threshold
         self.high_margin = high_margin
+        self.high_needs_agreement = high_needs_agreement
         self.l0_index_path = l0_index_path
         self._l0 = L0IndexHandle(l0_index_path) if l0_index_path else None
 
@@ -188,11 +195,13 @@ class ResultAssembler:
         sidecar: SidecarReport | None = None,
         competition: Competition | None = None,
         runner_up_margin: float | None = None,
+        similarity_agrees: bool | None = None,
     ) -> dict[str, Any]:
         """
         :param evidence_bar: The retriever's, quoted in the no-evidence message.
         :param competition: A document competing with the best one (from `CompetitionDetector`).
         :param runner_up_margin: How far the second document trails the best one.
+        :param similarity_agrees: Whether the best document is also first by similarity alone.
         :returns: `result`, the `LookupResult`.
         """
         found = bool(evidence_blocks)
@@ -203,6 +212,7 @@ class ResultAssembler:
             runner_up_margin,
             self.high_margin,
             competing=competition is not None,
+            similarity_disagrees=self.high_needs_agreement and similarity_agrees is False,
         )
         message = None if found else self._no_evidence_message(retrieval_trace, hints, evidence_bar)
         result = LookupResult(

@@ -51,7 +51,11 @@ def _add_query_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kb", metavar="DIR", help="index this knowledge base first (into the configured collection)")
     parser.add_argument("--no-baselines", action="store_true", help="evaluate the pipeline only")
-    parser.add_argument("--details", metavar="FILE", help="write per-query results as JSONL")
+    parser.add_argument(
+        "--details",
+        metavar="FILE",
+        help="write per-query results as JSONL (one row per query of every set, its `set` named)",
+    )
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     parser.add_argument(
         "--record", action="store_true", help="record each query as a tool_invocation row (and MLflow trace)"
@@ -187,6 +191,7 @@ def _eval_builtin(args: argparse.Namespace, cfg) -> int:
             baselines=not args.no_baselines,
             details_path=args.details,
             record=args.record,
+            append_details=number > 0,
         )
         print(json.dumps(evaluation.report, indent=2) if args.json else format_metrics(evaluation.report))
         if not args.json and (evaluation.report.get("reliability") or {}).get("answerable"):

@@ -4,6 +4,8 @@ import re
 
 import pytest
 
+from components.common.evidence import EvidenceBar
+from components.contracts import Candidate
 from components.lookup.competition_detector import CompetitionDetector, shared_name_stem
 
 
@@ -38,3 +40,52 @@ def test_init_refuses_bad_values(params, message):
 def test_init_accepts_the_bounds():
     detector = CompetitionDetector(l0_index_path="kb.l0.json", margin=0, sibling_margin=0, sibling_similarity=1.0)
     assert (detector.margin, detector.sibling_margin, detector.sibling_similarity) == (0, 0, 1.0)
+
+
+def candidate(source: str, similarity: float, final_score: float) -> Candidate:
+    return Candidate(
+        evidence_key=f"{source}#0",
+        source=source,
+        content="text",
+        similarity=similarity,
+        raw_score=similarity,
+        raw_score_label="similarity",
+        path=source,
+        final_score=final_score,
+    )
+
+
+BAR = EvidenceBar(configured=0.35, applied=0.35)
+
+
+@pytest.mark.parametrize(
+    ("lag_similarity", "agrees"),
+    [(0.70, True), (0.60, False)],
+    ids=["leader-also-first-by-similarity", "rerank-overturned-similarity"],
+)
+def test_similarity_agrees_says_whether_the_leader_is_also_first_by_similarity(l0_path, lag_similarity, agrees):
+    ranked = [
+        candidate("database/replication-lag.md", lag_similarity, final_score=1.5),
+        candidate("disk/DiskAlmostFull.md", 0.65, final_score=1.0),
+    ]
+    out = CompetitionDetector(l0_index_path=l0_path).run(candidates=ranked, evidence_bar=BAR)
+    assert out["competition"] is None and out["runner_up_margin"] == 0.5
+    assert out["similarity_agrees"] is agrees
+
+
+def test_similarity_agreement_counts_only_usable_candidates(l0_path):
+    ranked = [
+        candidate("database/replication-lag.md", 0.5, final_score=1.5),
+        candidate("disk/DiskAlmostFull.md", 0.9, final_score=1.0),
+    ]
+    out = CompetitionDetector(l0_index_path=l0_path).run(
+        candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.95)
+    )
+    assert out["similarity_agrees"] is None  # nothing usable at the applied bar
+
+
+def test_one_document_agrees_with_itself(l0_path):
+    out = CompetitionDetector(l0_index_path=l0_path).run(
+        candidates=[candidate("disk/DiskAlmostFull.md", 0.6, final_score=1.0)], evidence_bar=BAR
+    )
+    assert out == {"competition": None, "runner_up_margin": None, "similarity_agrees": True}

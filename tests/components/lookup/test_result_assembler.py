@@ -139,6 +139,23 @@ def test_high_needs_a_clear_lead_over_the_runner_up(margin, competing, level):
     assert relevance_level(blocks, 0.6, 0.5, runner_up_margin=margin, high_margin=0.15, competing=competing) == level
 
 
+@pytest.mark.parametrize(("disagrees", "level"), [(False, "high"), (True, "medium")])
+def test_high_needs_the_similarity_order_to_agree_on_the_leader(disagrees, level):
+    blocks = [block("x#0", "x.md", 0.8)]
+    assert (
+        relevance_level(blocks, 0.6, 0.5, runner_up_margin=0.3, high_margin=0.1, similarity_disagrees=disagrees)
+        == level
+    )
+
+
+@pytest.mark.parametrize(("needs_agreement", "level"), [(True, "medium"), (False, "high")])
+def test_the_assembler_reads_the_agreement_only_when_told_to(needs_agreement, level):
+    assembler = ResultAssembler(l0_index_path=None, high_needs_agreement=needs_agreement)
+    blocks = [block("a#0", "a.md", 0.72)]
+    result = assemble(blocks, RetrievalTrace([attempt(1, 0.72)]), assembler=assembler, similarity_agrees=False)
+    assert result.relevance_level == level
+
+
 def test_competing_documents_lead_the_hint():
     blocks = [block("a#0", "ops/NodeDiskSpaceFillingUp.md", 0.7), block("b#0", "ops/NodeDiskInodesFillingUp.md", 0.6)]
     competition = Competition("ops/NodeDiskSpaceFillingUp.md", "ops/NodeDiskInodesFillingUp.md", 0.05, ["score margin"])
@@ -192,6 +209,7 @@ def test_completeness_hint_says_what_the_budget_cut():
 
 def test_round_trips():
     assert_round_trips(ResultAssembler(l0_index_path=None, high_relevance=0.7, reference_threshold=0.45))
+    assert_round_trips(ResultAssembler(l0_index_path=None, high_margin=0.2, high_needs_agreement=False))
 
 
 @pytest.mark.parametrize(
