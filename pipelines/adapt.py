@@ -35,6 +35,7 @@ from components.common.embedding_models import resolve_model
 from components.common.model_folder import ADAPT_RECORD, CALIBRATION_FILE
 from components.errors import BadInputError
 from pipelines.adapt_pairs import MinedPairs, check_training_source, mine_pairs
+from pipelines.adapt_split import HeldOutSplit, split_held_out
 from pipelines.adapt_verdict import checked_guard_sets
 
 CHECKPOINTS = "checkpoints"
@@ -98,7 +99,9 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
     )
     if not mined.pairs:
         raise BadInputError(f"knowledge base {kb_path} gives no training pairs (it needs at least two documents)")
-    settings = _settings(cfg, options, kb_path, mined)
+    split = split_held_out(mined, options.seed)  # the verdict's queries: never trained on
+    mined = split.training
+    settings = {**_settings(cfg, options, kb_path, mined), "held_out_anchors": len(split.held_out)}
     done = _finished_record(output)
     if done is not None and not (options.overwrite and done.get("settings") != settings):
         if done.get("settings") != settings:
@@ -108,15 +111,15 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
             )
         say(f"{output} already holds this adapted model (same knowledge base and settings): nothing to do")
         if options.calibrate and not (output / CALIBRATION_FILE).is_file():  # adapted before calibrations existed
-            calibrate_and_judge(cfg, options, output, mined, kb_path, say)
+            calibrate_and_judge(cfg, options, output, split, kb_path, say)
         return AdaptResult(str(output), done, already_done=True)
     result = _train(cfg, options, output, mined, settings, say)
     if options.calibrate:
-        calibrate_and_judge(cfg, options, output, mined, kb_path, say)
+        calibrate_and_judge(cfg, options, output, split, kb_path, say)
     return result
 
 
-def calibrate_and_judge(cfg: DictConfig, options: AdaptOptions, output: Path, mined: MinedPairs, kb_path: str, say):
+def calibrate_and_judge(cfg: DictConfig, options: AdaptOptions, output: Path, split: HeldOutSplit, kb_path: str, say):
     """
     Write the model's calibration (docs/adapt.md#calibration), then judge it against the base model
     and mark its card; a model that is not recommended stays, and the run ends with NotRecommendedError.
@@ -126,7 +129,7 @@ def calibrate_and_judge(cfg: DictConfig, options: AdaptOptions, output: Path, mi
 
     guard_sets = checked_guard_sets(cfg, options.guard_sets)
     names = [query_set.path for query_set in guard_sets]
-    calibration = fit_calibration(cfg, str(output), mined, guard_texts(guard_sets), names)
+    calibration = fit_calibration(cfg, str(output), split.training, guard_texts(guard_sets), names)
     path = write_calibration(output, calibration)
     mapped = ", ".join(
         f"{key.split('.')[-1]} {calibration['base_thresholds'][key]:g} -> {value:g}"
@@ -135,7 +138,7 @@ def calibrate_and_judge(cfg: DictConfig, options: AdaptOptions, output: Path, mi
     say(f"Calibration ({calibration['method']}) written to {path}: {mapped}")
     if not options.verdict:
         return None
-    sets = {KB_SET: kb_queries(mined, options.seed), **{s.name: s.queries for s in guard_sets}}
+    sets = {KB_SET: kb_queries(split.held_out), **{s.name: s.queries for s in guard_sets}}
     say(f"Judging base against adapted model on {', '.join(f'{n} ({len(q)})' for n, q in sets.items())} ...")
     verdict = judge(cfg, options.overrides, str(output), kb_path, sets)
     for line in verdict.lines():

@@ -11,17 +11,14 @@ every guard set, and beat the base model by the paired test on the knowledge bas
 Design notes: docs/adapt.md#the-verdict.
 """
 
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from components.errors import BadInputError, KnowledgeFailure
-from pipelines.adapt_pairs import MinedPairs
 from pipelines.evaluation import evaluate, index_first
 from pipelines.evaluation_metrics import EvalQuery, Ranked
 
-KB_QUERIES = 100  # queries made from the knowledge base, at most
 KB_SET = "kb-pairs"
 # Off-topic rejection may fall this much under the base model's before the adapted model is refused.
 REJECTION_TOLERANCE = 0.01
@@ -81,11 +78,9 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def kb_queries(mined: MinedPairs, seed: int, limit: int = KB_QUERIES) -> list[EvalQuery]:
-    """Heading-path and first-sentence anchors, each answered by its own document (a seeded sample)."""
-    anchors = sorted({(p.anchor, p.source) for p in mined.pairs if p.kind in ("heading", "sentence")})
-    chosen = random.Random(seed).sample(anchors, min(limit, len(anchors)))
-    return [EvalQuery(query=a, relevant={s}, kind="answerable", id=f"kb-{i}") for i, (a, s) in enumerate(chosen)]
+def kb_queries(held_out: list[tuple[str, str]]) -> list[EvalQuery]:
+    """The held-out anchors (`pipelines.adapt_split`), each answered by its own document."""
+    return [EvalQuery(query=a, relevant={s}, kind="answerable", id=f"kb-{i}") for i, (a, s) in enumerate(held_out)]
 
 
 def guard_texts(guard_sets: list[Any]) -> list[str]:
