@@ -123,8 +123,7 @@ class Candidate(RecordContract, CheapDeepcopy):
     """
     One chunk returned by a vector search, normalised to the same shape for every path.
 
-    `raw_score` keeps what the store returned (its meaning in `raw_score_label`); `similarity`
-    is the one normalized value in [0, 1] that every threshold uses.
+    `raw_score` keeps what the store returned (its meaning in `raw_score_label`); `similarity` is the one normalized value in [0, 1] that every threshold uses.
     """
 
     evidence_key: str
@@ -148,13 +147,14 @@ class Candidate(RecordContract, CheapDeepcopy):
     hit_reasons: list[str] = field(default_factory=list)
     final_score: float = 0.0
     boosts: dict[str, float] = field(default_factory=dict)
-    # Token count of `content` with the embedding model's tokenizer, counted at index time
-    # (None for chunks indexed before it was recorded).
+    # Token count of `content` with the embedding model's tokenizer, at index time (None: not recorded).
     tokens: int | None = None
     # The BM25 full-text leg's score (Milvus's BM25, higher is better; not a similarity) and its
     # rank in that leg, when the leg found this chunk; None otherwise.
     bm25_score: float | None = None
     bm25_rank: int | None = None
+    # The ranking model's similarity when a decision model scored `similarity` (common/decision_scale.py).
+    rank_similarity: float | None = None
 
 
 @dataclass(frozen=True)

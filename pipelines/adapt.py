@@ -68,6 +68,7 @@ class AdaptOptions:
     # both; the training machinery alone leaves them out).
     calibrate: bool = False
     verdict: bool = False
+    calibration_method: str = "packaged_decides"  # or "score_map" (pipelines/adapt_calibration.py)
 
 
 @dataclass
@@ -110,7 +111,7 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
                 "give another --output, or --overwrite to replace it"
             )
         say(f"{output} already holds this adapted model (same knowledge base and settings): nothing to do")
-        if options.calibrate and not (output / CALIBRATION_FILE).is_file():  # adapted before calibrations existed
+        if options.calibrate and _calibration_method(output) != options.calibration_method:  # none yet, or another
             calibrate_and_judge(cfg, options, output, split, kb_path, say)
         return AdaptResult(str(output), done, already_done=True)
     result = _train(cfg, options, output, mined, settings, say)
@@ -124,18 +125,17 @@ def calibrate_and_judge(cfg: DictConfig, options: AdaptOptions, output: Path, sp
     Write the model's calibration (docs/adapt.md#calibration), then judge it against the base model
     and mark its card; a model that is not recommended stays, and the run ends with NotRecommendedError.
     """
-    from pipelines.adapt_calibration import fit_calibration, write_calibration
+    from pipelines.adapt_calibration import calibration_lines, fit_calibration, packaged_decides, write_calibration
     from pipelines.adapt_verdict import KB_SET, NotRecommendedError, guard_texts, judge, kb_queries
 
     guard_sets = checked_guard_sets(cfg, options.guard_sets)
     names = [query_set.path for query_set in guard_sets]
-    calibration = fit_calibration(cfg, str(output), split.training, guard_texts(guard_sets), names)
+    if options.calibration_method == "score_map":
+        calibration = fit_calibration(cfg, str(output), split.training, guard_texts(guard_sets), names)
+    else:
+        calibration = packaged_decides(cfg, names)
     path = write_calibration(output, calibration)
-    mapped = ", ".join(
-        f"{key.split('.')[-1]} {calibration['base_thresholds'][key]:g} -> {value:g}"
-        for key, value in calibration["thresholds"].items()
-    )
-    say(f"Calibration ({calibration['method']}) written to {path}: {mapped}")
+    say(f"Calibration ({calibration['method']}) written to {path}: {calibration_lines(calibration)}")
     if not options.verdict:
         return None
     sets = {KB_SET: kb_queries(split.held_out), **{s.name: s.queries for s in guard_sets}}
@@ -225,6 +225,13 @@ def _finished_record(output: Path) -> dict[str, Any] | None:
     try:
         return json.loads(record.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _calibration_method(output: Path) -> str | None:
+    try:
+        return json.loads((output / CALIBRATION_FILE).read_text(encoding="utf-8")).get("method")
+    except (OSError, ValueError, AttributeError):
         return None
 
 

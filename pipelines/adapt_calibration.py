@@ -1,5 +1,12 @@
 """
-Fit an adapted model's calibration: a score map from its similarity scale to the base model's.
+An adapted model's calibration (docs/adapt.md#calibration), one of two methods:
+
+- `packaged_decides` (the default): the base model keeps deciding answer vs no evidence, with the
+  configured thresholds on its own scale, while the adapted model ranks (the file names the
+  decision model; `load_config` sets `embedder.decision_model` from it). Nothing is fitted.
+- `score_map`: a score map from the adapted model's similarity scale to the base model's.
+
+The score map:
 
 Fine-tuning moves similarities up for everything that looks like the knowledge base, off-topic
 texts of the same shape included, so a threshold chosen for the base model means something else
@@ -22,9 +29,10 @@ from omegaconf import DictConfig, OmegaConf
 from components.common.embedding_models import load_onnx_encoder
 from components.common.model_folder import CALIBRATION_FILE
 from pipelines.adapt_pairs import MinedPairs
-from pipelines.calibration import CALIBRATED_KEYS
+from pipelines.calibration import CALIBRATED_KEYS, PACKAGED_DECIDES, SCORE_MAP
 
-METHOD = "score_map"
+METHOD = SCORE_MAP  # the score map's
+METHODS = (PACKAGED_DECIDES, SCORE_MAP)
 
 
 def best_similarities(spec: str, texts: list[str], chunks: list[str], cfg: DictConfig) -> np.ndarray:
@@ -80,6 +88,33 @@ def fit_calibration(
         },
         "fitted_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
+
+
+def packaged_decides(cfg: DictConfig, guard_sets: list[str]) -> dict[str, Any]:
+    """The base model decides with the configured thresholds (no bar moves); the adapted model ranks."""
+    base_thresholds = {key: float(OmegaConf.select(cfg, key)) for key in CALIBRATED_KEYS}
+    return {
+        "method": PACKAGED_DECIDES,
+        "base_model": cfg.embedder.model,
+        "decision_model": cfg.embedder.model,
+        "base_thresholds": base_thresholds,
+        "thresholds": {},
+        "fitted_on": {"guard_sets": guard_sets},
+        "fitted_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def calibration_lines(calibration: dict[str, Any]) -> str:
+    """What the calibration does, in one line."""
+    if calibration["method"] == PACKAGED_DECIDES:
+        return (
+            f"{calibration['decision_model']} decides answer vs no evidence with the configured thresholds, "
+            "the adapted model ranks"
+        )
+    return ", ".join(
+        f"{key.split('.')[-1]} {calibration['base_thresholds'][key]:g} -> {value:g}"
+        for key, value in calibration["thresholds"].items()
+    )
 
 
 def write_calibration(model_dir: str | Path, calibration: dict[str, Any]) -> Path:

@@ -1,6 +1,9 @@
 """
-A model folder's own calibration: the similarity thresholds that mean, for its scale, what the
-configured ones mean for the packaged model (docs/adapt.md#calibration).
+A model folder's own calibration: how its similarities are made to mean what the configured thresholds
+mean for the packaged model (docs/adapt.md#calibration). Two methods: `packaged_decides` (the base
+model decides answer vs no evidence on its own scale, with conf/retrieval's thresholds, while the
+model ranks: `embedder.decision_model` is set from the file) and `score_map` (thresholds mapped to
+the model's scale, set key by key).
 
 `knowledge adapt` writes `calibration.json` into the model folder; `load_config` applies it when
 `embedder.model` names that folder, key by key, unless the key was overridden on the command line
@@ -12,7 +15,8 @@ Usage example:
 
 ```python
 cfg = load_config(["embedder.model=/tmp/kb-model"])  # thresholds from /tmp/kb-model/calibration.json
-calibration_in_force(cfg)  # {"source": "/tmp/kb-model/calibration.json", "method": "score_map", "overridden": []}
+calibration_in_force(cfg)  # {"source": "/tmp/kb-model/calibration.json", "method": "packaged_decides", "overridden": [],
+#   "decision_model": "packaged:all-MiniLM-L6-v2", "decision_from": "/tmp/kb-model/calibration.json"}
 ```
 """
 
@@ -34,6 +38,10 @@ CALIBRATED_KEYS = (
     "retrieval.high_relevance",
 )
 AUTO, CONF = "auto", "conf"
+# The calibration methods: the model's own bars mapped from the base model's scale, or the base model
+# deciding on its own scale while the model ranks (components/common/decision_scale.py).
+SCORE_MAP, PACKAGED_DECIDES = "score_map", "packaged_decides"
+DECISION_KEY = "embedder.decision_model"
 
 
 class CalibrationError(BadInputError):
@@ -75,6 +83,9 @@ def read_calibration(path: Path) -> dict[str, Any]:
             )
         if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
             raise CalibrationError(f"retrieval.calibration: {path} sets {key}={value!r}, not a number in [0, 1]")
+    decision = data.get("decision_model")
+    if data.get("method") == PACKAGED_DECIDES and not (isinstance(decision, str) and decision.strip()):
+        raise CalibrationError(f"retrieval.calibration: {path} says {PACKAGED_DECIDES} but names no decision_model")
     return data
 
 
@@ -85,9 +96,13 @@ def apply_calibration(cfg: DictConfig, overrides: list[str] | tuple[str, ...]) -
         OmegaConf.update(cfg, "retrieval.calibration", CONF)
         return
     given = overridden_keys(overrides)
-    for key, value in read_calibration(path).get("thresholds", {}).items():
+    data = read_calibration(path)
+    for key, value in data.get("thresholds", {}).items():
         if key not in given:
             OmegaConf.update(cfg, key, float(value))
+    # The base model decides on its own scale, with conf/retrieval's bars, unless one was given.
+    if data.get("method") == PACKAGED_DECIDES and DECISION_KEY not in given and cfg.embedder.decision_model is None:
+        OmegaConf.update(cfg, DECISION_KEY, data["decision_model"])
     OmegaConf.update(cfg, "retrieval.calibration", str(path))
 
 
@@ -98,10 +113,19 @@ def calibration_in_force(cfg: DictConfig) -> dict[str, Any]:
     """
     source = str(cfg.retrieval.calibration)
     if source in (CONF, AUTO):
-        return {"source": CONF, "method": None, "overridden": []}
+        return {"source": CONF, "method": None, "overridden": [], **_decision_in_force(cfg, {})}
     try:
         data = read_calibration(Path(source))
     except CalibrationError as exc:  # the file changed since the config was loaded: say so, do not fail
         return {"source": source, "method": None, "overridden": [], "detail": str(exc)}
     overridden = [key for key, value in data["thresholds"].items() if OmegaConf.select(cfg, key) != float(value)]
-    return {"source": source, "method": data.get("method"), "overridden": overridden}
+    return {"source": source, "method": data.get("method"), "overridden": overridden, **_decision_in_force(cfg, data)}
+
+
+def _decision_in_force(cfg: DictConfig, data: dict[str, Any]) -> dict[str, Any]:
+    """The model that decides when it is not the ranking model, and where that came from (nothing otherwise)."""
+    decision = cfg.embedder.decision_model
+    if decision is None:
+        return {}
+    from_file = data.get("method") == PACKAGED_DECIDES and data.get("decision_model") == decision
+    return {"decision_model": decision, "decision_from": str(cfg.retrieval.calibration) if from_file else DECISION_KEY}

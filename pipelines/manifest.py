@@ -79,9 +79,11 @@ def index_fingerprint(cfg: DictConfig) -> str:
     chunking = cfg.chunking
     revision = model_revision(cfg.embedder.model)
     model = f"{cfg.embedder.model}@{revision}" if revision else cfg.embedder.model
+    # A decision model has vectors of its own beside the index: turning it on or changing it re-embeds.
+    decision = f";decision={cfg.embedder.decision_model}" if cfg.embedder.decision_model else ""
     return (
         f"model={vector_space(model, cfg.embedder.backend)};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
-        f"format={CHUNK_FORMAT_VERSION}"
+        f"format={CHUNK_FORMAT_VERSION}{decision}"
     )
 
 

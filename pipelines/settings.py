@@ -1,8 +1,8 @@
 """
 Typed configuration: Hydra config groups in `conf/`, validated by the dataclasses below.
 
-Every key of the user-facing contract lives here with its type, so a bad override (unknown key, wrong
-type) fails at composition with one clear message instead of deep inside a component.
+Every key of the user-facing contract lives here with its type, so a bad override (unknown key, wrong type) fails at
+composition with one clear message instead of deep inside a component.
 """
 
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -41,8 +41,7 @@ class ConfigError(BadInputError):
     """A configuration that cannot be composed or validated (CLI exit status 2)."""
 
 
-# The schema types every key and holds no value: conf/ defines each value once, and a key no
-# YAML file sets fails at load time as missing.
+# The schema types every key and holds no value: conf/ defines each value once, a key no YAML file sets fails as missing.
 
 
 @dataclass
@@ -78,6 +77,8 @@ class EmbedderConfig:
     device: str = MISSING
     backend: EmbeddingBackend = MISSING
     onnx_cache_dir: str | None = MISSING
+    decision_model: str | None = MISSING
+    decision_vectors: str = MISSING
 
 
 @dataclass
@@ -324,8 +325,7 @@ def _with_hint(message: str) -> str:
     return message
 
 
-# Milvus's parameter dicts take any entry: Hydra's struct mode would refuse `milvus.search_params={nprobe:16}`
-# (and `milvus.search_params.nprobe=16`) on the empty default, so their overrides are made `++`.
+# Milvus's parameter dicts take any entry: struct mode refuses new keys on their empty default, so overrides get `++`.
 OPEN_MAPS = ("milvus.index_params", "milvus.search_params")
 
 

@@ -12,9 +12,11 @@ _import_structure = {
     "document_embedder": ["KnowledgeDocumentEmbedder"],
     "milvus_writer": ["MilvusChunkWriter"],
     "l0_index_writer": ["L0IndexWriter"],
+    "decision_vector_writer": ["DecisionVectorWriter"],
 }
 
 if TYPE_CHECKING:
+    from .decision_vector_writer import DecisionVectorWriter as DecisionVectorWriter
     from .document_embedder import KnowledgeDocumentEmbedder as KnowledgeDocumentEmbedder
     from .index_planner import IndexPlanner as IndexPlanner
     from .l0_index_writer import L0IndexWriter as L0IndexWriter

@@ -20,7 +20,7 @@ from components.contracts import (
     RetrievalTrace,
 )
 from components.errors import ComponentFailure, first_line
-from components.lookup.retrieval_legs import PendingSearch, QueryVectors, bm25_top_hits, top_hits
+from components.lookup.retrieval_legs import DecisionScale, PendingSearch, bm25_top_hits, merge_bm25, top_hits
 from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_collection import is_local_uri
 from components.stores.milvus_deadline import lookup_deadline
@@ -116,6 +116,8 @@ class FallbackRetriever:
         outscored_check_below: float = 0.5,
         calibration: str = "conf",
         raise_on_failure: bool = True,
+        decision_model: str | None = None,
+        decision_vectors: str | None = None,
     ) -> None:
         """
         :param store: The Milvus collection (`KnowledgeStore`) and how to search it.
@@ -135,11 +137,13 @@ class FallbackRetriever:
         :param outscored_check_below: Only a filtered attempt whose top similarity is under this
             gets the unfiltered check (`retrieval.high_relevance`: highly relevant evidence stands,
             and the check's extra search is spared).
-        :param calibration: Where the similarity thresholds came from (`retrieval.calibration` as
-            loaded: `conf`, or the model folder's calibration file), recorded in the trace.
+        :param calibration: Where the thresholds came from (`retrieval.calibration` as loaded), for the trace.
         :param raise_on_failure: False returns a search that fails as the `failure` output (a
             `ComponentFailure` with the `retrieval_trace` of the attempts that ran) instead of
             raising it, so that whoever records the failed lookup keeps those attempts.
+        :param decision_model: The model whose similarities decide (every threshold) while the query
+            embedding's model ranks (components/common/decision_scale.py); None: the same model.
+        :param decision_vectors: Its vectors of the indexed chunks (`.npz`; unused without `decision_model`).
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -169,6 +173,8 @@ class FallbackRetriever:
         self.outscored_check_below = outscored_check_below
         self.calibration = calibration
         self.raise_on_failure = raise_on_failure
+        self.decision_model, self.decision_vectors = decision_model, decision_vectors
+        self._scale = DecisionScale(decision_model, decision_vectors)
         self._searches: dict[str, VectorSearch] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -194,6 +200,8 @@ class FallbackRetriever:
         hints: L0Hints,
         query_embedding: Embedding,
         expanded_query_embedding: Embedding | None = None,
+        decision_query_embedding: Embedding | None = None,
+        expanded_decision_query_embedding: Embedding | None = None,
     ) -> dict[str, Any]:
         """
         :param query_transform: The transformed query (the expanded variant is the first attempt's).
@@ -201,6 +209,7 @@ class FallbackRetriever:
         :param query_embedding: The normalised query's embedding (the unfiltered retry searches with it).
         :param expanded_query_embedding: The expanded query's, searched by the first attempt (the
             query's own when None).
+        :param decision_query_embedding: The decision model's (and `expanded_decision_query_embedding`).
         :returns: `candidates` (unsorted beyond each attempt's own order; after a retry, the retry's
             and the first attempt's usable ones), the `retrieval_trace` and the `evidence_bar` the
             components after it apply (the one place the evidence threshold enters the pipeline);
@@ -223,7 +232,9 @@ class FallbackRetriever:
             # One `milvus.timeout_ms` for every search of the lookup together (see milvus_deadline).
             with lookup_deadline(self.store.timeout_ms):
                 expanded = query_embedding if expanded_query_embedding is None else expanded_query_embedding
-                embeddings = QueryVectors(query_embedding, expanded)
+                embeddings = self._scale.query_vectors(
+                    query_embedding, expanded, decision_query_embedding, expanded_decision_query_embedding
+                )
                 return {**self._attempts(query_transform, hints, embeddings, bar, trace), "evidence_bar": evidence_bar}
         except Exception as exc:
             if self.raise_on_failure:
@@ -231,11 +242,13 @@ class FallbackRetriever:
             return {"failure": ComponentFailure(error=exc, outputs={"retrieval_trace": trace})}
 
     def _attempts(
-        self, query_transform: QueryTransform, hints: L0Hints, embeddings: QueryVectors, bar: float, trace
+        self, query_transform: QueryTransform, hints: L0Hints, embeddings, bar: float, trace
     ) -> dict[str, Any]:
         category = hints.single_domain if self.category_filter else None
         query = query_transform.retrieval_query
-        first, first_attempt = self._attempt(0, category, query, embeddings.expanded, bar, trace)
+        first, first_attempt = self._attempt(
+            0, category, query, embeddings.expanded, bar, trace, decision=embeddings.decision_expanded
+        )
         trace.attempts.append(first_attempt)
         trace.index_type = self._search(first_attempt.path).described_index_type
         reason, retry_legs = None, None
@@ -246,7 +259,9 @@ class FallbackRetriever:
                 reason = FALLBACK_LOW_QUALITY
             elif self.outscored_margin < 1.0 and (first_attempt.top_similarity or 0.0) < self.outscored_check_below:
                 retry_legs = self._speculative_retry(query_transform, embeddings)
-                best = self._search(first_attempt.path).top_similarity(embeddings.expanded, None)
+                best = self._scale.best(embeddings)
+                if best is None:
+                    best = self._search(first_attempt.path).top_similarity(embeddings.expanded, None)
                 first_attempt.unfiltered_top_similarity = best
                 if best - (first_attempt.top_similarity or 0.0) >= self.outscored_margin - 1e-9:
                     reason = FALLBACK_OUTSCORED
@@ -256,8 +271,9 @@ class FallbackRetriever:
             return {"candidates": first, "retrieval_trace": trace}
 
         first_attempt.outcome = f"retried: {reason}"
+        dense, bm25 = retry_legs or (None, None)
         retry, retry_attempt = self._attempt(
-            1, None, query_transform.normalized, embeddings.query, bar, trace, *(retry_legs or ())
+            1, None, query_transform.normalized, embeddings.query, bar, trace, dense, bm25, embeddings.decision_query
         )
         retry_attempt.outcome = "selected"
         trace.attempts.append(retry_attempt)
@@ -269,7 +285,7 @@ class FallbackRetriever:
         return {"candidates": retry + usable(first, bar), "retrieval_trace": trace}
 
     def _speculative_retry(
-        self, query_transform: QueryTransform, embeddings: QueryVectors
+        self, query_transform: QueryTransform, embeddings
     ) -> tuple[PendingSearch, PendingSearch] | None:
         """
         On a Milvus server, the unfiltered retry's two legs started beside the outscored check
@@ -318,6 +334,7 @@ class FallbackRetriever:
         trace: RetrievalTrace,
         dense: PendingSearch | None = None,
         bm25: PendingSearch | None = None,
+        decision: Embedding | None = None,
     ) -> tuple[list[Candidate], RetrievalAttempt]:
         """
         One attempt: the dense leg and the BM25 leg side by side (`dense` and `bm25` when they were
@@ -330,6 +347,7 @@ class FallbackRetriever:
             candidates, path, note = dense.result()
         else:
             candidates, path, note = self._search_with_mode(embedding, category)
+        candidates = self._scale.apply(candidates, decision)
         dense_top = top_hits(DENSE, candidates)
         scope = "category=" + repr(category) if category else "unfiltered"
         reason = f"vector:{path} attempt {index} ({scope})"
@@ -337,12 +355,13 @@ class FallbackRetriever:
             candidate.attempt = index
             candidate.hit_reasons.append(reason)
         legs = [DENSE]
-        skipped = BM25_CANNOT_CHANGE if category and self._bm25_cannot_change(path, candidates, bar) else None
+        exact = category and decision is None and self._bm25_cannot_change(path, candidates, bar)  # same scale only
+        skipped = BM25_CANNOT_CHANGE if exact else None
         hits = None if skipped else self._bm25_leg(path, query, embedding, category, trace, bm25)
         bm25_only: list[Candidate] = []
         if hits is not None:
             legs.append(BM25)
-            bm25_only = self._merge_bm25(candidates, hits)
+            bm25_only = self._scale.apply(merge_bm25(candidates, hits), decision)
             for candidate in bm25_only:
                 candidate.attempt = index
             for candidate in candidates + bm25_only:
@@ -406,22 +425,6 @@ class FallbackRetriever:
             trace.bm25_skipped = str(exc)
             logger.info("BM25 leg skipped on collection %s: %s", self.store.collection, exc)
             return None
-
-    @staticmethod
-    def _merge_bm25(dense: list[Candidate], hits: list[Bm25Hit]) -> list[Candidate]:
-        """
-        Label the dense candidates the BM25 leg found too, and return the chunks only it found
-        (in BM25 rank order, with the dense similarity of their stored vectors).
-        """
-        by_key = {candidate.evidence_key: candidate for candidate in dense}
-        extra = []
-        for hit in hits:
-            candidate = by_key.get(hit.key)
-            if candidate is None:
-                candidate = hit.candidate
-                extra.append(candidate)
-            candidate.bm25_score, candidate.bm25_rank = hit.score, hit.rank
-        return extra
 
     def _search_with_mode(
         self, embedding: list[float], category: str | None

@@ -7,6 +7,7 @@ from concurrent.futures import Future
 from typing import NamedTuple
 
 from components.common.choices import RetrievalLeg
+from components.common.decision_scale import DecisionVectorsFile, on_decision_scale
 from components.contracts import AttemptHit, Candidate
 from components.stores.vector_search import Bm25Hit, Embedding
 
@@ -21,6 +22,39 @@ class QueryVectors(NamedTuple):
 
     query: Embedding
     expanded: Embedding
+    # The decision model's of both (components/common/decision_scale.py), None without one.
+    decision_query: Embedding | None = None
+    decision_expanded: Embedding | None = None
+
+
+class DecisionScale:
+    """
+    The retriever's decision model (components/common/decision_scale.py): candidates rescored on
+    its scale, and the best similarity of an unfiltered search on it; without one, nothing changes.
+    """
+
+    def __init__(self, model: str | None, vectors: str | None) -> None:
+        if model is not None and not vectors:
+            raise ValueError(f"decision_model {model} needs decision_vectors, the file of its chunk vectors")
+        self.model = model
+        self._file = None if model is None else DecisionVectorsFile(vectors, model)
+
+    def query_vectors(self, query, expanded, decision_query, decision_expanded) -> QueryVectors:
+        if self._file is None:
+            return QueryVectors(query, expanded)
+        if decision_query is None:
+            raise ValueError(f"the retriever decides with {self.model} but got no decision query embedding")
+        return QueryVectors(
+            query, expanded, decision_query, decision_query if decision_expanded is None else decision_expanded
+        )
+
+    def apply(self, candidates: list[Candidate], decision: Embedding | None) -> list[Candidate]:
+        """The candidates on the decision model's scale (as they are without a decision embedding)."""
+        return candidates if decision is None else on_decision_scale(candidates, decision, self._file.get())
+
+    def best(self, embeddings: QueryVectors) -> float | None:
+        """The best decision similarity over every chunk; None without a decision model (search instead)."""
+        return None if embeddings.decision_expanded is None else self._file.get().best(embeddings.decision_expanded)
 
 
 class PendingSearch:
@@ -60,3 +94,19 @@ def top_hits(leg: str, candidates: list[Candidate], bm25: list[Bm25Hit] | None =
 def bm25_top_hits(hits: list[Bm25Hit]) -> tuple[AttemptHit, ...]:
     ranked = sorted(hits, key=lambda hit: hit.rank)
     return top_hits(BM25, [hit.candidate for hit in ranked], ranked)
+
+
+def merge_bm25(dense: list[Candidate], hits: list[Bm25Hit]) -> list[Candidate]:
+    """
+    Label the dense candidates the BM25 leg found too, and return the chunks only it found
+    (in BM25 rank order, with the dense similarity of their stored vectors).
+    """
+    by_key = {candidate.evidence_key: candidate for candidate in dense}
+    extra = []
+    for hit in hits:
+        candidate = by_key.get(hit.key)
+        if candidate is None:
+            candidate = hit.candidate
+            extra.append(candidate)
+        candidate.bm25_score, candidate.bm25_rank = hit.score, hit.rank
+    return extra

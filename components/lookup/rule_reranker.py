@@ -9,6 +9,7 @@ import numpy as np
 from haystack import component
 
 from components.common.choices import DEFAULT_RERANK_WEIGHTS, check_rerank_weights
+from components.common.decision_scale import ranking_similarity
 from components.common.evidence import EvidenceBar
 from components.common.text import fold, terms
 from components.contracts import Candidate, L0Hints, QueryTransform
@@ -180,7 +181,7 @@ class RuleReranker:
                 )
             title_overlap, document_lexical = document_signals[source]
             signals = {
-                "similarity": candidate.similarity,
+                "similarity": ranking_similarity(candidate),  # the ranking model's, beside a decision model
                 "document_similarity": document_scores.get(source, 0.0),
                 "lexical_overlap": self._lexical_overlap(query_terms, candidate),
                 "title_overlap": title_overlap,

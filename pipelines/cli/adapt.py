@@ -41,6 +41,13 @@ def add_parser(sub) -> None:
         "default eval/offtopic-alerts.jsonl)",
     )
     parser.add_argument(
+        "--calibration",
+        choices=("packaged_decides", "score_map"),
+        default="packaged_decides",
+        help="how the model's similarities are made to mean what the thresholds mean: the packaged model decides "
+        "answer vs no evidence while the adapted one ranks (default), or thresholds mapped to the adapted scale",
+    )
+    parser.add_argument(
         "--no-verdict", action="store_true", help="write the calibration but skip judging base against adapted model"
     )
     add_overrides(parser)
@@ -68,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         guard_sets=args.guard,
         calibrate=True,
         verdict=not args.no_verdict,
+        calibration_method=args.calibration,
     )
     adapt_model(cfg, options, say=lambda line: print(line, flush=True))
     return EXIT_OK

@@ -1,0 +1,110 @@
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from haystack import Document, component
+
+from components.common.choices import check_at_least
+from components.common.decision_scale import DecisionVectors, DecisionVectorsError
+from components.common.embedding_models import DEFAULT_BACKEND
+from components.contracts import IndexPlan
+from components.indexing.document_embedder import KnowledgeDocumentEmbedder
+
+logger = logging.getLogger(__name__)
+
+
+@component
+class DecisionVectorWriter:
+    """
+    Keeps the decision model's vectors of the indexed chunks (components/common/decision_scale.py)
+    in step with the Milvus collection: the chunks the writer inserted are embedded with the
+    decision model, the ids the plan removes leave the file, a rebuild starts it again. Without a
+    decision model it does nothing (and leaves any file alone).
+
+    The file is `<collection>.decision-vectors.npz` beside the index (`embedder.decision_vectors`);
+    the chunks are embedded exactly as the collection's are (embed header first, unit length).
+
+    Usage example:
+
+    ```python
+    >>> import tempfile
+    >>> from haystack import Document
+    >>> from components.contracts import IndexPlan
+    >>> path = f"{tempfile.mkdtemp()}/knowledge.decision-vectors.npz"
+    >>> writer = DecisionVectorWriter(model="packaged:all-MiniLM-L6-v2", path=path)
+    >>> chunk = Document(content="rm old logs", meta={"evidence_key": "disk.md#0", "embed_header": "Disk full"})
+    >>> writer.run(documents=[chunk], plan=IndexPlan(rebuild=True))["count"]
+    1
+    >>> DecisionVectors.load(path, "packaged:all-MiniLM-L6-v2").ids
+    ('disk.md#0',)
+
+    ```
+    """
+
+    def __init__(
+        self,
+        model: str | None,
+        path: str,
+        backend: str = DEFAULT_BACKEND,
+        device: str = "cpu",
+        batch_size: int = 32,
+        onnx_cache_dir: str | None = None,
+    ) -> None:
+        """
+        :param model: The decision model (`embedder.decision_model`); None: nothing to write.
+        :param path: The `.npz` file of its vectors.
+        :param backend: "torch", "onnx" or "onnx_int8", as the collection's embedder.
+        :param device: Torch device.
+        :param batch_size: Texts per encode batch.
+        :param onnx_cache_dir: Where ONNX exports are cached.
+        """
+        check_at_least(1, batch_size=batch_size)
+        if model is not None and not str(model).strip():
+            raise ValueError("model must name the decision model, or be None")
+        self.model = model
+        self.path = path
+        self.backend = backend
+        self.device = device
+        self.batch_size = batch_size
+        self.onnx_cache_dir = onnx_cache_dir
+        self._embedder = (
+            None
+            if model is None
+            else KnowledgeDocumentEmbedder(
+                model=model, device=device, batch_size=batch_size, backend=backend, onnx_cache_dir=onnx_cache_dir
+            )
+        )
+
+    def warm_up(self) -> None:
+        if self._embedder is not None:
+            self._embedder.warm_up()
+
+    @component.output_types(count=int)
+    def run(self, documents: list[Document], plan: IndexPlan, written: int | None = None) -> dict[str, Any]:
+        """
+        :param documents: The chunks written to the collection (embedded by the ranking model).
+        :param plan: The ids removed, and whether the index was rebuilt.
+        :param written: The collection writer's count: connected so that this runs after it.
+        :returns: `count`, the chunks the file holds (0 without a decision model).
+        """
+        if self._embedder is None:
+            return {"count": 0}
+        current = DecisionVectors.empty(self.model) if plan.rebuild else self._existing()
+        embedded = self._embedder.run(documents=documents)["documents"]
+        ids = [document.meta["evidence_key"] for document in embedded]
+        vectors = np.array([document.embedding for document in embedded], dtype=np.float32)
+        updated = current.updated(plan.stale_ids, ids, vectors)
+        updated.save(self.path)
+        logger.info("Decision vectors %s: %d written, %d chunks", self.path, len(ids), len(updated.ids))
+        return {"count": len(updated.ids)}
+
+    def _existing(self) -> DecisionVectors:
+        """The file as it is; none, or another model's, starts empty (a lookup then names the rebuild)."""
+        if not Path(self.path).is_file():
+            return DecisionVectors.empty(self.model)
+        try:
+            return DecisionVectors.load(self.path, self.model)
+        except DecisionVectorsError as exc:
+            logger.warning("Starting the decision vectors again: %s", exc)
+            return DecisionVectors.empty(self.model)
