@@ -223,7 +223,9 @@ class FallbackRetriever:
             l1_enabled=self.l1_enabled,
             evidence_threshold=bar,
             reference_threshold=self.reference_threshold,
-            calibration=self.calibration,
+            calibration=self.calibration
+            if self.decision_model is None
+            else f"{self.calibration} (decides: {self.decision_model})",
         )
         if not self.l1_enabled:
             return {"candidates": [], "retrieval_trace": trace, "evidence_bar": evidence_bar}

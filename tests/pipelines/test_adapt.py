@@ -207,3 +207,19 @@ def test_a_model_trained_again_into_the_same_folder_changes_the_index_fingerprin
     (folder / "adapt.json").write_text('{"train_seconds": 2}', encoding="utf-8")
     assert index_fingerprint(make_config(f"embedder.model={folder}")) != first
     assert "@" not in index_fingerprint(make_config())  # the packaged model's fingerprint is unchanged
+
+
+def test_the_verdicts_held_out_anchors_never_train(sample_pairs):
+    from pipelines.adapt_split import QUERY_KINDS, split_held_out
+    from pipelines.adapt_verdict import kb_queries
+
+    split = split_held_out(sample_pairs, seed=0, limit=20)
+    assert len(split.held_out) == 20 and split.held_out == split_held_out(sample_pairs, seed=0, limit=20).held_out
+    assert split.held_out != split_held_out(sample_pairs, seed=1, limit=20).held_out
+    held = {anchor for anchor, _ in split.held_out}
+    training = split.training.pairs
+    assert training and not any(pair.anchor in held for pair in training)  # no pair of any kind trains on them
+    assert len(training) < len(sample_pairs.pairs) and set(training) < set(sample_pairs.pairs)
+    assert all(pair.kind in QUERY_KINDS for pair in sample_pairs.pairs if pair.anchor in held)
+    queries = kb_queries(split.held_out)
+    assert [(q.query, q.relevant) for q in queries] == [(a, {s}) for a, s in split.held_out]

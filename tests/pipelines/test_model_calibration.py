@@ -162,6 +162,7 @@ def test_adapt_writes_a_calibration_judges_the_model_and_its_onnx_export_loads(s
         calibrate=True,
         verdict=True,
         guard_sets=[str(guard)],
+        calibration_method="score_map",
     )
     lines: list[str] = []
     try:

@@ -1,0 +1,123 @@
+"""
+Packaged decides, adapted ranks: a model folder whose calibration says `packaged_decides` has the
+packaged model decide answer vs no evidence on its own scale, a user's threshold still wins, and
+the decision vectors beside the index follow every indexing run.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.common.decision_scale import DecisionVectors, DecisionVectorsError
+from components.common.embedding_models import resolve_model
+from pipelines.calibration import calibration_in_force
+from pipelines.settings import load_config
+from tests.conftest import SAMPLE_KB, state_overrides
+from tests.helpers import collection_rows, lookup_with
+
+PACKAGED = "packaged:all-MiniLM-L6-v2"
+OFF_TOPIC = "recipe for sourdough bread with a crispy crust"  # nothing of the sample knowledge base is about baking
+BIAS = "encoder.layer.5.output.LayerNorm.bias"
+
+
+def shifted_model(folder: Path, shift: float = 10.0) -> Path:
+    """
+    The packaged model with one constant direction added to every token's last hidden state: every
+    text's embedding leans the same way, so every similarity sits higher, off-topic ones included,
+    as an adapted model's do (the model a decision on its own scale would let through).
+    """
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(resolve_model(PACKAGED), folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    direction = np.random.default_rng(0).normal(size=weights[BIAS].shape).astype(np.float32)
+    weights[BIAS] = weights[BIAS] + shift * direction / np.linalg.norm(direction)
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    calibration = {"method": "packaged_decides", "decision_model": PACKAGED, "thresholds": {}}
+    (folder / "calibration.json").write_text(json.dumps(calibration), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def decided(tmp_path_factory):
+    """The sample KB indexed with the shifted model, whose calibration lets the packaged model decide."""
+    from pipelines.indexing import run_indexing
+
+    root = tmp_path_factory.mktemp("decided")
+    model = shifted_model(root / "model")
+    cfg = load_config(state_overrides(root / "state", f"kb.path={SAMPLE_KB}", f"embedder.model={model}"))
+    run_indexing(cfg, rebuild=True)
+    return cfg, model
+
+
+def test_the_calibration_names_the_deciding_model_and_where_it_came_from(decided):
+    cfg, model = decided
+    assert cfg.embedder.decision_model == PACKAGED
+    assert calibration_in_force(cfg) == {
+        "source": str(model / "calibration.json"),
+        "method": "packaged_decides",
+        "overridden": [],
+        "decision_model": PACKAGED,
+        "decision_from": str(model / "calibration.json"),
+    }
+    vectors = DecisionVectors.load(cfg.embedder.decision_vectors, PACKAGED)
+    assert set(vectors.ids) == {row["id"] for row in collection_rows(cfg, ("id",))}
+
+
+def test_the_packaged_model_decides_no_evidence_where_the_shifted_scale_would_answer(decided):
+    cfg, model = decided
+    uses_model = f"embedder.model={model}"
+    result, outputs = lookup_with(cfg, OFF_TOPIC, uses_model, include=("retriever",))
+    assert not result.found
+    candidates = outputs["retriever"]["candidates"]
+    assert candidates and all(c.rank_similarity is not None for c in candidates)
+    assert max(c.similarity for c in candidates) < cfg.retrieval.evidence_threshold  # the packaged scale
+    assert max(c.rank_similarity for c in candidates) > cfg.retrieval.uncovered_evidence_threshold  # the shifted one
+    assert "decides: packaged" in outputs["retriever"]["retrieval_trace"].calibration
+    on_its_own_scale, _ = lookup_with(cfg, OFF_TOPIC, uses_model, "embedder.decision_model=null")
+    assert on_its_own_scale.found  # the same model deciding for itself answers the off-topic query
+    answerable, _ = lookup_with(cfg, "disk almost full", uses_model)
+    assert answerable.found
+
+
+def test_a_user_threshold_wins_and_applies_on_the_packaged_scale(decided):
+    cfg, model = decided
+    overrides = (
+        f"embedder.model={model}",
+        "retrieval.evidence_threshold=0.01",
+        "retrieval.uncovered_evidence_threshold=0.01",
+    )
+    result, _ = lookup_with(cfg, OFF_TOPIC, *overrides)
+    assert result.found
+    shown = calibration_in_force(load_config([*overrides, f"paths.state_dir={cfg.paths.state_dir}"]))
+    assert shown["decision_model"] == PACKAGED and shown["method"] == "packaged_decides"
+
+
+def test_decision_vectors_follow_incremental_indexing(small_kb, make_config, tmp_path):
+    from pipelines.indexing import run_indexing
+
+    cfg = make_config(f"kb.path={small_kb}", f"embedder.decision_model={PACKAGED}")
+    run_indexing(cfg)
+    path = Path(cfg.embedder.decision_vectors)
+
+    def in_step() -> set[str]:
+        ids = set(DecisionVectors.load(path, PACKAGED).ids)
+        assert ids == {row["id"] for row in collection_rows(cfg, ("id",))}
+        return ids
+
+    first = in_step()
+    (small_kb / "cpu" / "runaway-process.md").unlink()
+    changed = small_kb / "disk" / "disk-full.md"
+    changed.write_text(changed.read_text(encoding="utf-8") + "\n\n## Also\n\nCheck the log rotation first.\n")
+    report = run_indexing(cfg)
+    assert report.removed and report.updated
+    second = in_step()
+    assert second != first and not any(key in second for key in first - second)
+    path.unlink()
+    with pytest.raises(Exception, match=r"no decision vectors at .* run `knowledge index --rebuild`"):
+        lookup_with(cfg, "disk almost full", f"kb.path={small_kb}", f"embedder.decision_model={PACKAGED}")
+    run_indexing(cfg, rebuild=True)
+    assert in_step()
