@@ -38,6 +38,8 @@ from components.contracts import Candidate
 from components.errors import BadInputError
 
 REBUILD = "run `knowledge index --rebuild`"
+# Where the default config keeps the file (`embedder.decision_vectors`), for components built without config.
+DEFAULT_DECISION_VECTORS = ".knowledge/knowledge.decision-vectors.npz"
 
 
 class DecisionVectorsError(BadInputError):

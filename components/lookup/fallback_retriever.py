@@ -8,6 +8,7 @@ from typing import Any
 from haystack import component
 
 from components.common.choices import RetrievalLeg, VectorStoreMode, check_at_least, check_unit_interval
+from components.common.decision_scale import DEFAULT_DECISION_VECTORS
 from components.common.evidence import EvidenceBar, usable
 from components.contracts import (
     FALLBACK_LOW_QUALITY,
@@ -117,7 +118,7 @@ class FallbackRetriever:
         calibration: str = "conf",
         raise_on_failure: bool = True,
         decision_model: str | None = None,
-        decision_vectors: str | None = None,
+        decision_vectors: str | None = DEFAULT_DECISION_VECTORS,
     ) -> None:
         """
         :param store: The Milvus collection (`KnowledgeStore`) and how to search it.
@@ -249,7 +250,7 @@ class FallbackRetriever:
         category = hints.single_domain if self.category_filter else None
         query = query_transform.retrieval_query
         first, first_attempt = self._attempt(
-            0, category, query, embeddings.expanded, bar, trace, decision=embeddings.decision_expanded
+            0, category, query, embeddings.expanded, bar, trace, None, None, embeddings.decision_expanded
         )
         trace.attempts.append(first_attempt)
         trace.index_type = self._search(first_attempt.path).described_index_type

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from components.common.decision_scale import DecisionVectors, DecisionVectorsError
+from components.common.decision_scale import DecisionVectors
 from components.common.embedding_models import resolve_model
 from pipelines.calibration import calibration_in_force
 from pipelines.settings import load_config

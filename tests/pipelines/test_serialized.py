@@ -5,6 +5,7 @@ import yaml
 from haystack import Pipeline
 from haystack.core.errors import DeserializationError
 
+from components.indexing.decision_vector_writer import DecisionVectorWriter
 from components.indexing.document_embedder import KnowledgeDocumentEmbedder
 from components.indexing.index_planner import IndexPlanner
 from components.indexing.l0_index_writer import L0IndexWriter
@@ -25,6 +26,7 @@ COMPONENT_TYPES = {
     "embedder": KnowledgeDocumentEmbedder,
     "writer": MilvusChunkWriter,
     "l0_writer": L0IndexWriter,
+    "decision_writer": DecisionVectorWriter,
 }
 
 
@@ -62,7 +64,8 @@ def test_rendered_yaml_loads_with_the_allowlist(rendered):
     pipeline = Pipeline.loads(rendered, allowed_modules=["components"])
     assert {name: type(pipeline.get_component(name)) for name in COMPONENT_TYPES} == COMPONENT_TYPES
     assert normalized(pipeline.dumps()) == normalized(rendered)  # loads -> dumps is lossless
-    assert len(normalized(rendered)["connections"]) == 8  # writer -> l0_writer orders the L0 index last
+    # writer -> l0_writer and writer -> decision_writer order the L0 index and the decision vectors last
+    assert len(normalized(rendered)["connections"]) == 11
 
 
 def test_rendered_yaml_names_the_credentials_environment_variables(rendered, monkeypatch):
