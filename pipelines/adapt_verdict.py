@@ -1,8 +1,9 @@
 """
 The verdict that ends `knowledge adapt`: base against adapted model, each with its own calibration,
 through the whole lookup pipeline (each indexed into its own folder under
-`paths.state_dir/adapt-verdict/`), on queries made from the knowledge base (pair anchors, with the
-anchor's document as the answer) and on the guard sets (off-topic texts that must be rejected).
+`paths.state_dir/adapt-verdict/`), on queries made from the knowledge base (anchors held out of
+training by `pipelines.adapt_split`, with the anchor's document as the answer) and on the guard sets
+(off-topic texts that must be rejected).
 
 The decision is the project's one recommendation rule (`pipelines.tuning.recommend.recommend`):
 the adapted model is the candidate, the base model the current setting; it must keep the configured

@@ -6,6 +6,7 @@ against the Hydra config.
     reader -> planner -> chunker -> embedder -> writer
     reader, embedder -> l0_writer   (a document's summary vector is its first chunk's vector)
     writer -> l0_writer             (the L0 index is written after the vector store)
+    embedder, planner, writer -> decision_writer   (the decision model's vectors, with embedder.decision_model)
 """
 
 import time
