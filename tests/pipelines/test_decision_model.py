@@ -121,3 +121,21 @@ def test_decision_vectors_follow_incremental_indexing(small_kb, make_config, tmp
         lookup_with(cfg, "disk almost full", f"kb.path={small_kb}", f"embedder.decision_model={PACKAGED}")
     run_indexing(cfg, rebuild=True)
     assert in_step()
+
+
+def test_adapts_default_calibration_is_packaged_decides_and_loads(tmp_path):
+    from pipelines.adapt import AdaptOptions
+    from pipelines.adapt_calibration import calibration_lines, packaged_decides, write_calibration
+    from pipelines.calibration import read_calibration
+
+    assert AdaptOptions().calibration_method == "packaged_decides"
+    calibration = packaged_decides(load_config(), ["eval/offtopic-alerts.jsonl"])
+    path = write_calibration(tmp_path, calibration)
+    data = read_calibration(path)
+    assert data["method"] == "packaged_decides" and data["decision_model"] == PACKAGED and data["thresholds"] == {}
+    assert "decides answer vs no evidence" in calibration_lines(calibration)
+    cfg = load_config([f"retrieval.calibration={path}"])
+    assert cfg.embedder.decision_model == PACKAGED and cfg.retrieval.evidence_threshold == 0.35
+    assert (
+        load_config([f"retrieval.calibration={path}", "embedder.decision_model=null"]).embedder.decision_model is None
+    )

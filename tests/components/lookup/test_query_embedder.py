@@ -49,3 +49,15 @@ def test_onnx_backend_gives_the_torch_backend_vectors():
 
 def test_onnx_round_trips():
     assert_round_trips(KnowledgeQueryEmbedder(model=MODEL, backend="onnx_int8"))
+
+
+def test_a_decision_model_gives_the_decision_embeddings_too():
+    both = KnowledgeQueryEmbedder(model=MODEL, decision_model=MODEL).run(
+        query="disk full", expanded_query="disk full x"
+    )
+    assert both["decision_query_embedding"].shape == (384,)
+    assert np.allclose(both["decision_query_embedding"], both["query_embedding"])  # the same model: the same vector
+    assert not np.allclose(both["expanded_decision_query_embedding"], both["decision_query_embedding"])
+    alone = KnowledgeQueryEmbedder(model=MODEL).run(query="disk full")
+    assert alone["decision_query_embedding"] is None and alone["expanded_decision_query_embedding"] is None
+    assert_round_trips(KnowledgeQueryEmbedder(model=MODEL, decision_model=MODEL))
