@@ -4,6 +4,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.decision_scale import ranking_similarity
 from components.contracts import Candidate, RetrievalTrace, SidecarReport
 from components.stores.knowledge_store import KnowledgeStore
 from components.stores.vector_search import PATHS, Embedding, VectorSearch
@@ -30,7 +31,7 @@ def comparable(candidates: list[Candidate], limit: int) -> list[dict[str, Any]]:
                 "path": candidate.path,
                 "score_label": candidate.raw_score_label,
                 "score_value": candidate.raw_score,
-                "similarity": candidate.similarity,
+                "similarity": ranking_similarity(candidate),  # the searched model's, as the other path's
             }
         )
     return rows
@@ -195,7 +196,7 @@ class SidecarComparator:
         # The embedding of the attempt replayed: the retry searches with the plain query's.
         expanded = query_embedding if expanded_query_embedding is None else expanded_query_embedding
         embedding = query_embedding if selected.index > 0 else expanded
-        main = sorted((c for c in candidates if c.attempt == selected.index), key=lambda c: -c.similarity)
+        main = sorted((c for c in candidates if c.attempt == selected.index), key=lambda c: -ranking_similarity(c))
         try:
             if path not in self._searches:
                 self._searches[path] = self.store.vector_search(path)
