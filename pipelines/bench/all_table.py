@@ -43,6 +43,11 @@ def _index_rows(f: dict[str, Any]) -> list[dict[str, Any]]:
 def _lookup_rows(f: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for path, p in f["paths"].items():
+        if "too_few_cases" in p:
+            # Too few distinct queries took the path for its latency to say anything: no ratio, no verdict.
+            value = f"not measured: {p['too_few_cases']} distinct crafted queries ({p['min_cases']} needed)"
+            rows.append(_row("lookup", f"{path}, {f['chunks']} chunks", value))
+            continue
         rows.append(
             _row(
                 "lookup",

@@ -5,15 +5,24 @@ Milvus); beside them the stock Haystack hybrid as a peer; see docs/benchmarks.md
 
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from components.common.stats import percentile
-from pipelines.bench.corpus import build_repeated_kb, copy_category, load_bench_config, read_corpus, resolve_corpus
+from pipelines.bench.corpus import build_repeated_kb, load_bench_config, read_corpus, resolve_corpus
 from pipelines.bench.index_bench import _cleanup_milvus
+from pipelines.bench.lookup_queries import (
+    MEASURED_PATHS,
+    MIN_DISTINCT_CASES,
+    LookupCase,
+    craft_cases,
+    lookup_query_candidates,
+    not_measured_line,
+    pick_cases,
+    too_few_cases,
+)
 from pipelines.bench.machine import (
     OtherCpu,
     call_ms,
@@ -31,98 +40,6 @@ HYBRID_RATIO_TARGETS = {"filtered": 1.15, "fallback": 2.0}
 
 
 WARMUP_LOOKUPS = 3
-
-
-# Queries per intended path, as (category named in the query, what it asks). Checked against
-# the repeated runbook corpus: none shares enough words with a runbook title to match it in L0
-# (a title match would add that title's categories, one per copy, and drop the filter).
-# `filtered`: the named category covers the topic, its best chunk scores over the reference
-# threshold. `fallback`: it does not (`general` holds four runbooks, `node` is host-level), so the
-# filtered attempt has no usable chunk or a weak one and is retried unfiltered.
-FILTERED_QUERIES = (
-    ("etcd", "the keyspace is nearly at its storage limit, defragment it"),
-    ("node", "disk almost full on the host"),
-    ("kubernetes", "container restarts again and again"),
-    ("etcd", "fsync to the write ahead log takes too long"),
-    ("node", "host running out of inodes"),
-    ("kubernetes", "volume claim nearly out of space"),
-    ("alertmanager", "notifications are not delivered to slack or pagerduty"),
-    ("node", "time on the machine is wrong"),
-    ("kubernetes", "a deployment rollout is stuck"),
-    ("prometheus", "the write ahead log of the time series database is corrupted"),
-)
-
-
-FALLBACK_QUERIES = (
-    ("general", "disk almost full on the host"),
-    ("node", "notifications fail to reach slack"),
-    ("general", "container restarts again and again"),
-    ("node", "webhook receiver returns errors for alert notifications"),
-    ("general", "volume claim nearly out of space"),
-    ("node", "recording rules cannot be evaluated"),
-    ("general", "host running out of inodes"),
-    ("node", "a deployment rollout is stuck"),
-    ("general", "keyspace nearly at its storage limit, defragment it"),
-    ("general", "time on the machine is wrong"),
-)
-
-
-QUERIES_PER_COPY = 3
-
-
-def lookup_query_candidates(categories: set[str], copies: int) -> dict[str, list[str]]:
-    """
-    Query texts meant for each path, `QUERIES_PER_COPY` per copy and path, each naming the
-    category of its copy (`etcd-3: ...`): the L0 layer recognises exactly that one domain, so the
-    first attempt is filtered on it. Which path a query really takes is read from its retrieval
-    trace when it runs (`classify_queries`), not assumed from this list.
-    """
-    planned = {"filtered": FILTERED_QUERIES, "fallback": FALLBACK_QUERIES}
-    candidates: dict[str, list[str]] = {}
-    for path, pairs in planned.items():
-        usable_pairs = [(category, topic) for category, topic in pairs if category in categories]
-        texts = []
-        for copy in range(copies):
-            for offset in range(min(QUERIES_PER_COPY, len(usable_pairs))):
-                category, topic = usable_pairs[(copy * QUERIES_PER_COPY + offset) % len(usable_pairs)]
-                texts.append(f"{copy_category(category, copy)}: {topic}")
-        candidates[path] = texts
-    return candidates
-
-
-def lookup_path(result) -> tuple[str, str | None]:
-    """
-    What happened in a lookup, from its retrieval trace: (`filtered` | `fallback` | `unfiltered`,
-    the first attempt's filter expression).
-    """
-    trace = result.retrieval_trace
-    first = trace.attempts[0] if trace.attempts else None
-    if first is None or first.category_filter is None:
-        return "unfiltered", None
-    if trace.fallback_reason:
-        return "fallback", first.filter_expression
-    return "filtered", first.filter_expression
-
-
-@dataclass
-class LookupCase:
-    query: str
-    path: str
-    filter_expression: str | None
-    fallback_reason: str | None
-    category: str | None = None
-
-
-def classify_queries(service, queries: Iterable[str]) -> list[LookupCase]:
-    """Run each query once through the pipeline and record which path it took."""
-    cases = []
-    for query in queries:
-        result = service.lookup(query)
-        path, expression = lookup_path(result)
-        attempts = result.retrieval_trace.attempts
-        category = attempts[0].category_filter if attempts else None
-        cases.append(LookupCase(query, path, expression, result.retrieval_trace.fallback_reason, category))
-    return cases
 
 
 def time_lookups(service, queries: Iterable[str]) -> list[float]:
@@ -229,14 +146,6 @@ class StockHybrid:
         return self.run(case.query, case.category)
 
 
-def pick_cases(cases: Sequence[LookupCase], path: str, count: int) -> list[LookupCase]:
-    """`count` cases of one path, cycling through the distinct ones when there are fewer."""
-    matching = [c for c in cases if c.path == path]
-    if not matching:
-        return []
-    return [matching[i % len(matching)] for i in range(count)]
-
-
 def measure_path(
     service, floors: dict[str, Any], cases: Sequence[LookupCase], warmups: int = WARMUP_LOOKUPS
 ) -> dict[str, Any]:
@@ -282,6 +191,33 @@ def measure_path(
     return figures
 
 
+def measure_paths(
+    service, floors: dict[str, Any], cases: Sequence[LookupCase], queries: int, echo: Callable[[str], None]
+) -> dict[str, Any]:
+    """
+    `measure_path` for each path with enough distinct crafted queries, `queries` timed each, with
+    the target verdicts; a path with too few gets `too_few_cases` figures only (and is said so).
+    """
+    paths: dict[str, Any] = {}
+    for path in MEASURED_PATHS:
+        too_few = too_few_cases(cases, path)
+        if too_few is not None:
+            paths[path] = too_few
+            echo(f"{path}: {not_measured_line(path, too_few)}")
+            continue
+        with OtherCpu() as other:
+            figures_of_path = paths[path] = measure_path(service, floors, pick_cases(cases, path, queries))
+        figures_of_path["other_cpu_share"] = other.share
+        figures_of_path["target_p50_ratio"] = LOOKUP_RATIO_TARGETS[path]
+        figures_of_path["meets_target"] = figures_of_path["p50_ratio"] <= LOOKUP_RATIO_TARGETS[path]
+        figures_of_path["p50_ratio"] = round(figures_of_path["p50_ratio"], 3)
+        if "hybrid_p50_ratio" in figures_of_path:
+            figures_of_path["hybrid_target_p50_ratio"] = HYBRID_RATIO_TARGETS[path]
+            figures_of_path["meets_hybrid_target"] = figures_of_path["hybrid_p50_ratio"] <= HYBRID_RATIO_TARGETS[path]
+            figures_of_path["hybrid_p50_ratio"] = round(figures_of_path["hybrid_p50_ratio"], 3)
+    return paths
+
+
 def bench_lookup(
     overrides: Sequence[str] = (),
     corpus: str | Path | None = None,
@@ -316,36 +252,20 @@ def bench_lookup(
         service = LookupService(cfg)
         _, warm_s = timed(service.warm_up)
         settle_s = settle()
-        candidates = lookup_query_candidates({f.category for f in files}, copies)
-        cases = classify_queries(service, [q for group in candidates.values() for q in group])
+        candidates = lookup_query_candidates(files, copies)
+        cases = craft_cases(service, candidates, wanted=max(queries, MIN_DISTINCT_CASES))
         embedder = service.pipeline.get_component("query_embedder")
         floors = {"floor": LookupFloor(cfg, embedder)}
         if cfg.milvus.full_text and cfg.retrieval.bm25_top_k > 0:
             floors["hybrid_floor"] = HybridFloor(cfg, embedder)
             floors["stock_hybrid"] = StockHybrid(cfg, embedder)
 
-        paths: dict[str, Any] = {}
-        for path in ("filtered", "fallback"):
-            picked = pick_cases(cases, path, queries)
-            if not picked:
-                echo(f"warning: no crafted query took the {path} path; it is not measured")
-                continue
-            with OtherCpu() as other:
-                figures_of_path = paths[path] = measure_path(service, floors, picked)
-            figures_of_path["other_cpu_share"] = other.share
-            figures_of_path["target_p50_ratio"] = LOOKUP_RATIO_TARGETS[path]
-            figures_of_path["meets_target"] = figures_of_path["p50_ratio"] <= LOOKUP_RATIO_TARGETS[path]
-            figures_of_path["p50_ratio"] = round(figures_of_path["p50_ratio"], 3)
-            if "hybrid_p50_ratio" in figures_of_path:
-                figures_of_path["hybrid_target_p50_ratio"] = HYBRID_RATIO_TARGETS[path]
-                figures_of_path["meets_hybrid_target"] = (
-                    figures_of_path["hybrid_p50_ratio"] <= HYBRID_RATIO_TARGETS[path]
-                )
-                figures_of_path["hybrid_p50_ratio"] = round(figures_of_path["hybrid_p50_ratio"], 3)
+        paths = measure_paths(service, floors, cases, queries, echo)
         if profile > 0:
             from pipelines.bench.lookup_profile import format_profile, profile_paths
 
-            table = profile_paths(service, {path: pick_cases(cases, path, profile) for path in paths})
+            measured = [path for path, p in paths.items() if "too_few_cases" not in p]
+            table = profile_paths(service, {path: pick_cases(cases, path, profile) for path in measured})
             figures["profile"] = table
             echo(format_profile(table, profile))
         tracing = None
@@ -373,6 +293,7 @@ def bench_lookup(
         service_warmup_s=round(warm_s, 2),
         settle_s=round(settle_s, 1),
         top_k=cfg.retrieval.top_k,
+        candidates=sum(len(texts) for texts in candidates.values()),
         crafted_queries={
             path: sum(1 for c in cases if c.path == path) for path in ("filtered", "fallback", "unfiltered")
         },
@@ -391,9 +312,13 @@ def format_lookup_figures(f: dict[str, Any]) -> str:
     lines = [
         f"collection        {f['chunks']} chunks ({f['copies']} copies of the corpus), top_k {f['top_k']}, "
         f"indexed in {f['index_s']} s, then {f['settle_s']} s until Milvus Lite's background work settled",
-        f"crafted queries   {crafted} (by what the retrieval trace shows); fallback reasons {f['fallback_reasons']}",
+        f"crafted queries   {crafted} (by what the retrieval trace shows, {sum(f['crafted_queries'].values())} "
+        f"of {f['candidates']} candidates classified); fallback reasons {f['fallback_reasons']}",
     ]
     for path, p in f["paths"].items():
+        if "too_few_cases" in p:
+            lines.append(f"{path:<17} {not_measured_line(path, p)}")
+            continue
         verdict = "meets" if p["meets_target"] else "OVER"
         lines.append(
             f"{path:<17} pipeline p50 {p['pipeline']['p50_ms']:.1f} ms p95 {p['pipeline']['p95_ms']:.1f} ms | "

@@ -13,6 +13,7 @@ from components.errors import EXIT_BAD_INPUT
 from pipelines import bench
 from pipelines.bench.corpus import load_bench_config
 from pipelines.bench.index_bench import _cleanup_milvus
+from pipelines.bench.lookup_queries import MIN_DISTINCT_CASES
 from pipelines.cli import main
 
 RUNBOOKS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "prometheus-runbooks"
@@ -128,9 +129,11 @@ def test_bench_lookup_smoke(tiny_corpus):
         ["mlflow=off"], corpus=tiny_corpus, min_chunks=50, queries=3, echo=printed.append, tracing_lookups=2
     )
     assert figures["chunks"] >= 50
-    assert set(figures["paths"]) <= {"filtered", "fallback"} and figures["paths"]
+    # Crafting goes on until each path has enough distinct queries: both are measured, none repeated.
+    assert set(figures["paths"]) == {"filtered", "fallback"}
+    assert figures["crafted_queries"]["fallback"] >= MIN_DISTINCT_CASES
     for path, p in figures["paths"].items():
-        assert p["queries"] == 3
+        assert p["queries"] == 3 and p["distinct_queries"] == 3, path
         for side in ("pipeline", "floor", "hybrid_floor", "stock_hybrid"):
             assert _positive(p[side]["p50_ms"]) and _positive(p[side]["p95_ms"]), (path, side)
         assert _positive(p["p50_ratio"]) and _positive(p["hybrid_p50_ratio"]) and _positive(p["stock_hybrid_p50_ratio"])
