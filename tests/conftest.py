@@ -66,14 +66,26 @@ def index_kb(make_config):
 
 
 @pytest.fixture(scope="session")
-def sample_cfg(tmp_path_factory):
-    """The bundled knowledge/ indexed once per session."""
-    from pipelines.indexing import run_indexing
+def served_index(tmp_path_factory) -> Path:
+    """
+    A state folder with knowledge/ indexed into it (Milvus Lite db, L0 index), mlflow off, by
+    `knowledge index` in a child process: this process never opens (and locks) its db, so the
+    servers and CLI children of the tests can use copies of it.
+    """
+    from tests.helpers import run_cli
 
+    state = tmp_path_factory.mktemp("served-index") / "state"
+    done = run_cli("index", "--kb", str(SAMPLE_KB), f"paths.state_dir={state}", "mlflow=off", timeout=900)
+    assert done.returncode == 0, done.stderr
+    return state
+
+
+@pytest.fixture(scope="session")
+def sample_cfg(tmp_path_factory, served_index):
+    """The bundled knowledge/ indexed once per session: a copy of `served_index` that this process opens."""
     state = tmp_path_factory.mktemp("sample-state")
-    cfg = load_config(state_overrides(state, f"kb.path={SAMPLE_KB}"))
-    run_indexing(cfg, rebuild=True)
-    return cfg
+    shutil.copytree(served_index, state, dirs_exist_ok=True)
+    return load_config(state_overrides(state, f"kb.path={SAMPLE_KB}"))
 
 
 @pytest.fixture(scope="session")

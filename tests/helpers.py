@@ -61,6 +61,22 @@ def run_cli(*args: str, cwd: Path = REPO, timeout: float = 300, **env: str) -> s
     )
 
 
+def run_main(capsys, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """
+    `knowledge ARGS` through `pipelines.cli.main` in this process, from `cwd`, its output taken from
+    `capsys`: what `run_cli` returns, without a process start and model load per call.
+    """
+    from contextlib import chdir
+
+    from pipelines.cli import main
+
+    capsys.readouterr()  # only this call's output
+    with chdir(cwd):
+        code = main(list(args))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["knowledge", *args], code, captured.out, captured.err)
+
+
 def stderr_lines(result: subprocess.CompletedProcess) -> list[str]:
     return [line for line in result.stderr.splitlines() if line.strip()]
 

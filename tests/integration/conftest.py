@@ -1,25 +1,11 @@
 """
-Fixtures of the integration tests: for the serving tests, the sample knowledge base indexed once
-per session in a child process, so this process never opens (and locks) the Milvus Lite db the
-servers use; for the server tests, one factory indexing it into a Milvus server (the 2.3
-standalone or the Lite gRPC server) and what they compare.
+Fixtures of the integration tests: for the server tests, one factory indexing the sample
+knowledge base into a Milvus server (the 2.3 standalone or the Lite gRPC server) and what they
+compare. The sample knowledge base indexed in a child process for the serving tests
+(`served_index`) is in tests/conftest.py, beside the session's `sample_cfg` that copies it.
 """
 
-from pathlib import Path
-
 import pytest
-
-from tests.helpers import REPO, run_cli
-
-
-@pytest.fixture(scope="session")
-def served_index(tmp_path_factory) -> Path:
-    """A state folder with knowledge/ indexed into it (Milvus Lite db, L0 index), mlflow off."""
-    state = tmp_path_factory.mktemp("served-index") / "state"
-    done = run_cli("index", "--kb", str(REPO / "knowledge"), f"paths.state_dir={state}", "mlflow=off", timeout=900)
-    assert done.returncode == 0, done.stderr
-    return state
-
 
 # --- the sample KB on a Milvus server: the standalone 2.3 server and the Lite gRPC server alike ---
 

@@ -30,15 +30,25 @@ def test_a_truncated_l0_index_is_named_and_knowledge_index_repairs_it(served_ind
     assert again.returncode == 0, again.stderr
 
 
-@pytest.fixture
-def small_state(tmp_path):
-    """A one-document knowledge base indexed into a fresh state folder (Milvus Lite)."""
-    kb = tmp_path / "kb"
+@pytest.fixture(scope="module")
+def small_state_template(tmp_path_factory):
+    """A one-document knowledge base indexed once for the module (Milvus Lite); the tests damage copies."""
+    root = tmp_path_factory.mktemp("small-state")
+    kb = root / "kb"
     kb.mkdir()
     (kb / "disk.md").write_text("# Disk full\n\nWhen the disk is almost full, rotate the old logs.\n", encoding="utf-8")
-    state = tmp_path / "state"
+    state = root / "state"
     done = run_cli("index", "--kb", str(kb), f"paths.state_dir={state}", "mlflow=off")
     assert done.returncode == 0, done.stderr
+    return kb, state
+
+
+@pytest.fixture
+def small_state(small_state_template, tmp_path):
+    """The module's indexed state copied into the test's own folder (its knowledge base is only read)."""
+    kb, template = small_state_template
+    state = tmp_path / "state"
+    shutil.copytree(template, state)
     return kb, state
 
 
@@ -83,14 +93,14 @@ def read_only_mount_command(folder, *args: str) -> list[str]:
 
 
 def test_a_read_only_state_folder_is_named_as_read_only(small_state, tmp_path):
-    _, state = small_state
+    kb, state = small_state
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is needed for a read-only mount")
     overrides = [f"paths.state_dir={state}", "mlflow=off", f"trace.db_url=sqlite:///{tmp_path / 'traces.db'}"]
     probe = subprocess.run(read_only_mount_command(state, "--help"), capture_output=True, text=True, env=child_env())
     if probe.returncode != 0:
         pytest.skip(f"no mount namespace here: {probe.stderr.strip()[:200]}")
-    for args in (["lookup", "--compact", "disk almost full"], ["index", "--kb", str(state.parent / "kb")]):
+    for args in (["lookup", "--compact", "disk almost full"], ["index", "--kb", str(kb)]):
         done = subprocess.run(
             read_only_mount_command(state, *args, *overrides),
             cwd=REPO,

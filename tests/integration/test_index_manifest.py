@@ -2,7 +2,9 @@
 The state dir knows its knowledge base: indexing writes a manifest, `index` without `--kb`
 re-indexes the manifest's knowledge base, another `--kb` needs `--rebuild`, `eval` refuses a
 query set whose sources the index lacks, and a sweep over an index-time key re-indexes the
-manifest's knowledge base.
+manifest's knowledge base. The commands run through the CLI's entry point in this process
+(their exit statuses and one-line errors as a shell sees them are tested in test_cli_errors and
+test_damaged_state).
 """
 
 import json
@@ -10,21 +12,11 @@ import shutil
 
 from pipelines.manifest import manifest_path, read_manifest
 from tests.conftest import SAMPLE_KB
-from tests.helpers import derived_config, ids_by_source, run_cli, stderr_lines
-
-
-def _released(cfg):
-    """Milvus Lite lets one process hold a db: let the CLI's process open it."""
-    from milvus_lite.server_manager import server_manager_instance
-
-    server_manager_instance.release_server(cfg.milvus.uri)
-    return cfg
+from tests.helpers import derived_config, ids_by_source, run_main, stderr_lines
 
 
 def _sources(cfg) -> set[str]:
-    sources = set(ids_by_source(cfg))
-    _released(cfg)
-    return sources
+    return set(ids_by_source(cfg))
 
 
 def _kb(root, *sources):
@@ -35,108 +27,114 @@ def _kb(root, *sources):
     return root
 
 
-def test_index_without_kb_keeps_the_manifests_knowledge_base(tmp_path, index_kb):
+def test_index_without_kb_keeps_the_manifests_knowledge_base(tmp_path, index_kb, capsys):
     kb_a = _kb(tmp_path / "a", "disk/disk-full.md", "disk/inode-exhaustion.md")
     cfg, _ = index_kb(kb_a)
     manifest = read_manifest(cfg)
     assert manifest is not None and manifest.kb_path == str(kb_a.resolve()) and manifest.documents == 2
     assert manifest.index_config["chunking"]["max_tokens"] == cfg.chunking.max_tokens
 
-    state = [f"paths.state_dir={_released(cfg).paths.state_dir}", "mlflow=off"]
-    result = run_cli("index", "--json", *state)  # the configured kb.path is knowledge/: not what the index holds
+    state = [f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off"]
+    # The configured kb.path is knowledge/: not what the index holds.
+    result = run_main(capsys, "index", "--json", *state)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["unchanged"] == ["disk/disk-full.md", "disk/inode-exhaustion.md"]
     assert _sources(cfg) == {"disk/disk-full.md", "disk/inode-exhaustion.md"}
 
 
-def test_index_of_another_kb_needs_rebuild(tmp_path, index_kb):
+def test_index_of_another_kb_needs_rebuild(tmp_path, index_kb, capsys):
     kb_a = _kb(tmp_path / "a", "disk/disk-full.md")
     kb_b = _kb(tmp_path / "b", "cpu/runaway-process.md")
     cfg, _ = index_kb(kb_a)
-    state = [f"paths.state_dir={_released(cfg).paths.state_dir}", "mlflow=off"]
+    state = [f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off"]
 
-    refused = run_cli("index", "--kb", str(kb_b), *state)
+    refused = run_main(capsys, "index", "--kb", str(kb_b), *state)
     assert refused.returncode == 2
     [line] = stderr_lines(refused)
     assert str(kb_a.resolve()) in line and str(kb_b.resolve()) in line and "--rebuild" in line
     assert _sources(cfg) == {"disk/disk-full.md"}  # nothing removed
 
-    rebuilt = run_cli("index", "--kb", str(kb_b), "--rebuild", *state)
+    rebuilt = run_main(capsys, "index", "--kb", str(kb_b), "--rebuild", *state)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert _sources(cfg) == {"cpu/runaway-process.md"}
     assert read_manifest(cfg).kb_path == str(kb_b.resolve())
 
 
-def test_index_status_prints_the_manifest_or_says_there_is_none(tmp_path, index_kb):
+def test_index_status_prints_the_manifest_or_says_there_is_none(tmp_path, index_kb, capsys):
     kb_a = _kb(tmp_path / "a", "disk/disk-full.md")
-    empty = run_cli("index", "--status", f"paths.state_dir={tmp_path / 'nothing'}", "mlflow=off")
+    empty = run_main(capsys, "index", "--status", f"paths.state_dir={tmp_path / 'nothing'}", "mlflow=off")
     assert empty.returncode == 0 and "no index manifest" in empty.stdout
 
     cfg, _ = index_kb(kb_a)
-    shown = run_cli("index", "--status", f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off")
+    shown = run_main(capsys, "index", "--status", f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off")
     assert shown.returncode == 0, shown.stderr
     assert str(kb_a.resolve()) in shown.stdout and "1 documents" in shown.stdout
 
 
-def test_index_status_json_prints_the_manifest_as_json(tmp_path, index_kb):
+def test_index_status_json_prints_the_manifest_as_json(tmp_path, index_kb, capsys):
     kb_a = _kb(tmp_path / "a", "disk/disk-full.md")
-    empty = run_cli("index", "--status", "--json", f"paths.state_dir={tmp_path / 'nothing'}", "mlflow=off")
+    empty = run_main(capsys, "index", "--status", "--json", f"paths.state_dir={tmp_path / 'nothing'}", "mlflow=off")
     assert empty.returncode == 0 and json.loads(empty.stdout)["indexed"] is False
 
     cfg, _ = index_kb(kb_a)
-    shown = run_cli("index", "--status", "--json", f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off")
+    shown = run_main(capsys, "index", "--status", "--json", f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off")
     assert shown.returncode == 0, shown.stderr
     status = json.loads(shown.stdout)
     assert status["kb_path"] == str(kb_a.resolve()) and status["documents"] == 1 and status["edited"] is False
     assert status["manifest"] == str(manifest_path(cfg))
 
 
-def test_a_hand_edited_manifest_kb_path_is_refused_like_another_kb(tmp_path, index_kb):
+def test_a_hand_edited_manifest_kb_path_is_refused_like_another_kb(tmp_path, index_kb, capsys):
     kb_a = _kb(tmp_path / "a", "disk/disk-full.md")
     kb_b = _kb(tmp_path / "b", "cpu/runaway-process.md")
     cfg, _ = index_kb(kb_a)
     path = manifest_path(cfg)
     data = json.loads(path.read_text(encoding="utf-8"))
     path.write_text(json.dumps({**data, "kb_path": str(kb_b.resolve())}), encoding="utf-8")
-    state = [f"paths.state_dir={_released(cfg).paths.state_dir}", "mlflow=off"]
+    state = [f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off"]
 
-    refused = run_cli("index", *state)
+    refused = run_main(capsys, "index", *state)
     assert refused.returncode == 2
     [line] = stderr_lines(refused)
     assert str(path) in line and "edited" in line and "--rebuild" in line
     assert _sources(cfg) == {"disk/disk-full.md"}  # nothing indexed from the edited path, nothing removed
 
-    rebuilt = run_cli("index", "--rebuild", "--kb", str(kb_a), *state)
+    rebuilt = run_main(capsys, "index", "--rebuild", "--kb", str(kb_a), *state)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert not read_manifest(cfg).edited
 
 
-def test_a_state_dir_indexed_before_manifests_indexes_as_before_and_gets_one(tmp_path, index_kb):
+def test_a_state_dir_indexed_before_manifests_indexes_as_before_and_gets_one(tmp_path, index_kb, capsys):
     kb_a = _kb(tmp_path / "a", "disk/disk-full.md")
     cfg, _ = index_kb(kb_a)
-    manifest_path(_released(cfg)).unlink()
-    result = run_cli("index", "--json", f"kb.path={kb_a}", f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off")
+    manifest_path(cfg).unlink()
+    result = run_main(
+        capsys, "index", "--json", f"kb.path={kb_a}", f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off"
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["unchanged"] == ["disk/disk-full.md"]
     assert read_manifest(cfg).kb_path == str(kb_a.resolve())
 
 
-def test_a_state_dir_indexed_before_manifests_refuses_a_kb_that_shares_no_document(tmp_path, index_kb):
+def test_a_state_dir_indexed_before_manifests_refuses_a_kb_that_shares_no_document(tmp_path, index_kb, capsys):
     kb_a = tmp_path / "a"
     (kb_a / "ops").mkdir(parents=True)
     (kb_a / "ops" / "rotate-logs.md").write_text("# Rotate logs\n\nRotate the service logs daily.\n", encoding="utf-8")
     kb_b = _kb(tmp_path / "b", "cpu/runaway-process.md")
     cfg, _ = index_kb(kb_a)
-    manifest_path(_released(cfg)).unlink()
+    manifest_path(cfg).unlink()
     state = [f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off"]
-    for refused in (run_cli("index", "--kb", str(kb_b), *state), run_cli("index", *state)):  # b, then knowledge/
+    for refused in (
+        run_main(capsys, "index", "--kb", str(kb_b), *state),
+        run_main(capsys, "index", *state),
+    ):  # b, then knowledge/
         assert refused.returncode == 2
         [line] = stderr_lines(refused)
         assert "indexed before manifests" in line and "none of them in" in line
     assert _sources(cfg) == {"ops/rotate-logs.md"}
 
 
-def test_eval_refuses_a_query_set_whose_sources_are_not_indexed(sample_cfg, tmp_path):
+def test_eval_refuses_a_query_set_whose_sources_are_not_indexed(sample_cfg, tmp_path, capsys):
     queries = tmp_path / "runbooks.jsonl"
     rows = [
         {"query": "disk almost full", "relevant": ["disk/disk-full.md"], "kind": "answerable"},
@@ -144,7 +142,8 @@ def test_eval_refuses_a_query_set_whose_sources_are_not_indexed(sample_cfg, tmp_
         {"query": "prometheus target down", "relevant": ["general/TargetDown.md", "general/Watchdog.md"]},
     ]
     queries.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    result = run_cli(
+    result = run_main(
+        capsys,
         "eval",
         "--queries",
         str(queries),
@@ -153,7 +152,7 @@ def test_eval_refuses_a_query_set_whose_sources_are_not_indexed(sample_cfg, tmp_
         "mlflow=off",
     )
     assert result.returncode == 2
-    # This process holds the session's Lite db, so eval first says it reads a snapshot copy; the error is one line.
+    # When another process holds the session's Lite db, eval first says it reads a snapshot copy; the error is one line.
     *notes, line = stderr_lines(result)
     assert all("reading a snapshot copy" in note for note in notes)
     assert "3 of 4 relevant sources" in line and "alertmanager/AlertmanagerClusterDown.md" in line

@@ -268,20 +268,19 @@ def test_concurrent_lookups_each_get_their_own_trace(traced, mlflow_store):
         assert len(trace.data.spans) == 1 + len(COMPONENTS) + len(attempts) and attempts
 
 
-def test_a_one_shot_cli_lookup_writes_its_trace_and_leaves_no_file_outside_the_state_folder(tmp_path):
+def test_a_one_shot_cli_lookup_writes_its_trace_and_leaves_no_file_outside_the_state_folder(tmp_path, served_index):
     """MLflow on, one `knowledge lookup` in its own process: the trace is in the store at exit, and
     nothing was written to /dev/shm or the temp folder."""
     import json
     import os
+    import shutil
 
-    from milvus_lite.server_manager import server_manager_instance
-
-    from pipelines.indexing import run_indexing
     from tests.conftest import SAMPLE_KB
     from tests.helpers import run_cli
 
     state, temp = tmp_path / "state", tmp_path / "tmp"
     temp.mkdir()
+    shutil.copytree(served_index, state)  # knowledge/ indexed (indexing writes nothing to MLflow)
     overrides = [
         f"paths.state_dir={state}",
         f"kb.path={SAMPLE_KB}",
@@ -290,8 +289,6 @@ def test_a_one_shot_cli_lookup_writes_its_trace_and_leaves_no_file_outside_the_s
         "mlflow.sample_rate=1.0",
     ]
     cfg = load_config(overrides)
-    run_indexing(cfg, rebuild=True)
-    server_manager_instance.release_server(cfg.milvus.uri)  # Milvus Lite: one process per db
 
     def shm() -> set[str]:
         return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()

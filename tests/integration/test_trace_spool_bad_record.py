@@ -1,7 +1,7 @@
 """
-One spooled record with a value the database cannot take must not stop tracing: through CLI
-children on SQLite and PostgreSQL, the record goes to the dead-letter file with its reason, the
-records around it are replayed, and the next lookup is recorded directly.
+One spooled record with a value the database cannot take must not stop tracing: through the
+CLI's entry point on SQLite and PostgreSQL, the record goes to the dead-letter file with its
+reason, the records around it are replayed, and the next lookup is recorded directly.
 """
 
 import json
@@ -11,7 +11,7 @@ import pytest
 
 from components.tracing.trace_database import target_key
 from components.tracing.trace_store import TraceStore
-from tests.helpers import run_cli
+from tests.helpers import run_main
 from tests.integration.serving_helpers import copy_state
 
 
@@ -51,10 +51,10 @@ def dead_letters(state) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
 
 
-def test_replay_moves_a_bad_record_aside_and_replays_the_rest(db_url, tmp_path):
+def test_replay_moves_a_bad_record_aside_and_replays_the_rest(db_url, tmp_path, capsys):
     state = tmp_path / "state"
     good, bad = write_spool(state, db_url)
-    done = run_cli("traces", "replay", f"paths.state_dir={state}", "mlflow=off", f"trace.db_url='{db_url}'")
+    done = run_main(capsys, "traces", "replay", f"paths.state_dir={state}", "mlflow=off", f"trace.db_url='{db_url}'")
     assert done.returncode == 0, done.stderr
     assert "2 new" in done.stdout and "1 refused" in done.stdout
     [letter] = dead_letters(state)
@@ -62,15 +62,15 @@ def test_replay_moves_a_bad_record_aside_and_replays_the_rest(db_url, tmp_path):
     store = TraceStore(db_url, str(state / "trace-spool.jsonl"))
     assert [store.get(i)["trace_status"] for i in good] == ["replayed", "replayed"]
     assert (state / "trace-spool.jsonl").read_text() == ""
-    again = run_cli("traces", "replay", f"paths.state_dir={state}", "mlflow=off", f"trace.db_url='{db_url}'")
+    again = run_main(capsys, "traces", "replay", f"paths.state_dir={state}", "mlflow=off", f"trace.db_url='{db_url}'")
     assert again.returncode == 0 and "replayed 0" in again.stdout
 
 
-def test_the_next_lookup_replays_around_a_bad_record_and_is_recorded(db_url, served_index, tmp_path_factory):
+def test_the_next_lookup_replays_around_a_bad_record_and_is_recorded(db_url, served_index, tmp_path_factory, capsys):
     state = copy_state(served_index, tmp_path_factory, "bad-spool")
     good, bad = write_spool(state, db_url)
-    done = run_cli(
-        "lookup", "--compact", "disk full", f"paths.state_dir={state}", "mlflow=off", f"trace.db_url='{db_url}'"
+    done = run_main(
+        capsys, "lookup", "--compact", "disk full", f"paths.state_dir={state}", "mlflow=off", f"trace.db_url='{db_url}'"
     )
     assert done.returncode == 0, done.stderr
     invocation = json.loads(done.stdout)["invocationId"]
@@ -88,7 +88,9 @@ def _strict_json(line: str):
     return json.loads(line, parse_constant=refuse)
 
 
-def test_nan_infinity_and_a_non_object_arguments_are_refused_alike_and_exports_are_standard_json(db_url, tmp_path):
+def test_nan_infinity_and_a_non_object_arguments_are_refused_alike_and_exports_are_standard_json(
+    db_url, tmp_path, capsys
+):
     state = tmp_path / "state"
     state.mkdir()
     good = str(uuid.uuid4())
@@ -101,27 +103,29 @@ def test_nan_infinity_and_a_non_object_arguments_are_refused_alike_and_exports_a
     lines = [spooled(db_url, good, latency_ms=12.5)] + [spooled(db_url, i, **values) for i, values in bad.items()]
     (state / "trace-spool.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     overrides = [f"paths.state_dir={state}", "mlflow=off", f"trace.db_url='{db_url}'"]
-    done = run_cli("traces", "replay", *overrides)
+    done = run_main(capsys, "traces", "replay", *overrides)
     assert done.returncode == 0, done.stderr
     assert "1 new" in done.stdout and "4 refused" in done.stdout, done.stdout
     reasons = {letter["id"]: letter["reason"] for letter in dead_letters(state)}
     assert set(reasons) == set(bad)
     assert all("not a JSON number" in reasons[i] for i in list(bad)[:2]), reasons
     assert all("not a JSON object" in reasons[i] for i in list(bad)[2:]), reasons
-    exported = run_cli("traces", "export", "--output", str(tmp_path / "out.jsonl"), *overrides)
+    exported = run_main(capsys, "traces", "export", "--output", str(tmp_path / "out.jsonl"), *overrides)
     assert exported.returncode == 0, exported.stderr
     rows = [_strict_json(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
     assert good in [row["id"] for row in rows]
 
 
-def test_a_nan_already_in_a_sqlite_row_exports_as_null(tmp_path):
+def test_a_nan_already_in_a_sqlite_row_exports_as_null(tmp_path, capsys):
     from datetime import UTC, datetime
 
     db_url = f"sqlite:///{tmp_path}/traces.db"
     store = TraceStore(db_url, str(tmp_path / "trace-spool.jsonl"))
     record = {"id": "old-row", "tool_name": "lookup_knowledge", "arguments": {"query": "x"}, "status": "ok"}
     assert store.write({**record, "latency_ms": float("nan"), "created_at": datetime.now(UTC)}) == "recorded"
-    exported = run_cli("traces", "export", f"paths.state_dir={tmp_path}", "mlflow=off", f"trace.db_url={db_url}")
+    exported = run_main(
+        capsys, "traces", "export", f"paths.state_dir={tmp_path}", "mlflow=off", f"trace.db_url={db_url}"
+    )
     assert exported.returncode == 0, exported.stderr
     [row] = [_strict_json(line) for line in exported.stdout.splitlines()]
     assert row["id"] == "old-row" and row["latency_ms"] is None
