@@ -236,13 +236,36 @@ def check_sources_indexed(cfg: DictConfig, relevant: list[set[str]]) -> None:
 NO_MANIFEST = "nothing indexed here yet, or indexed before manifests (the next `knowledge index` writes one)"
 
 
+def decision_vectors_status(cfg: DictConfig, chunks: int) -> dict[str, Any] | None:
+    """
+    The decision model's vectors beside the index, when a decision model is in force: their file,
+    how many chunks they cover, or why a lookup would refuse them. None without a decision model.
+    """
+    from components.common.decision_scale import DecisionVectors, DecisionVectorsError
+
+    model = cfg.embedder.decision_model
+    if model is None:
+        return None
+    path = str(cfg.embedder.decision_vectors)
+    try:
+        vectors = len(DecisionVectors.load(path, model).ids)
+    except DecisionVectorsError as exc:
+        return {"path": path, "model": model, "in_step": False, "reason": str(exc)}
+    if vectors != chunks:
+        reason = f"{vectors} vectors for {chunks} indexed chunks: run `knowledge index --rebuild`"
+        return {"path": path, "model": model, "vectors": vectors, "in_step": False, "reason": reason}
+    return {"path": path, "model": model, "vectors": vectors, "in_step": True}
+
+
 def manifest_status(cfg: DictConfig) -> dict[str, Any]:
     """`knowledge index --status --json`: the manifest's fields, or why there is none."""
     path = manifest_path(cfg)
     manifest = read_manifest(cfg)
     if manifest is None:
         return {"manifest": str(path), "indexed": False, "reason": NO_MANIFEST}
-    return {"manifest": str(path), "indexed": True, "edited": manifest.edited, **asdict(manifest)}
+    decision = decision_vectors_status(cfg, manifest.chunks)
+    shown = {"manifest": str(path), "indexed": True, "edited": manifest.edited, **asdict(manifest)}
+    return shown if decision is None else {**shown, "decision_vectors": decision}
 
 
 def format_manifest(cfg: DictConfig) -> str:
@@ -260,6 +283,15 @@ def format_manifest(cfg: DictConfig) -> str:
     ]
     for key, value in manifest.index_config.items():
         lines.append(f"  {key:<{KEY_WIDTH}} {json.dumps(value) if isinstance(value, dict) else value}")
+    decision = decision_vectors_status(cfg, manifest.chunks)
+    if decision is not None:
+        lines.append(f"  {'decision vectors':<{KEY_WIDTH}} {_decision_line(decision)}")
     if manifest.edited:
         lines.append("  edited after indexing (its checksum does not match): `knowledge index --rebuild --kb DIR`")
     return "\n".join(lines)
+
+
+def _decision_line(decision: dict[str, Any]) -> str:
+    if decision["in_step"]:
+        return f"{decision['path']} ({decision['vectors']} chunks, {decision['model']} decides)"
+    return f"NOT IN STEP: {decision['reason']}"

@@ -30,6 +30,11 @@ class ModelNotFoundError(BadInputError):
 def resolve_model(spec: str) -> str:
     """The path or name that sentence-transformers loads for a configured model spec."""
     if not spec.startswith(PACKAGED_PREFIX):
+        if _names_a_folder(spec) and not Path(spec).expanduser().is_dir():
+            raise ModelNotFoundError(
+                f"embedder.model: no model folder at {spec} (a sentence-transformers folder, e.g. what "
+                "`knowledge adapt` wrote, or packaged:NAME)"
+            )
         return spec
     name = spec[len(PACKAGED_PREFIX) :]
     module_name = PACKAGED_MODELS.get(name)
@@ -40,6 +45,11 @@ def resolve_model(spec: str) -> str:
     except ImportError as exc:
         raise ModelNotFoundError(f"packaged model {name!r} needs the package {module_name}") from exc
     return str(module.get_model_path())
+
+
+def _names_a_folder(spec: str) -> bool:
+    """A local path rather than a hub name (`namespace/name`): absolute, relative or with two slashes or more."""
+    return spec.startswith(("/", ".", "~")) or spec.count("/") > 1
 
 
 def model_revision(spec: str) -> str:

@@ -253,6 +253,20 @@ def flush_all(timeout: float = 60.0) -> bool:
     return all([sink.flush(timeout) for sink in sinks])
 
 
+def release_all(timeout: float = 60.0) -> bool:
+    """
+    Flush every sink, then forget the sinks and the process's tracking URI, so the process may
+    trace to another store afterwards (a benchmark's own store, removed with its folder, then the
+    user's). Sinks handed out before must not be used again.
+    """
+    global _process_uri
+    flushed = flush_all(timeout)
+    with _sinks_lock, _uri_lock:
+        _sinks.clear()
+        _process_uri = None
+    return flushed
+
+
 def _export_queues() -> list[Any]:
     """MLflow's asynchronous trace-writing queues (private attributes of MLflow 3.17; [] if they move)."""
     from mlflow.tracing.processor import base_mlflow

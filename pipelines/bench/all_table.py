@@ -164,7 +164,7 @@ def _cold_rows(f: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         _row(
             "cold_start",
-            f"one-shot knowledge lookup ({f.get('backend', 'torch')})",
+            f"one-shot knowledge lookup ({f.get('backend', 'torch')}{_model_label(f)})",
             f"{f['lookup_median_s']:.2f} s",
             f"{f.get('bare_import_label', 'bare imports')} {f['bare_import_median_s']:.2f} s",
             f["ratio"],
@@ -172,6 +172,12 @@ def _cold_rows(f: dict[str, Any]) -> list[dict[str, Any]]:
             f["meets_target"],
         )
     ]
+
+
+def _model_label(f: dict[str, Any]) -> str:
+    """The model the cold start ran, when it is not the packaged one."""
+    models = [o.split("=", 1)[1] for o in f.get("model_overrides", []) if o.startswith("embedder.model=")]
+    return f", {models[0]}" if models and not models[0].startswith("packaged:") else ""
 
 
 ROWS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {

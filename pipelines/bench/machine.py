@@ -47,15 +47,18 @@ class OtherCpu:
         with OtherCpu() as other:
             ...
         other.share  # e.g. 0.07: other processes used 7% of the CPUs meanwhile
+        other.own_s  # CPU seconds of this process and its waited-for children meanwhile
     """
 
     def __enter__(self) -> "OtherCpu":
         self.share: float | None = None
+        self.own_s: float | None = None
         self._start = (_machine_busy_s(), _own_cpu_s(), time.perf_counter())
         return self
 
     def __exit__(self, *_exc_info) -> None:
         busy, own, wall = _machine_busy_s(), _own_cpu_s(), time.perf_counter()
+        self.own_s = round(own - self._start[1], 3)
         if busy is None or self._start[0] is None or wall <= self._start[2]:
             return
         others = (busy - self._start[0]) - (own - self._start[1])

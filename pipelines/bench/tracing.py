@@ -214,6 +214,15 @@ def compare_tracing_overhead(
     (`trace_cost`; in this process only, a tracking server's share is not in it). Prints and
     returns the figures.
     """
+    from components.tracing.mlflow_sink import release_all
+
+    try:
+        return _compare_modes(cfg, queries, threads, seconds, rounds, latency_lookups, server_pid, trace_parts, out)
+    finally:  # the process stays free to trace elsewhere (the bench's own store goes with its folder)
+        release_all()
+
+
+def _compare_modes(cfg, queries, threads, seconds, rounds, latency_lookups, server_pid, trace_parts, out):
     from pipelines.lookup import LookupService
 
     cfg_off = copy.deepcopy(cfg)

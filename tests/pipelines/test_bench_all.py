@@ -76,3 +76,28 @@ def test_bad_options_exit_2_with_one_line(tmp_path, capsys, args, reason):
     assert main(["bench", "all", *args, *state_overrides(tmp_path / "state")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and reason in err[0]
+
+
+def test_the_cold_start_runs_the_configured_model(tmp_path):
+    """`bench all embedder.model=DIR` times that model's cold start, not the packaged one's."""
+    from pipelines.bench.all import BenchAllOptions, bench_all
+
+    missing = tmp_path / "no-model"
+    others = tuple(part for part in PARTS if part != "cold_start")
+    options = BenchAllOptions(cold_runs=1, skip=others)
+    with pytest.raises(RuntimeError, match=f"no model folder at {missing}"):
+        bench_all([*state_overrides(tmp_path / "state"), f"embedder.model={missing}", "mlflow=off"], options)
+
+
+def test_the_cold_start_row_names_a_model_that_is_not_the_packaged_one():
+    figures = {
+        "lookup_median_s": 2.0,
+        "bare_import_median_s": 1.6,
+        "ratio": 1.25,
+        "target_ratio": 1.3,
+        "meets_target": True,
+    }
+    packaged = {**figures, "backend": "onnx", "model_overrides": ["embedder.model=packaged:all-MiniLM-L6-v2"]}
+    adapted = {**figures, "backend": "onnx", "model_overrides": ["embedder.model=/m/adapted"]}
+    labels = [table_rows({"cold_start": f})[-1]["figure"] for f in (packaged, adapted)]
+    assert labels == ["one-shot knowledge lookup (onnx)", "one-shot knowledge lookup (onnx, /m/adapted)"]

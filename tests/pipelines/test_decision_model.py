@@ -14,6 +14,7 @@ import pytest
 from components.common.decision_scale import DecisionVectors
 from components.common.embedding_models import resolve_model
 from pipelines.calibration import calibration_in_force
+from pipelines.manifest import format_manifest, manifest_status
 from pipelines.settings import load_config
 from tests.conftest import SAMPLE_KB, state_overrides
 from tests.helpers import collection_rows, lookup_with
@@ -109,6 +110,8 @@ def test_decision_vectors_follow_incremental_indexing(small_kb, make_config, tmp
         return ids
 
     first = in_step()
+    status = manifest_status(cfg)["decision_vectors"]
+    assert status == {"path": str(path), "model": PACKAGED, "vectors": len(first), "in_step": True}
     (small_kb / "cpu" / "runaway-process.md").unlink()
     changed = small_kb / "disk" / "disk-full.md"
     changed.write_text(changed.read_text(encoding="utf-8") + "\n\n## Also\n\nCheck the log rotation first.\n")
@@ -117,6 +120,7 @@ def test_decision_vectors_follow_incremental_indexing(small_kb, make_config, tmp
     second = in_step()
     assert second != first and not any(key in second for key in first - second)
     path.unlink()
+    assert "decision vectors     NOT IN STEP: no decision vectors at" in format_manifest(cfg)
     with pytest.raises(Exception, match=r"no decision vectors at .* run `knowledge index --rebuild`"):
         lookup_with(cfg, "disk almost full", f"kb.path={small_kb}", f"embedder.decision_model={PACKAGED}")
     run_indexing(cfg, rebuild=True)

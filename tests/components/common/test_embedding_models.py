@@ -13,9 +13,11 @@ def test_the_packaged_model_resolves_to_a_local_folder():
     assert folder.is_dir() and (folder / "tokenizer.json").is_file()
 
 
-def test_other_specs_pass_through_unchanged():
+def test_other_specs_pass_through_unchanged_and_a_missing_folder_is_a_clear_error(tmp_path):
     assert resolve_model("sentence-transformers/all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
-    assert resolve_model("/models/mine") == "/models/mine"
+    assert resolve_model(str(tmp_path)) == str(tmp_path)
+    with pytest.raises(ModelNotFoundError, match=r"embedder.model: no model folder at /no/such/model \(a sentence"):
+        resolve_model("/no/such/model")
 
 
 def test_an_unknown_packaged_model_is_a_clear_error():

@@ -30,3 +30,24 @@ def test_an_unreachable_server_disables_the_sink_and_drops_traces_without_raisin
     assert sink.flush(timeout=30.0)
     assert sink.state == "disabled" and "cannot connect" in sink.reason
     assert sink.submit(job=None) is False  # dropped before it is even looked at
+
+
+def test_release_all_frees_the_process_to_trace_to_another_store(mlflow_store, tmp_path):
+    from components.tracing.mlflow_sink import release_all
+
+    release_all()  # whatever an earlier test of this process traced to
+    first = get_sink(mlflow_store, "release-first")
+    first.start()
+    assert first.flush(timeout=60.0) and first.state == "ready"
+    other = f"sqlite:///{tmp_path}/other.db"
+    refused = get_sink(other, "release-other")
+    refused.start()
+    assert refused.flush(timeout=60.0) and refused.state == "disabled" and "already traces to" in refused.reason
+    try:
+        assert release_all()
+        again = get_sink(other, "release-other")
+        assert again is not refused
+        again.start()
+        assert again.flush(timeout=60.0) and again.state == "ready", again.reason
+    finally:
+        release_all()  # the tests after this one start from a free process
