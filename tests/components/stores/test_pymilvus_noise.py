@@ -21,13 +21,19 @@ class _Collect(logging.Handler):
 
 @contextlib.contextmanager
 def handled_by(name: str):
-    """The messages a handler on logger `name` receives (after that logger's filters)."""
-    collect = _Collect()
-    logging.getLogger(name).addHandler(collect)
+    """
+    The warnings a handler on logger `name` receives (after that logger's filters), whatever level
+    an in-process CLI run of an earlier test left on pymilvus' loggers (it quiets them).
+    """
+    noisy, collect = logging.getLogger(name), _Collect()
+    level = noisy.level
+    noisy.setLevel(logging.WARNING)
+    noisy.addHandler(collect)
     try:
         yield collect.messages
     finally:
-        logging.getLogger(name).removeHandler(collect)
+        noisy.removeHandler(collect)
+        noisy.setLevel(level)
 
 
 def test_reindexing_logs_no_mvccts_warning(index_kb, small_kb):
