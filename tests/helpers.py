@@ -1,11 +1,16 @@
 """Small helpers shared by the tests: reading a collection back, running the CLI as a user would."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from components.common.embedding_models import resolve_model
 from components.stores.milvus_collection import METADATA_FIELD, connect, ensure_loaded
 
 REPO = Path(__file__).resolve().parent.parent
@@ -142,3 +147,25 @@ def candidate(key: str, source: str, similarity: float, *reasons: str, **fields)
         final_score=fields.pop("final_score", similarity),
         **fields,
     )
+
+
+# The last layer's bias of the packaged model, shifted by `shifted_model`.
+SHIFTED_BIAS = "encoder.layer.5.output.LayerNorm.bias"
+
+
+def shifted_model(folder: Path, shift: float = 10.0) -> Path:
+    """
+    The packaged model with one constant direction added to every token's last hidden state: every
+    text's embedding leans the same way, so every similarity sits higher, off-topic ones included,
+    as an adapted model's do (the model a decision on its own scale would let through).
+    """
+    from safetensors.numpy import load_file, save_file
+
+    shutil.copytree(resolve_model(MODEL), folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    direction = np.random.default_rng(0).normal(size=weights[SHIFTED_BIAS].shape).astype(np.float32)
+    weights[SHIFTED_BIAS] = weights[SHIFTED_BIAS] + shift * direction / np.linalg.norm(direction)
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    calibration = {"method": "packaged_decides", "decision_model": MODEL, "thresholds": {}}
+    (folder / "calibration.json").write_text(json.dumps(calibration), encoding="utf-8")
+    return folder

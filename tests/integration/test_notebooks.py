@@ -11,6 +11,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from tests.helpers import shifted_model
+
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
@@ -90,11 +92,20 @@ def test_the_documented_notebook_commands_run_and_take_the_parent_run_on_the_com
 
     store = f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}"
     command = given_sweep.replace("<parent run id>", parent).replace("sqlite:///.knowledge/mlflow.db", store)
-    printed = run(command, tmp_path / "given.ipynb")
+    # The section "Base against adapted model" too: a model folder that carries a calibration.
+    adapted = shifted_model(tmp_path / "adapted")
+    printed = run(f"{command} -p ADAPTED_MODEL {adapted}", tmp_path / "given.ipynb")
     assert f"sweep parent run: {parent}" in printed and verdict in printed.splitlines()  # the same verdict, read back
     assert f"MLflow: {store}" in printed
+    (models,) = [line.split(": ", 1)[1] for line in printed.splitlines() if line.startswith("model comparison parent")]
+    table = printed[printed.index("model comparison parent run") :]
+    rows = [line.split()[0] for line in table.splitlines() if line.strip().startswith("embedder.model=")]
+    assert rows == ["embedder.model=packaged\\:all-MiniLM-L6-v2", f"embedder.model={adapted}"]  # as swept
     import mlflow
 
     client = mlflow.MlflowClient(store)
     runs = client.search_runs([client.get_experiment_by_name("lookup-knowledge-eval").experiment_id])
-    assert [r.info.run_id for r in runs if "mlflow.parentRunId" not in r.data.tags] == [parent]  # no second sweep
+    parents = sorted(r.info.run_id for r in runs if "mlflow.parentRunId" not in r.data.tags)
+    assert parents == sorted([parent, models])  # no second threshold sweep; one model comparison
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == models]
+    assert len(children) == 2  # one run per model, on the same query set

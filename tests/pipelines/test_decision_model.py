@@ -4,42 +4,19 @@ packaged model decide answer vs no evidence on its own scale, a user's threshold
 the decision vectors beside the index follow every indexing run.
 """
 
-import json
-import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from components.common.decision_scale import DecisionVectors
-from components.common.embedding_models import resolve_model
 from pipelines.calibration import calibration_in_force
 from pipelines.manifest import format_manifest, manifest_status
 from pipelines.settings import load_config
 from tests.conftest import SAMPLE_KB, state_overrides
-from tests.helpers import collection_rows, lookup_with
+from tests.helpers import collection_rows, lookup_with, shifted_model
 
 PACKAGED = "packaged:all-MiniLM-L6-v2"
 OFF_TOPIC = "recipe for sourdough bread with a crispy crust"  # nothing of the sample knowledge base is about baking
-BIAS = "encoder.layer.5.output.LayerNorm.bias"
-
-
-def shifted_model(folder: Path, shift: float = 10.0) -> Path:
-    """
-    The packaged model with one constant direction added to every token's last hidden state: every
-    text's embedding leans the same way, so every similarity sits higher, off-topic ones included,
-    as an adapted model's do (the model a decision on its own scale would let through).
-    """
-    from safetensors.numpy import load_file, save_file
-
-    shutil.copytree(resolve_model(PACKAGED), folder)
-    weights = load_file(str(folder / "model.safetensors"))
-    direction = np.random.default_rng(0).normal(size=weights[BIAS].shape).astype(np.float32)
-    weights[BIAS] = weights[BIAS] + shift * direction / np.linalg.norm(direction)
-    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    calibration = {"method": "packaged_decides", "decision_model": PACKAGED, "thresholds": {}}
-    (folder / "calibration.json").write_text(json.dumps(calibration), encoding="utf-8")
-    return folder
 
 
 @pytest.fixture(scope="module")
