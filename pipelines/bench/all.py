@@ -153,16 +153,15 @@ def _run_parts(
             grow_collection(bench_cfg, options.base_chunks)
             parts["sidecar"] = sidecar_part(bench_cfg)
     if "cold_start" in wanted:
+        embedder = cfg.embedder
         parts["cold_start"] = bench_cold_start(
-            options.cold_runs, echo=echo, backend=cfg.embedder.backend, model_overrides=model_overrides(cfg)
+            options.cold_runs,
+            echo=echo,
+            backend=embedder.backend,
+            model=embedder.model,
+            decision_model=embedder.decision_model,
         )
     return parts
-
-
-def model_overrides(cfg: DictConfig) -> list[str]:
-    """The configured models as overrides for a subprocess: the ranking model and the deciding one."""
-    decision = cfg.embedder.decision_model
-    return [f"embedder.model={cfg.embedder.model}", f"embedder.decision_model={decision or 'null'}"]
 
 
 def bench_all(

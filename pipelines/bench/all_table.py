@@ -6,6 +6,8 @@ target and verdict (docs/benchmarks.md says what each part measures).
 from collections.abc import Callable
 from typing import Any
 
+from components.common.embedding_models import PACKAGED_PREFIX
+
 PARTS = ("index", "lookup", "sidecar", "serve", "scale", "cold_start")
 TABLE_HEADER = ("part", "figure", "value", "floor / reference", "ratio", "target", "verdict")
 
@@ -176,8 +178,8 @@ def _cold_rows(f: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _model_label(f: dict[str, Any]) -> str:
     """The model the cold start ran, when it is not the packaged one."""
-    models = [o.split("=", 1)[1] for o in f.get("model_overrides", []) if o.startswith("embedder.model=")]
-    return f", {models[0]}" if models and not models[0].startswith("packaged:") else ""
+    model = f.get("model") or ""
+    return f", {model}" if model and not model.startswith(PACKAGED_PREFIX) else ""
 
 
 ROWS: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from components.common.embedding_models import DEFAULT_MODEL
+
 REPO = Path(__file__).resolve().parents[2]
 COLD_RATIO_TARGET = 1.3
 _STACK = "import haystack, pymilvus, milvus_lite"
@@ -61,16 +63,18 @@ def bench_cold_start(
     runs: int = 3,
     echo: Callable[[str], None] = print,
     backend: str = "onnx",
-    model_overrides: Sequence[str] = (),
+    model: str = DEFAULT_MODEL,
+    decision_model: str | None = None,
 ) -> dict[str, Any]:
     """
-    Median wall seconds of `runs` one-shot lookups and `runs` bare imports (sample KB, MLflow off).
-    `model_overrides` (`embedder.model=DIR`, ...) go to the index and lookup runs: the cold start
-    measured is the one of the model the user configured, an adapted one with its decision model too.
+    Median wall seconds of `runs` one-shot lookups and `runs` bare imports (sample KB, MLflow off),
+    indexed and looked up with `model` (and `decision_model` deciding, if any): the cold start of
+    the model the user configured, an adapted one with its decision model too.
     """
     bare_import = ("-c", bare_imports_of(backend))
+    models = [f"embedder.model={model}", f"embedder.decision_model={decision_model or 'null'}"]
     with tempfile.TemporaryDirectory(prefix="knowledge-bench-cold-") as tmp:
-        state = [f"paths.state_dir={tmp}", "mlflow=off", *model_overrides]
+        state = [f"paths.state_dir={tmp}", "mlflow=off", *models]
         index_s = run_seconds(["-m", "pipelines.cli", "index", "--kb", str(REPO / "knowledge"), *state])
         echo(f"cold start: sample KB indexed in a subprocess ({index_s:.1f} s); {runs} run(s) of each, alternating")
         lookup = ["-m", "pipelines.cli", "lookup", COLD_QUERY, "--compact", *state, f"embedder.backend={backend}"]
@@ -83,7 +87,8 @@ def bench_cold_start(
     ratio = medians["lookup"] / medians["bare_import"]
     return {
         "backend": backend,
-        "model_overrides": list(model_overrides),
+        "model": model,
+        "decision_model": decision_model,
         "bare_import_label": BARE_IMPORT_LABELS["torch" if backend == "torch" else "onnx"],
         "runs": runs,
         "lookup_s": [round(t, 2) for t in times["lookup"]],

@@ -97,7 +97,7 @@ def test_the_cold_start_row_names_a_model_that_is_not_the_packaged_one():
         "target_ratio": 1.3,
         "meets_target": True,
     }
-    packaged = {**figures, "backend": "onnx", "model_overrides": ["embedder.model=packaged:all-MiniLM-L6-v2"]}
-    adapted = {**figures, "backend": "onnx", "model_overrides": ["embedder.model=/m/adapted"]}
+    packaged = {**figures, "backend": "onnx", "model": "packaged:all-MiniLM-L6-v2"}
+    adapted = {**figures, "backend": "onnx", "model": "/m/adapted", "decision_model": "packaged:all-MiniLM-L6-v2"}
     labels = [table_rows({"cold_start": f})[-1]["figure"] for f in (packaged, adapted)]
     assert labels == ["one-shot knowledge lookup (onnx)", "one-shot knowledge lookup (onnx, /m/adapted)"]
