@@ -220,7 +220,7 @@ def terms(text: str, drop_noise: bool = False) -> list[str]:
     if not drop_noise:
         words = _ascii_words(text)
         if words is not None:
-            return list(chain.from_iterable(map(_ascii_word_terms, words)))
+            return list(chain.from_iterable(map(ascii_word_terms, words)))
     folded = fold(text)
     if drop_noise:
         folded = _NOISE.sub(" ", folded)
@@ -264,8 +264,11 @@ def _ascii_words(text: str) -> list[str] | None:
 
 
 @lru_cache(maxsize=65536)
-def _ascii_word_terms(word: str) -> tuple[str, ...]:
-    """The terms of one ASCII word (several when it is CamelCase), cached: words repeat a lot."""
+def ascii_word_terms(word: str) -> tuple[str, ...]:
+    """
+    The terms of one ASCII word as `_WORD` finds it (several when it is CamelCase): what `terms`
+    gives for the word alone, without its per-text folding.
+    """
     parts = (word,) if word.islower() or word.isdigit() else _CAMEL.sub(" ", word).lower().split()
     return tuple(stem(part) for part in parts if part not in STOPWORDS and (len(part) >= 2 or part.isdigit()))
 

@@ -3,6 +3,7 @@ The L0 index on disk: a JSON file of the entries plus one summary vector per doc
 `.npy` array beside it, written atomically, and a handle that reloads it when the file changes.
 """
 
+import functools
 import json
 import logging
 import os
@@ -91,10 +92,20 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+@functools.lru_cache(maxsize=8)
+def _shared_l0_index(path: Path, stamp: tuple[int, int]) -> L0Index:
+    """
+    One loaded index per file version, for every handle of the process: the lookup pipeline's
+    components each hold a handle of the same file, and each load prepares the whole index again.
+    An L0Index is not changed once loaded, so sharing it is safe.
+    """
+    return load_l0_index(path)
+
+
 class L0IndexHandle:
     """
     Lazily loads an L0 index and reloads it when the file changes (a re-index under a running
-    server), at the cost of one `stat` per lookup.
+    server), at the cost of one `stat` per lookup. Handles of the same file share the loaded index.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -109,6 +120,6 @@ class L0IndexHandle:
             raise L0IndexMissingError(f"no L0 index at {self.path}: run `knowledge index` first") from exc
         stamp = (stat.st_mtime_ns, stat.st_size)
         if self._index is None or stamp != self._stamp:
-            self._index = load_l0_index(self.path)
+            self._index = _shared_l0_index(self.path.resolve(), stamp)
             self._stamp = stamp
         return self._index

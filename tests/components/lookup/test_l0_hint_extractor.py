@@ -7,10 +7,10 @@ serialization and empty input. Hints only: nothing here is evidence.
 import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from components.common.embedding_models import DEFAULT_MODEL
+from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.text import terms
 from components.contracts import EntityRef
-from components.lookup.l0_hint_extractor import L0HintExtractor
+from components.lookup.l0_hint_extractor import L0HintExtractor, common_words
 from components.stores.l0_index import L0Entry, L0Index
 from components.stores.l0_index_file import save_l0_index
 from tests.helpers import assert_round_trips
@@ -180,6 +180,12 @@ class TestL0HintExtractor:
 
     def test_a_word_no_document_uses_and_no_common_word_is_uncovered(self, kb):
         assert hints(kb, "zorblax crashed").uncovered_terms == ["zorblax"]
+
+    def test_the_common_words_are_the_vocabulary_words_with_their_terms(self):
+        vocabulary = load_tokenizer(DEFAULT_MODEL).get_vocab()
+        words = {token.lower() for token in vocabulary if token.isascii() and token.isalpha()}
+        by_terms = words.union(*(terms(word) for word in words))
+        assert by_terms > words and common_words(DEFAULT_MODEL) == by_terms
 
     def test_without_a_tokenizer_nothing_is_uncovered(self, kb):
         assert hints(kb, "zorblax crashed", tokenizer_model=None).uncovered_terms == []

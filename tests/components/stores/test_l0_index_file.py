@@ -103,3 +103,17 @@ def test_the_handle_reuses_the_loaded_index_until_the_file_changes(tmp_path):
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a distinct mtime on coarse clocks
     reloaded = handle.get()
     assert reloaded is not first and reloaded.model == "another-model"
+
+
+def test_handles_of_one_file_share_its_loaded_index(tmp_path, monkeypatch):
+    path = tmp_path / "kb.l0.json"
+    save_l0_index(index(None), path)
+    shared = L0IndexHandle(path).get()
+    monkeypatch.chdir(tmp_path)
+    # Another handle, the path relative: the index is not loaded and prepared again.
+    assert L0IndexHandle("kb.l0.json").get() is shared
+
+    save_l0_index(index(None, model="another-model"), path)
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert L0IndexHandle(path).get().model == "another-model"

@@ -1,9 +1,20 @@
 """The `tool_invocation` table and its Alembic migrations, on a real SQLite file and a real PostgreSQL."""
 
+import subprocess
+import sys
 import threading
 
 from components.tracing.trace_database import make_engine
-from components.tracing.trace_schema import VERSION_TABLE, head_revision, metadata, schema_revision, upgrade_schema
+from components.tracing.trace_schema import (
+    VERSION_TABLE,
+    head_revision,
+    metadata,
+    newest_migration,
+    recorded_revisions,
+    schema_revision,
+    upgrade_schema,
+)
+from tests.helpers import REPO
 
 # How long a worker of the concurrent-migration test may wait on the database (each statement,
 # the advisory lock included) and how long the test waits for the workers: far longer than a
@@ -47,3 +58,29 @@ def test_processes_migrating_one_fresh_postgres_schema_at_once_all_reach_head(pg
     assert schema_revision(engines[0]) == head_revision()
     for engine in engines:
         engine.dispose()
+
+
+def test_the_newest_migration_file_names_alembics_head():
+    """The quick check at start reads the head off the file names; Alembic reads the revisions."""
+    assert newest_migration() == head_revision()
+
+
+def test_a_database_at_head_is_checked_without_alembic(tmp_path):
+    """A one-shot lookup pays neither Alembic's import nor its script scan once the schema is there."""
+    db_url = f"sqlite:///{tmp_path}/t.db"
+    upgrade_schema(make_engine(db_url))
+    check = (
+        "import sys; from components.tracing.trace_database import make_engine;"
+        "from components.tracing.trace_schema import upgrade_schema;"
+        f"upgrade_schema(make_engine({db_url!r})); print(sorted(m for m in sys.modules if m.startswith('alembic')))"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True, cwd=REPO)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_database_behind_head_is_still_migrated(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path}/t.db")
+    upgrade_schema(engine, "0001_tool_invocation")
+    assert recorded_revisions(engine) == ["0001_tool_invocation"]
+    upgrade_schema(engine)
+    assert recorded_revisions(engine) == [head_revision()] == [schema_revision(engine)]
