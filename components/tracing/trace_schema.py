@@ -105,7 +105,7 @@ def newest_migration() -> str:
     The head revision as the migration files name it: each file is named after its revision, and
     revisions are numbered in order (a test holds both to Alembic's own reading of the folder).
     """
-    return max(path.stem for path in (MIGRATIONS_DIR / "versions").glob("[0-9]*.py"))
+    return max((path.stem for path in (MIGRATIONS_DIR / "versions").glob("[0-9]*.py")), default="")
 
 
 def head_revision() -> str:
