@@ -71,7 +71,7 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
     at the head is told by one query, without Alembic, whose import and script scan would
     otherwise weigh on every one-shot lookup's start.
     """
-    if revision == "head" and recorded_revisions(engine) == [newest_migration()]:
+    if revision == "head" and schema_revision(engine) == newest_migration():
         return
     from alembic import command
 
@@ -84,20 +84,14 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
 
 
 def schema_revision(engine: Engine) -> str | None:
-    """The revision recorded in the database (None before the first migration)."""
-    from alembic.runtime.migration import MigrationContext
-
-    with engine.connect() as connection:
-        context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-        return context.get_current_revision()
-
-
-def recorded_revisions(engine: Engine) -> list[str]:
-    """The revisions in the version table, read with plain SQL; none before the first migration."""
+    """
+    The revision recorded in the database (None before the first migration), read with plain SQL:
+    the start-up check runs it on every process start, where Alembic's import would cost more.
+    """
     with engine.connect() as connection:
         if not inspect(connection).has_table(VERSION_TABLE):
-            return []
-        return list(connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars())
+            return None
+        return connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
 
 
 def newest_migration() -> str:
