@@ -2,7 +2,8 @@
 Typed configuration: Hydra config groups in `conf/`, validated by the dataclasses below.
 
 Every key of the user-facing contract lives here with its type, so a bad override (unknown key, wrong type) fails at
-composition with one clear message instead of deep inside a component.
+composition with one clear message instead of deep inside a component. The schema holds no value: conf/ defines each
+value once, and a key no YAML file sets fails as missing.
 """
 
 from dataclasses import dataclass, field, fields, is_dataclass
@@ -39,9 +40,6 @@ SCHEMA_NAME = "knowledge_schema"
 
 class ConfigError(BadInputError):
     """A configuration that cannot be composed or validated (CLI exit status 2)."""
-
-
-# The schema types every key and holds no value: conf/ defines each value once, a key no YAML file sets fails as missing.
 
 
 @dataclass
@@ -132,6 +130,7 @@ class CompetitionConfig:
     margin: float = MISSING
     sibling_margin: float = MISSING
     sibling_similarity: float = MISSING
+    cross_reference: bool = MISSING
     high_margin: float = MISSING
     high_needs_agreement: bool = MISSING
 

@@ -44,6 +44,12 @@ def shared_name_stem(leader: str, competitor: str) -> str | None:
     return head if prefix == len(words) else f"{head}…{tail}"
 
 
+def names_document(text: str, source: str) -> bool:
+    """Whether `text` names the document `source` by its file name (`NodeFilesystemSpaceFillingUp`), as a whole word."""
+    stem = PurePosixPath(source).stem
+    return bool(stem) and re.search(rf"(?<![\w-]){re.escape(stem)}(?![\w-])", text, re.IGNORECASE) is not None
+
+
 def document_scores(candidates: list[Candidate]) -> dict[str, tuple[float, Candidate]]:
     """
     Each document's best candidate and its score, in rank order: the rerank score, or the
@@ -73,11 +79,13 @@ class CompetitionDetector:
     The runner-up document (by its best usable candidate) competes with the leader when its score
     is within `margin` of the leader's, or within `sibling_margin` when the two are siblings: their
     names share a stem (`NodeFilesystem…FillingUp`) or their summary vectors have a cosine of at
-    least `sibling_similarity`. The result then names both, packs both and is not `high`; how far
-    behind the runner-up is, competing or not, is `runner_up_margin`, which `relevanceLevel`
-    reads too, with `similarity_agrees`: whether the leader is also first by vector similarity
-    alone (two rankings that agree on the leader are a confidence signal; when the rerank signals
-    overturn the similarity order, the leader is less sure).
+    least `sibling_similarity`; with `cross_reference`, it competes at any margin when the leader's
+    best block names it ("similar to the NodeFilesystemSpaceFillingUp alert, but ..."): the text
+    that put the leader first is partly about the runner-up. The result then names both, packs both
+    and is not `high`; how far behind the runner-up is, competing or not, is `runner_up_margin`,
+    which `relevanceLevel` reads too, with `similarity_agrees`: whether the leader is also first by
+    vector similarity alone (two rankings that agree on the leader are a confidence signal; when the
+    rerank signals overturn the similarity order, the leader is less sure).
 
     Usage example:
 
@@ -108,12 +116,14 @@ class CompetitionDetector:
         margin: float = 0.05,
         sibling_margin: float = 0.2,
         sibling_similarity: float = 0.85,
+        cross_reference: bool = True,
     ) -> None:
         """
         :param l0_index_path: The L0 index (document summary vectors).
         :param margin: A runner-up within this rerank-score margin of the leader competes.
         :param sibling_margin: A sibling runner-up within this margin competes.
         :param sibling_similarity: Summary-vector cosine at or above which two documents are siblings.
+        :param cross_reference: A runner-up that the leader's best block names competes at any margin.
         """
         check_at_least(0, margin=margin, sibling_margin=sibling_margin)
         check_unit_interval(sibling_similarity=sibling_similarity)
@@ -121,6 +131,7 @@ class CompetitionDetector:
         self.margin = margin
         self.sibling_margin = sibling_margin
         self.sibling_similarity = sibling_similarity
+        self.cross_reference = cross_reference
         self._l0 = L0IndexHandle(l0_index_path)
 
     @component.output_types(
@@ -139,13 +150,16 @@ class CompetitionDetector:
         agrees = similarity_leader(kept) == documents[0][0] if documents else None
         if len(documents) < 2:
             return {"competition": None, "runner_up_margin": None, "similarity_agrees": agrees}
-        (leader, (leader_score, _)), (runner_up, (runner_score, best)) = documents[0], documents[1]
+        (leader, (leader_score, leader_best)), (runner_up, (runner_score, best)) = documents[0], documents[1]
         margin = round(leader_score - runner_score, 4)
         reasons = self._sibling_reasons(leader, runner_up)
         limit = self.sibling_margin if reasons else self.margin
-        if margin >= limit:
+        if margin < limit:
+            reasons.insert(0, f"score margin {margin:.3f} < {limit}")
+        elif self.cross_reference and names_document(leader_best.content, runner_up):
+            reasons.insert(0, f"the leader's best block names {PurePosixPath(runner_up).stem} (margin {margin:.3f})")
+        else:
             return {"competition": None, "runner_up_margin": margin, "similarity_agrees": agrees}
-        reasons.insert(0, f"score margin {margin:.3f} < {limit}")
         competition = Competition(
             leader=leader, competitor=runner_up, margin=margin, reasons=reasons, evidence_key=best.evidence_key
         )

@@ -196,7 +196,13 @@ def test_rendered_yaml_loads_and_answers_a_query(rendered, sample_cfg, sample_se
         ResultAssembler(
             l0_index_path="/data/kb.l0.json", high_relevance=0.7, reference_threshold=0.45, high_margin=0.2
         ),
-        CompetitionDetector(l0_index_path="/data/kb.l0.json", margin=0.1, sibling_margin=0.3, sibling_similarity=0.9),
+        CompetitionDetector(
+            l0_index_path="/data/kb.l0.json",
+            margin=0.1,
+            sibling_margin=0.3,
+            sibling_similarity=0.9,
+            cross_reference=False,
+        ),
     ],
     ids=lambda instance: type(instance).__name__,
 )

@@ -159,3 +159,17 @@ def test_an_alert_of_a_database_the_runbooks_never_mention_has_no_evidence(runbo
     result = runbooks_service.lookup("MySQL replica db-replica-2:3306 is 340 seconds behind its primary.")
     assert result.l0_hints.uncovered_terms == ["mysql"]
     assert not result.found and "'mysql'" in result.message
+
+
+def test_space_and_inodes_runbooks_compete_for_a_query_naming_neither(runbooks_service):
+    """
+    "fill up" reads like both: the inode runbook's Meaning says it is "similar to the
+    NodeFilesystemSpaceFillingUp alert" and "within four hours", which lifts it well past the
+    sibling margin. That the text names the other runbook is what says they compete.
+    """
+    result = runbooks_service.lookup("node filesystem will fill up in 4 hours")
+    pair = {"node/NodeFilesystemSpaceFillingUp.md", "node/NodeFilesystemFilesFillingUp.md"}
+    assert result.competition is not None
+    assert {result.competition.leader, result.competition.competitor} == pair
+    assert result.relevance_level != "high" and result.completeness_hint.startswith("ambiguous: ")
+    assert pair <= {block.source for block in result.evidence_blocks}

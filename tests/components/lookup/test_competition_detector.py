@@ -1,6 +1,7 @@
 """CompetitionDetector's name rule: which document names are one family, and the stem it reports."""
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -89,3 +90,38 @@ def test_one_document_agrees_with_itself(l0_path):
         candidates=[candidate("disk/DiskAlmostFull.md", 0.6, final_score=1.0)], evidence_bar=BAR
     )
     assert out == {"competition": None, "runner_up_margin": None, "similarity_agrees": True}
+
+
+SPACE, FILES = "node/NodeFilesystemSpaceFillingUp.md", "node/NodeFilesystemFilesFillingUp.md"
+
+
+def ranked_pair(leader_text: str) -> list[Candidate]:
+    """The inode runbook leading the space runbook by 0.3, beyond the sibling margin."""
+    leader = replace(candidate(FILES, 0.7, final_score=2.0), content=leader_text)
+    return [leader, candidate(SPACE, 0.66, final_score=1.7)]
+
+
+def test_a_runner_up_the_leaders_best_block_names_competes_beyond_the_margins(l0_path):
+    text = "This alert is similar to the NodeFilesystemSpaceFillingUp alert, but predicts inodes running out."
+    out = CompetitionDetector(l0_index_path=l0_path).run(candidates=ranked_pair(text), evidence_bar=BAR)
+    assert out["competition"].competitor == SPACE and out["runner_up_margin"] == 0.3
+    assert out["competition"].reasons[0] == "the leader's best block names NodeFilesystemSpaceFillingUp (margin 0.300)"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The filesystem will run out of inodes within four hours.",  # names nothing
+        "See NodeFilesystemSpaceFillingUpSoon for the warning.",  # a longer name is another document
+    ],
+)
+def test_a_runner_up_not_named_beyond_the_margins_does_not_compete(l0_path, text):
+    out = CompetitionDetector(l0_index_path=l0_path).run(candidates=ranked_pair(text), evidence_bar=BAR)
+    assert out["competition"] is None and out["runner_up_margin"] == 0.3
+
+
+def test_cross_reference_off_ignores_the_naming(l0_path):
+    text = "See [the space alert](./NodeFilesystemSpaceFillingUp.md)."
+    detector = CompetitionDetector(l0_index_path=l0_path, cross_reference=False)
+    assert detector.run(candidates=ranked_pair(text), evidence_bar=BAR)["competition"] is None
+    assert CompetitionDetector(l0_index_path=l0_path).run(candidates=ranked_pair(text), evidence_bar=BAR)["competition"]
