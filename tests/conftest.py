@@ -205,6 +205,12 @@ def mlflow_store(tmp_path_factory) -> str:
 
 # --- a real Milvus server (PyPI `milvus`, standalone) ---------------------------------------------
 
+# The session's servers share two cores with the other worker's tests, one of which restarts a
+# Milvus standalone: while it boots, a connection to the Lite server was measured to take up to
+# 4.9 s on an idle machine, and went over the 10 s default under the full suite. Tests of results,
+# not of timeouts, connect with this limit.
+SHARED_SERVER_TIMEOUT = "milvus.timeout_ms=60000"
+
 
 @pytest.fixture(scope="session")
 def milvus_server(tmp_path_factory):

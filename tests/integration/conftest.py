@@ -7,6 +7,8 @@ compare. The sample knowledge base indexed in a child process for the serving te
 
 import pytest
 
+from tests.conftest import SHARED_SERVER_TIMEOUT
+
 # --- the sample KB on a Milvus server: the standalone 2.3 server and the Lite gRPC server alike ---
 
 # Lookups the server tests compare with the same KB in the Milvus Lite file.
@@ -24,7 +26,7 @@ def server_overrides(server, full_text: bool = False) -> list[str]:
     A Milvus server with the Lite file's exact (FLAT) index, so that results compare; `full_text`
     adds the BM25 function (the Lite server has it, the 2.3 standalone server does not).
     """
-    overrides = ["milvus=server", f"milvus.uri={server.uri}", "milvus.index_type=FLAT"]
+    overrides = ["milvus=server", f"milvus.uri={server.uri}", "milvus.index_type=FLAT", SHARED_SERVER_TIMEOUT]
     return [*overrides, "milvus.full_text=true"] if full_text else overrides
 
 

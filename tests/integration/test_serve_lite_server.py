@@ -15,6 +15,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamablehttp_client
 
+from tests.conftest import SHARED_SERVER_TIMEOUT
 from tests.helpers import REPO, child_env, cli_command, run_cli
 from tests.integration.serving_helpers import concurrent_lookups, free_port, running
 
@@ -32,6 +33,7 @@ def lite_server_index(lite_server, tmp_path_factory):
         f"milvus.uri={lite_server.uri}",
         "milvus.full_text=true",
         "milvus.collection=serve_lite",
+        SHARED_SERVER_TIMEOUT,
         f"paths.state_dir={state}",
         "mlflow=off",
     ]

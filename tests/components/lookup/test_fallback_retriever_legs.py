@@ -57,12 +57,13 @@ def lite_server_topics(lite_server, tmp_path_factory):
     """The two-topic KB indexed into the Lite gRPC server, with full text."""
     from pipelines.indexing import run_indexing
     from pipelines.settings import load_config
-    from tests.conftest import state_overrides
+    from tests.conftest import SHARED_SERVER_TIMEOUT, state_overrides
     from tests.lookup_kbs import write_two_topic_kb
 
     root = tmp_path_factory.mktemp("topics-on-lite-server")
     kb = write_two_topic_kb(root / "kb")
     server = ["milvus=server", f"milvus.uri={lite_server.uri}", "milvus.index_type=FLAT", "milvus.full_text=true"]
+    server += [SHARED_SERVER_TIMEOUT]
     cfg = load_config(state_overrides(root / "state", f"kb.path={kb}", "milvus.collection=topics_legs", *server))
     run_indexing(cfg, rebuild=True)
     return cfg
