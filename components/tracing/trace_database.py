@@ -137,12 +137,16 @@ def _server_engine(url, connect_timeout: float) -> Engine:
     return engine
 
 
+class RefusedRecord(ValueError):
+    """A record the store itself refuses for its content (e.g. a label of an invocation that is not there)."""
+
+
 def is_content_error(exc: BaseException) -> bool:
     """
     Whether the database refused the record itself (bad data, a constraint), as opposed to being
     unavailable: such a record would fail again on every replay.
     """
-    if isinstance(exc, (DataError, IntegrityError)):
+    if isinstance(exc, (DataError, IntegrityError, RefusedRecord)):
         return True
     # Raised while binding parameters, before anything reached the database (e.g. a NUL in text).
     return isinstance(exc, StatementError) and not isinstance(exc, DBAPIError)

@@ -1,5 +1,5 @@
 """
-The `tool_invocation` table and its schema migrations.
+The `tool_invocation` and `lookup_label` tables and their schema migrations.
 
 The schema is created and migrated with Alembic (`components/tracing/migrations`), run in code;
 the revision is recorded in the `lookup_knowledge_schema_version` table (a name of its own, so
@@ -53,6 +53,23 @@ tool_invocation = Table(
 )
 COLUMNS = [c.name for c in tool_invocation.columns]
 
+LABEL_TABLE_NAME = "lookup_label"
+lookup_label = Table(
+    LABEL_TABLE_NAME,
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("invocation_id", String(64), nullable=True),
+    Column("query", Text, nullable=True),
+    Column("verdict", String(16), nullable=False),
+    Column("sources", JSON_VARIANT, nullable=True),
+    Column("reviewer", String(256), nullable=False),
+    Column("origin", String(16), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_lookup_label_invocation_id", "invocation_id"),
+    Index("ix_lookup_label_created_at", "created_at"),
+)
+LABEL_COLUMNS = [c.name for c in lookup_label.columns]
+
 
 def alembic_config(connection) -> "Any":
     """An Alembic Config built in code (no alembic.ini): our script folder, our version table."""
@@ -67,7 +84,7 @@ def alembic_config(connection) -> "Any":
 
 def upgrade_schema(engine: Engine, revision: str = "head") -> None:
     """
-    Create or migrate the `tool_invocation` schema to `revision` (idempotent). A database already
+    Create or migrate the trace schema to `revision` (idempotent). A database already
     at the head is told by one query, without Alembic, whose import and script scan would
     otherwise weigh on every one-shot lookup's start.
     """
