@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 WRAPPERS_DIR = Path(__file__).resolve().parent / "wrappers"
 RUN_PATH = f"/{TOOL_NAME}/run"
+FEEDBACK_PATH = f"/{TOOL_NAME}/feedback"
 # hayhooks routes a lookup server does not offer: deploying code into the process, and routes that
 # cannot work for this wrapper (drawing and ReDoc need the internet; it has no chat, responses or files API).
 UNSERVED_PREFIXES = (
@@ -47,7 +48,7 @@ UNSERVED_PREFIXES = (
 # uvicorn's protocol with a deadline on request headers (imported by name in each worker process).
 HTTP_PROTOCOL = "pipelines.serving.header_deadline:HeaderDeadlineProtocol"
 # What OpenAPI lists: the routes that answer.
-SERVED_PATHS = (RUN_PATH, "/health", "/status", "/status/{pipeline_name}")
+SERVED_PATHS = (RUN_PATH, FEEDBACK_PATH, "/health", "/status", "/status/{pipeline_name}")
 
 
 def check_ready(report: dict[str, Any]) -> None:
@@ -100,6 +101,7 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
     app = create_app()
     app.add_api_route("/health", _health_route(health), methods=["GET"], tags=["status"], include_in_schema=True)
     _deploy_run_route(app, _load_wrapper(), cfg.serve.max_concurrent_lookups)
+    _deploy_feedback_route(app, shared_service(cfg))
 
     @app.exception_handler(RequestValidationError)
     async def documented_validation_error(_request, exc: RequestValidationError) -> JSONResponse:
@@ -181,6 +183,42 @@ def _deploy_run_route(app, wrapper, max_concurrent: int | None = None) -> None:
         tags=["pipelines"],
         description=metadata["description"] or None,
         responses={422: {"description": "A refused request: {error, detail}"}, 503: {"model": LookupResponse}},
+    )
+
+
+def _deploy_feedback_route(app, service) -> None:
+    """
+    `POST /lookup_knowledge/feedback`: an agent's verdict on a lookup it made becomes a label
+    (404 for an unknown invocationId, 422 for a bad body or a source not in the index).
+    """
+    import anyio
+    from fastapi import HTTPException
+
+    from pipelines.labels.record import UnknownInvocationError
+    from pipelines.serving.feedback import give_feedback
+    from pipelines.serving.models import FeedbackRequest, FeedbackResponse
+
+    # Threads of its own: a label never waits for a lookup slot.
+    limiter = anyio.CapacityLimiter(2)
+
+    async def feedback(request: FeedbackRequest) -> FeedbackResponse:
+        call = functools.partial(give_feedback, service, request.invocationId, request.useful, request.source, "rest")
+        try:
+            return FeedbackResponse(**await anyio.to_thread.run_sync(call, limiter=limiter))
+        except UnknownInvocationError as exc:
+            raise HTTPException(404, detail={"error": "unknown_invocation", "detail": str(exc)}) from exc
+        except ValueError as exc:  # a bad label (a source not in the index): the reason is the detail
+            raise HTTPException(422, detail={"error": "invalid_feedback", "detail": str(exc)}) from exc
+
+    app.add_api_route(
+        FEEDBACK_PATH,
+        feedback,
+        methods=["POST"],
+        name=f"{TOOL_NAME}_feedback",
+        response_model=FeedbackResponse,
+        tags=["pipelines"],
+        description="Tell whether a lookup's answer (or one of its sources) helped: it becomes a label.",
+        responses={404: {"description": "No such invocation"}, 422: {"description": "A refused request"}},
     )
 
 

@@ -178,6 +178,55 @@ def test_health_reports_the_stores_and_the_config_without_the_key(server):
     assert API_KEY not in response.text
 
 
+def feedback(server, body, headers=AUTH) -> httpx.Response:
+    return httpx.post(f"{server['url']}/lookup_knowledge/feedback", json=body, headers=headers, timeout=60.0)
+
+
+def label_rows(state, invocation_id: str) -> list[tuple]:
+    with sqlite3.connect(state / "traces.db") as connection:
+        return connection.execute(
+            "SELECT verdict, sources, reviewer, origin FROM lookup_label WHERE invocation_id = ? ORDER BY created_at",
+            (invocation_id,),
+        ).fetchall()
+
+
+def test_feedback_on_a_lookup_is_one_label_each_call(server):
+    invocation_id = run(server, {"query": "disk almost full on a worker node"}).json()["invocationId"]
+    helped = feedback(server, {"invocationId": invocation_id, "useful": True})
+    assert helped.status_code == 200, helped.text
+    assert helped.json()["verdict"] == "useful" and helped.json()["traceStatus"] == "recorded"
+    top = helped.json()["sources"]
+    assert top and top[0].startswith("disk/")  # no source named: the lookup's best one helped
+    missed = feedback(server, {"invocationId": invocation_id, "useful": False, "source": "disk/inode-exhaustion.md"})
+    assert missed.status_code == 200 and missed.json()["sources"] == ["disk/inode-exhaustion.md"]
+    assert label_rows(server["state"], invocation_id) == [
+        ("useful", json.dumps(top), "agent", "rest"),
+        ("not_useful", json.dumps(["disk/inode-exhaustion.md"]), "agent", "rest"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "reason"),
+    [
+        ({"invocationId": "00000000-nope", "useful": True}, 404, "no invocation '00000000-nope'"),
+        ({"invocationId": "{id}", "useful": True, "source": "disk/nope.md"}, 422, "not in the index"),
+        ({"invocationId": "{id}"}, 422, "useful: Field required"),
+        ({"invocationId": "{id}", "useful": "yes"}, 422, "useful: Input should be a valid boolean"),
+        ({"invocationId": "{id}", "useful": True, "why": "x"}, 422, "why: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_feedback_gets_a_reason_and_stores_nothing(server, body, status, reason):
+    invocation_id = run(server, {"query": "pg replica lag"}).json()["invocationId"]
+    body = {key: value.format(id=invocation_id) if isinstance(value, str) else value for key, value in body.items()}
+    response = feedback(server, body)
+    assert response.status_code == status and reason in response.json()["detail"]
+    assert label_rows(server["state"], invocation_id) == []
+
+
+def test_feedback_without_the_key_gets_401(server):
+    assert feedback(server, {"invocationId": "x", "useful": True}, headers={}).status_code == 401
+
+
 def test_openapi_describes_request_and_response_models(server):
     schema = httpx.get(f"{server['url']}/openapi.json", headers=AUTH).json()
     operation = schema["paths"]["/lookup_knowledge/run"]["post"]
