@@ -20,6 +20,7 @@ from typing import Any
 
 from components.errors import BadInputError, KnowledgeFailure
 from components.tracing.label_records import OFF_TOPIC, RIGHT_SOURCES
+from components.tracing.trace_database import sqlite_path
 from components.tracing.trace_store import TraceStore
 from pipelines.labels.record import BadLabelError, UnknownInvocationError, feedback_verdict, label_invocation
 
@@ -62,6 +63,9 @@ def lookup_traces(tracking_uri: str, experiment: str) -> list[Any]:
     """Every trace of the experiment that records a lookup (it carries the invocation_id tag)."""
     from mlflow import MlflowClient
 
+    store_file = sqlite_path(tracking_uri) if tracking_uri.startswith("sqlite:") else None
+    if store_file is not None and not store_file.is_file():  # MLflow would create an empty store: nothing to read
+        raise NoExperimentError(f"no MLflow store at {store_file}: no lookup was traced there")
     client = MlflowClient(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:

@@ -80,3 +80,11 @@ def test_pulling_from_an_experiment_that_does_not_exist_is_one_line_and_exit_2(t
     assert (
         done.returncode == 2 and done.stderr.count("\n") == 1 and "no MLflow experiment 'never-traced'" in done.stderr
     )
+
+
+def test_pulling_from_a_store_that_does_not_exist_creates_nothing_and_exits_2(traced_lookup, tmp_path, capsys):
+    overrides, _, _ = traced_lookup
+    missing = tmp_path / "nothing-here" / "mlflow.db"
+    done = run_main(capsys, "labels", "pull", *overrides, f"mlflow.tracking_uri=sqlite:///{missing}")
+    assert done.returncode == 2 and f"no MLflow store at {missing}" in done.stderr
+    assert not missing.parent.exists()
