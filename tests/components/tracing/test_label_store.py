@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from components.tracing.label_records import OFF_TOPIC, RIGHT_SOURCES
+from components.tracing.label_records import OFF_TOPIC, RIGHT_SOURCES, spooled_label
 from components.tracing.trace_records import TRACE_RECORDED, TRACE_REJECTED, TRACE_SPOOLED
 from components.tracing.trace_replay import ReplayReport
 from components.tracing.trace_store import TraceStore
@@ -98,3 +98,16 @@ def test_a_label_written_while_the_database_is_away_is_spooled_and_replayed(tmp_
     assert [s["query"] for s in store.labels()] == ["query 3", "query 4"]
     assert "no invocation 'never-recorded'" in store.dead_letter_path.read_text()
     assert store.replay() == ReplayReport()
+
+
+def test_a_spooled_label_is_replayed_into_postgres(pg_schema_url, tmp_path):
+    store = TraceStore(pg_schema_url, str(tmp_path / "spool.jsonl"), retry_interval=0)
+    recorded = record(5)
+    store.write(recorded)
+    label = label_of(recorded)
+    store.spool.append(spooled_label(label))  # as a write during an outage leaves it
+    assert store.replay() == ReplayReport(pending=1, inserted=1)
+    assert [(s["id"], s["query"], s["sources"]) for s in store.labels()] == [
+        (label["id"], "query 5", ["disk/disk-full.md"])
+    ]
+    store.dispose()
