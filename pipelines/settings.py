@@ -174,6 +174,8 @@ class ServeConfig:
     workers: int = MISSING
     max_concurrent_lookups: int | None = MISSING
     cors_origins: list[str] = MISSING
+    allowed_hosts: list[str] = MISSING
+    allowed_origins: list[str] = MISSING
     health_timeout_s: float = MISSING
     read_timeout_s: float = MISSING
 
