@@ -25,6 +25,7 @@ from components.common.choices import (
     check_chunk_sizes,
     check_milvus_uri,
     check_rerank_weights,
+    check_seconds,
     check_unit_interval,
 )
 from components.errors import BadInputError, first_line
@@ -173,6 +174,8 @@ class ServeConfig:
     workers: int = MISSING
     max_concurrent_lookups: int | None = MISSING
     cors_origins: list[str] = MISSING
+    allowed_hosts: list[str] = MISSING
+    allowed_origins: list[str] = MISSING
     health_timeout_s: float = MISSING
     read_timeout_s: float = MISSING
 
@@ -241,7 +244,7 @@ _AT_LEAST = {
     "serve.workers": 1,
     "guard.min_off_topic": 0,
 }
-# Durations that must be positive: 0 would turn a guard off, a negative one means nothing.
+# Durations that must be positive and finite: 0 or inf would turn a guard off, a negative one means nothing.
 _POSITIVE = ("serve.read_timeout_s", "serve.health_timeout_s")
 _UNIT_INTERVAL = (
     *CALIBRATED_KEYS,  # the similarity bars
@@ -287,12 +290,9 @@ def _validate_values(cfg: DictConfig) -> None:
         check_unit_interval(**{key: OmegaConf.select(cfg, key) for key in _UNIT_INTERVAL})
         for key, lowest in _AT_LEAST.items():
             check_at_least(lowest, **{key: OmegaConf.select(cfg, key)})
+        check_seconds(**{key: OmegaConf.select(cfg, key) for key in _POSITIVE})
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    for key in _POSITIVE:
-        value = OmegaConf.select(cfg, key)
-        if not value > 0:  # NaN too
-            raise ConfigError(f"{key}={value} must be more than 0 (seconds)")
     _check_trace_url(str(cfg.trace.db_url or ""))
     for key in ("serve.port", "serve.mcp_port"):
         if OmegaConf.select(cfg, key) > MAX_PORT:

@@ -13,8 +13,11 @@ from pipelines.cli.common import (
     lookup_config,
     print_config,
 )
+from pipelines.cli.held_logs import held_logs
 
 NAME = "lookup"
+# The loggers of the trace store and its spool: what they say of a failed lookup joins its error line.
+TRACE_LOGGER = "components.tracing"
 
 
 def add_parser(sub) -> None:
@@ -60,11 +63,13 @@ def _lookup_one(args: argparse.Namespace, overrides: list[str]) -> int:
     from pipelines.lookup import LookupService
 
     # One lookup, then exit: MLflow is imported only if its trace is sampled.
-    result = LookupService(cfg, one_shot=True).lookup(args.query)
+    with held_logs(TRACE_LOGGER) as held:
+        result = LookupService(cfg, one_shot=True).lookup(args.query)
     print(json.dumps(_shown(result, args.view), ensure_ascii=False, indent=None if args.compact else 2))
     if result.evidence_status == STATUS_ERROR:
-        _report_failure(result)
+        _report_failure(result, held.fold())
         return EXIT_FAILURE
+    held.show()
     return EXIT_OK
 
 
@@ -160,6 +165,11 @@ def _shown(result, view: str) -> dict:
     return shown(result.to_dict(), view)
 
 
-def _report_failure(result) -> None:
-    """The one stderr line of a lookup that failed inside the pipeline (its JSON is on stdout)."""
-    print(f"knowledge: error: {result.message} (invocation {result.invocation_id})", file=sys.stderr)
+def _report_failure(result, trace_problems: list[str] = ()) -> None:
+    """
+    The one stderr line of a lookup that failed inside the pipeline (its JSON is on stdout), with
+    what went wrong recording it: a read-only state folder fails the lookup and its trace record
+    alike, and that is one fault, said once.
+    """
+    recorded = "".join(f"; {problem}" for problem in trace_problems)
+    print(f"knowledge: error: {result.message} (invocation {result.invocation_id}{recorded})", file=sys.stderr)

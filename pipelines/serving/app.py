@@ -15,6 +15,8 @@ from omegaconf import DictConfig
 from pipelines.agent import TOOL_NAME, agent_view
 from pipelines.serving.bind import (
     ServeError,
+    allowed_origins,
+    check_allow_lists,
     check_bind,
     check_cors,
     check_port_free,
@@ -47,6 +49,8 @@ UNSERVED_PREFIXES = (
 )
 # uvicorn's protocol with a deadline on request headers (imported by name in each worker process).
 HTTP_PROTOCOL = "pipelines.serving.header_deadline:HeaderDeadlineProtocol"
+# The error codes of HTTP errors raised with a text detail (the routing's own, hayhooks').
+HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed"}
 # What OpenAPI lists: the routes that answer.
 SERVED_PATHS = (RUN_PATH, FEEDBACK_PATH, "/health", "/status", "/status/{pipeline_name}")
 
@@ -91,10 +95,10 @@ def _health_route(health):
 
 def build_rest_app(cfg: DictConfig, health, api_key: str | None):
     """hayhooks' FastAPI app with the wrapper deployed at start-up, `/health`, and the guard in front."""
-    from fastapi import HTTPException
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from hayhooks import create_app
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from pipelines.serving.guard import RequestGuard
 
@@ -111,12 +115,7 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
         detail = f"{where}: {first.get('msg', 'invalid request')}" if where else first.get("msg", "invalid request")
         return JSONResponse({"error": "invalid_request", "detail": detail}, status_code=422)
 
-    @app.exception_handler(HTTPException)
-    async def structured_http_error(_request, exc: HTTPException) -> JSONResponse:
-        # The wrapper raises with a dict: the refusal reason, or the failed lookup's result.
-        body = exc.detail if isinstance(exc.detail, dict) else {"error": "http_error", "detail": str(exc.detail)}
-        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
-
+    app.add_exception_handler(StarletteHTTPException, structured_http_error)
     _list_only_served_routes(app)
     serve_docs_locally(app)
     return RequestGuard(
@@ -127,6 +126,24 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
         blocked_prefixes=UNSERVED_PREFIXES,
         read_timeout_s=cfg.serve.read_timeout_s,
     )
+
+
+async def structured_http_error(request, exc):
+    """
+    An HTTP error as JSON of the one documented shape, `{"error": code, "detail": reason}`: the
+    routing's own 404 and 405 (FastAPI's `{"detail": ...}`, Starlette's plain text) and hayhooks'
+    (`/status/NAME` of no pipeline) alike. The wrapper raises with a dict: the refusal reason, or
+    the failed lookup's result, answered as it is.
+    """
+    from starlette.responses import JSONResponse
+
+    if isinstance(exc.detail, dict):
+        body = exc.detail
+    elif exc.status_code == 404 and exc.detail == "Not Found":  # no route: say which path
+        body = {"error": "not_found", "detail": f"{request.url.path} is not served here"}
+    else:
+        body = {"error": HTTP_ERROR_CODES.get(exc.status_code, "http_error"), "detail": str(exc.detail)}
+    return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
 def _list_only_served_routes(app) -> None:
@@ -245,6 +262,7 @@ def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
     tool of `pipelines/serving/mcp_tool.py`: no hayhooks status or deploy tools.
     """
     from hayhooks.server.utils.mcp_utils import create_starlette_app
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from pipelines.serving.guard import RequestGuard
     from pipelines.serving.mcp_tool import create_lookup_mcp_server
@@ -252,6 +270,7 @@ def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
     server = create_lookup_mcp_server(shared_service(cfg), cfg.serve.max_concurrent_lookups)
     app = create_starlette_app(server)
     app.add_route("/health", _health_route(health), methods=["GET"])
+    app.add_exception_handler(StarletteHTTPException, structured_http_error)
     origins = cors_allowed(list(cfg.serve.cors_origins))
     if origins:  # hayhooks' MCP app grants no origin; the allow-list applies to it as to REST
         from starlette.middleware.cors import CORSMiddleware
@@ -283,7 +302,17 @@ def build_app(cfg: DictConfig, mcp: bool = False):
     health = HealthCheck(cfg, trace_store=None, auth=api_key is not None, timeout_s=cfg.serve.health_timeout_s)
     service = shared_service(cfg)  # the wrapper's setup() gets this same warmed service
     health.trace_store = service.trace_writer.store if service.trace_writer else None
-    return build_mcp_app(cfg, health, api_key) if mcp else build_rest_app(cfg, health, api_key)
+    app = build_mcp_app(cfg, health, api_key) if mcp else build_rest_app(cfg, health, api_key)
+    return with_origin_guard(app, cfg)
+
+
+def with_origin_guard(app, cfg: DictConfig):
+    """The `Host` and `Origin` allow-lists in front of everything else (`origin_guard.py`)."""
+    from pipelines.serving.origin_guard import OriginGuard
+
+    return OriginGuard(
+        app, allowed_hosts=cfg.serve.allowed_hosts, allowed_origins=allowed_origins(cfg), bound_host=cfg.serve.host
+    )
 
 
 def worker_app(cfg: DictConfig | None = None):
@@ -306,6 +335,7 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
     api_key = resolve_api_key(cfg)
     check_bind(host, api_key)
     check_cors(list(cfg.serve.cors_origins), api_key)
+    check_allow_lists(cfg)
     check_workers(cfg, workers, mcp)
     check_port_free(host, port)
     _configure_hayhooks(cfg, overrides)

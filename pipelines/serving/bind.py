@@ -75,6 +75,28 @@ def check_cors(origins: list[str], api_key: str | None) -> None:
             )
 
 
+def check_allow_lists(cfg: DictConfig) -> None:
+    """Refuse an entry of `serve.allowed_hosts` or `serve.allowed_origins` that names no host or origin."""
+    from pipelines.serving.origin_guard import EVERY, origin_host, split_host
+
+    for host in cfg.serve.allowed_hosts:
+        try:
+            if host != EVERY:
+                split_host(host)
+        except ValueError as exc:
+            raise ServeError(f"serve.allowed_hosts: {exc}: give a host name or name:port, e.g. kb.internal") from exc
+    for origin in cfg.serve.allowed_origins:
+        if origin != EVERY and origin_host(origin) is None:
+            raise ServeError(
+                f"serve.allowed_origins: {origin!r} is not an origin: give scheme://host[:port], e.g. http://localhost:3000"
+            )
+
+
+def allowed_origins(cfg: DictConfig) -> list[str]:
+    """The web origins answered besides the server's own: `serve.allowed_origins` and the CORS allow-list."""
+    return [*cfg.serve.allowed_origins, *cors_allowed(list(cfg.serve.cors_origins))]
+
+
 def cors_allowed(origins: list[str]) -> list[str]:
     """The origins as the browser sends them (no trailing slash)."""
     return [origin.rstrip("/") for origin in origins]

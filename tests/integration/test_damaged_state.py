@@ -96,13 +96,18 @@ def test_a_read_only_state_folder_is_named_as_read_only(small_state, tmp_path):
     kb, state = small_state
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is needed for a read-only mount")
-    overrides = [f"paths.state_dir={state}", "mlflow=off", f"trace.db_url=sqlite:///{tmp_path / 'traces.db'}"]
+    overrides = [f"paths.state_dir={state}", "mlflow=off"]
     probe = subprocess.run(read_only_mount_command(state, "--help"), capture_output=True, text=True, env=child_env())
     if probe.returncode != 0:
         pytest.skip(f"no mount namespace here: {probe.stderr.strip()[:200]}")
-    for args in (["lookup", "--compact", "disk almost full"], ["index", "--kb", str(kb)]):
+    beside = [f"trace.db_url=sqlite:///{tmp_path / 'traces.db'}"]  # a trace database elsewhere, or in the folder
+    for args, trace in (
+        (["lookup", "--compact", "disk almost full"], beside),
+        (["lookup", "--compact", "disk almost full"], []),
+        (["index", "--kb", str(kb)], beside),
+    ):
         done = subprocess.run(
-            read_only_mount_command(state, *args, *overrides),
+            read_only_mount_command(state, *args, *overrides, *trace),
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -110,7 +115,7 @@ def test_a_read_only_state_folder_is_named_as_read_only(small_state, tmp_path):
             timeout=300,
         )
         assert done.returncode == 1, done.stderr
-        [line] = stderr_lines(done)
+        [line] = stderr_lines(done)  # the trace record lost with it is said on the same line
         assert f"{state / 'milvus.db'} is read-only" in line and "give paths.state_dir a writable folder" in line
 
 

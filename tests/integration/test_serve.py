@@ -18,6 +18,8 @@ API_KEY = "test-key-5f1c9a"  # not a secret: a throwaway key of this test server
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 MAX_CONCURRENT = 2
 ALLOWED_ORIGIN = "http://tool.example"
+EXTRA_HOST = "kb.internal"  # answered on any port (a proxy in front)
+EXTRA_HOST_ON_PORT = "kb-direct.internal:8443"  # on that port only
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +32,7 @@ def server(served_index, tmp_path_factory):
     command = cli_command("serve", "--port", str(port))
     command += [f"paths.state_dir={state}", "mlflow=off", "query.on_overlong=error", "query.max_chars=300"]
     command += [f"serve.max_concurrent_lookups={MAX_CONCURRENT}", f"serve.cors_origins=[{ALLOWED_ORIGIN}]"]
+    command.append(f"serve.allowed_hosts=[{EXTRA_HOST},{EXTRA_HOST_ON_PORT}]")
     with running(command, f"{url}/health", log_path, child_env(KNOWLEDGE_API_KEY=API_KEY)):
         yield {"url": url, "state": state, "log": log_path}
 
@@ -146,7 +149,28 @@ def test_only_a_listed_origin_gets_a_cors_grant(server):
     refused = preflight("http://evil.example")
     assert "access-control-allow-origin" not in refused.headers
     posted = run(server, {"query": "disk full"}, headers={**AUTH, "Origin": "http://evil.example"})
-    assert posted.status_code == 200 and "access-control-allow-origin" not in posted.headers
+    assert posted.status_code == 403 and "access-control-allow-origin" not in posted.headers
+    listed = run(server, {"query": "disk full"}, headers={**AUTH, "Origin": ALLOWED_ORIGIN})
+    assert listed.status_code == 200 and listed.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        (EXTRA_HOST, 200),
+        (f"{EXTRA_HOST}:443", 200),
+        (EXTRA_HOST_ON_PORT, 200),
+        ("kb-direct.internal:9000", 403),
+        ("evil.example", 403),
+    ],
+)
+def test_a_configured_host_is_served_and_others_refused(server, host, status):
+    response = run(server, {"query": "disk full"}, headers={**AUTH, "Host": host})
+    assert response.status_code == status, response.text
+    if status == 403:
+        assert response.json()["error"] == "forbidden_host" and "serve.allowed_hosts" in response.json()["detail"]
+    from_its_page = run(server, {"query": "disk full"}, headers={**AUTH, "Host": host, "Origin": f"https://{host}"})
+    assert from_its_page.status_code == status  # the page of a configured host is that server's own
 
 
 def test_every_origin_together_with_a_key_is_refused_at_start_up(tmp_path):

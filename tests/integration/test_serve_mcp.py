@@ -124,7 +124,8 @@ def test_an_over_size_call_that_stalls_gets_408(mcp_server):
     host, port = mcp_server.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=120) as client:
         client.sendall(
-            b"POST /mcp/ HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: application/json\r\n"
+            f"POST /mcp/ HTTP/1.1\r\nHost: {host}:{port}\r\n".encode()
+            + b"Content-Type: application/json\r\nAccept: application/json\r\n"
             + f"Authorization: Bearer {API_KEY}\r\nContent-Length: 100000\r\n\r\n".encode()
             + b'{"method": "tools/call", "params": {"arguments": {"query": "'
             + b"x" * 20_000  # over the limit, then nothing more
@@ -174,3 +175,40 @@ def test_a_bad_feedback_call_is_a_tool_error_with_its_reason(mcp_server, argumen
     outcome = asyncio.run(_session(mcp_server, call))
     assert outcome.isError
     assert reason in outcome.content[0].text and "General unhandled error" not in outcome.content[0].text
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
+}
+MCP_HEADERS = {"Authorization": f"Bearer {API_KEY}", "Accept": "application/json, text/event-stream"}
+
+
+def test_a_rebinding_host_or_a_foreign_origin_cannot_initialize(mcp_server):
+    port = mcp_server.rsplit(":", 1)[1]
+    for extra in (
+        {"Host": f"evil.example:{port}"},
+        {"Origin": f"http://evil.example:{port}"},
+        {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"},
+    ):
+        response = httpx.post(f"{mcp_server}/mcp/", json=INITIALIZE, headers={**MCP_HEADERS, **extra})
+        assert response.status_code == 403, extra
+        assert response.json()["error"] in ("forbidden_host", "forbidden_origin")
+    sse = httpx.get(f"{mcp_server}/sse", headers={**MCP_HEADERS, "Host": f"evil.example:{port}"})
+    assert sse.status_code == 403  # the older SSE transport alike
+
+
+def test_initialize_from_loopback_with_or_without_its_own_origin(mcp_server):
+    port = mcp_server.rsplit(":", 1)[1]
+    for extra in ({}, {"Host": f"localhost:{port}"}, {"Origin": f"http://127.0.0.1:{port}"}):
+        response = httpx.post(f"{mcp_server}/mcp/", json=INITIALIZE, headers={**MCP_HEADERS, **extra})
+        assert response.status_code == 200, (extra, response.text)
+        assert '"serverInfo"' in response.text  # the initialize result (JSON or one event)
+
+
+def test_an_unknown_path_gets_the_documented_404(mcp_server):
+    response = httpx.get(f"{mcp_server}/nosuch", headers=MCP_HEADERS)
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found", "detail": "/nosuch is not served here"}
