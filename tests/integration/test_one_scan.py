@@ -91,3 +91,16 @@ def test_a_retriever_served_by_the_scan_returns_what_one_searching_apart_returns
             ]
             outcomes += 1
     assert outcomes == 2 * len(categories(runbooks_dir))
+
+
+def test_a_filtered_attempt_over_half_that_the_unfiltered_best_outscores_is_retried(runbooks_cfg):
+    from pipelines.lookup import LookupService
+
+    cfg, _ = runbooks_cfg
+    # The filter takes "alertmanager" from the text; the right runbook is Prometheus's.
+    query = "after a networkpolicy change prometheus isn't talking to any alertmanager at all, 0 discovered"
+    trace = LookupService(cfg).lookup(query).to_dict()["retrievalTrace"]
+    filtered, retry = trace["attempts"]
+    assert filtered["category"] == "alertmanager" and filtered["topSimilarity"] > 0.5
+    assert filtered["unfilteredTopSimilarity"] - filtered["topSimilarity"] >= 0.05
+    assert trace["fallbackReason"] == "filtered_vector_outscored" and retry["outcome"] == "selected"
