@@ -112,7 +112,7 @@ class FallbackRetriever:
         raise_on_failure: bool = True,
         decision_model: str | None = None,
         decision_vectors: str | None = DEFAULT_DECISION_VECTORS,
-        scan_depth: int = 100,
+        scan_depth: int = 0,
     ) -> None:
         """
         :param store: The Milvus collection (`KnowledgeStore`) and how to search it.

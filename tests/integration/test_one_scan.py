@@ -74,7 +74,7 @@ def test_a_categorys_hits_in_the_unfiltered_scan_are_the_filtered_searchs(runboo
 def test_a_retriever_served_by_the_scan_returns_what_one_searching_apart_returns(runbooks_cfg, runbooks_dir, embedder):
     cfg, _ = runbooks_cfg
     store = knowledge_store(cfg)
-    scanning, apart = FallbackRetriever(store=store), FallbackRetriever(store=store, scan_depth=0)
+    scanning, apart = FallbackRetriever(store=store, scan_depth=100), FallbackRetriever(store=store, scan_depth=0)
     outcomes = 0
     for category in categories(runbooks_dir):
         for query in queries(runbooks_dir, category):
@@ -99,7 +99,7 @@ def test_a_filtered_attempt_over_half_that_the_unfiltered_best_outscores_is_retr
     cfg, _ = runbooks_cfg
     # The filter takes "alertmanager" from the text; the right runbook is Prometheus's.
     query = "after a networkpolicy change prometheus isn't talking to any alertmanager at all, 0 discovered"
-    trace = LookupService(cfg).lookup(query).to_dict()["retrievalTrace"]
+    trace = LookupService(cfg).lookup(query).to_dict()["retrievalTrace"]  # the searches apart (the default)
     filtered, retry = trace["attempts"]
     assert filtered["category"] == "alertmanager" and filtered["topSimilarity"] > 0.5
     assert filtered["unfilteredTopSimilarity"] - filtered["topSimilarity"] >= 0.05

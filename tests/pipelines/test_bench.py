@@ -150,7 +150,13 @@ def test_bench_lookup_smoke(tiny_corpus):
 def test_bench_lookup_profiles_each_path_stage_by_stage(tiny_corpus):
     printed: list[str] = []
     figures = bench.bench_lookup(
-        ["mlflow=off"], corpus=tiny_corpus, min_chunks=50, queries=2, echo=printed.append, tracing_lookups=0, profile=2
+        ["mlflow=off", "retrieval.scan_depth=100"],
+        corpus=tiny_corpus,
+        min_chunks=50,
+        queries=2,
+        echo=printed.append,
+        tracing_lookups=0,
+        profile=2,
     )
     profile = figures["profile"]
     assert set(profile) == set(figures["paths"]) and profile

@@ -3,7 +3,7 @@ FallbackRetriever's searches side by side on a Milvus server (the Lite gRPC serv
 collection is open: an attempt's BM25 leg runs in the retriever's leg threads beside its dense
 leg, and the unfiltered retry's legs start beside the outscored check. Results are those of the
 serial order, which Milvus Lite keeps. These are the searches of an approximate index; on this
-exact (FLAT) one they run with `scan_depth=0`, without the one scan that serves exact indexes.
+exact (FLAT) one they run with `scan_depth=0` (the default), without the one scan of an exact index.
 """
 
 import threading
@@ -108,7 +108,7 @@ def test_on_a_server_a_warm_attempt_runs_its_bm25_leg_beside_the_dense_leg_with_
 
 def test_on_milvus_lite_a_fallback_lookup_is_one_scan_in_the_lookups_thread(topics_cfg, watering, monkeypatch):
     transform, vector = watering
-    retriever = make(topics_cfg, **OUTSCORED)
+    retriever = make(topics_cfg, scan_depth=100, **OUTSCORED)
 
     def run():
         return retriever.run(query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector)
