@@ -118,6 +118,7 @@ class RetrievalConfig:
     category_filter: bool = MISSING
     bm25_top_k: int = MISSING
     outscored_margin: float = MISSING
+    scan_depth: int = MISSING
     calibration: str = MISSING
 
 

@@ -70,6 +70,15 @@ class PendingSearch:
     def result(self):
         return self.future.result() if self.future is not None else None
 
+    @classmethod
+    def done(cls, value, path: str) -> "PendingSearch | None":
+        """A search whose result is known already (a view of the lookup's scan); None: none known."""
+        if value is None:
+            return None
+        future: Future = Future()
+        future.set_result(value)
+        return cls(future, path)
+
 
 def top_hits(leg: str, candidates: list[Candidate], bm25: list[Bm25Hit] | None = None) -> tuple[AttemptHit, ...]:
     """The first `TOP_HITS` chunks of one leg, in its order, with its own score beside the similarity."""
