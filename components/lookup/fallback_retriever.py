@@ -58,16 +58,15 @@ class FallbackRetriever:
       the BM25 leg (`bm25_top_k`, same filter, same query text); candidates are their union by
       chunk id. A chunk only BM25 found gets its similarity from its stored vector (returned by the
       BM25 search), so thresholds and the fallback decision keep using the dense similarity; its BM25 score
-      and rank are recorded apart (`bm25_score`, `bm25_rank`, a `bm25:` hit reason). Which legs ran,
-      and why BM25 did not, is in the trace (`legs`, `bm25_skipped`). A filtered attempt whose exact
-      dense leg found nothing usable skips a BM25 leg that could change nothing
-      (`_bm25_cannot_change`; the attempt's `bm25_skipped` says so).
+      and rank are recorded apart (`bm25_score`, `bm25_rank`, a `bm25:` hit reason). Which legs ran, and
+      why BM25 did not, is in the trace (`legs`, `bm25_skipped`). A filtered attempt whose exact dense leg
+      found nothing usable skips a BM25 leg that could change nothing (`_bm25_cannot_change`).
     - A filtered attempt with no usable candidate (none at or above `evidence_threshold`) is
       retried unfiltered with the raw query (`filtered_vector_no_evidence`); one whose top
       normalized similarity is under `reference_threshold` likewise (`filtered_vector_low_quality`);
-      one whose top similarity (under `outscored_check_below`) the best unfiltered dense hit beats
-      by `outscored_margin` or more also (`filtered_vector_outscored`: the filter
-      likely names the wrong category); a good one is used as is.
+      one whose top similarity (under `outscored_check_below`) the best unfiltered dense hit beats by
+      `outscored_margin` or more also (`filtered_vector_outscored`: the filter likely names the wrong
+      category); a good one is used as is.
     - After a retry the candidates of both attempts go on together (the deduper merges a chunk
       found by both, keeping both hit reasons); the unfiltered attempt is the selected one.
     - When the L0 hints name words the knowledge base never uses (`hints.uncovered_terms`), a
@@ -119,6 +118,7 @@ class FallbackRetriever:
         raise_on_failure: bool = True,
         decision_model: str | None = None,
         decision_vectors: str | None = DEFAULT_DECISION_VECTORS,
+        decision_scope: str = "answer",
     ) -> None:
         """
         :param store: The Milvus collection (`KnowledgeStore`) and how to search it.
@@ -132,19 +132,18 @@ class FallbackRetriever:
         :param category_filter: False never filters on the L0 domain (one unfiltered attempt); the
             hints still set the evidence bar. For ablations.
         :param bm25_top_k: Candidates of the BM25 full-text leg per attempt (0: dense only).
-        :param outscored_margin: Retry a filtered attempt whose top similarity the unfiltered dense
-            search beats by at least this (1 or more: never; each filtered attempt then costs no
-            unfiltered search).
-        :param outscored_check_below: Only a filtered attempt whose top similarity is under this
-            gets the unfiltered check (`retrieval.high_relevance`: highly relevant evidence stands,
-            and the check's extra search is spared).
+        :param outscored_margin: Retry a filtered attempt whose top similarity the unfiltered dense search
+            beats by at least this (1 or more: never; each filtered attempt then costs no unfiltered search).
+        :param outscored_check_below: Only a filtered attempt whose top similarity is under this gets the
+            unfiltered check (`retrieval.high_relevance`: highly relevant evidence stands, and the check's
+            extra search is spared).
         :param calibration: Where the thresholds came from (`retrieval.calibration` as loaded), for the trace.
         :param raise_on_failure: False returns a search that fails as the `failure` output (a
             `ComponentFailure` with the `retrieval_trace` of the attempts that ran) instead of
             raising it, so that whoever records the failed lookup keeps those attempts.
-        :param decision_model: The model whose similarities decide (every threshold) while the query
-            embedding's model ranks (components/common/decision_scale.py); None: the same model.
+        :param decision_model: The model that decides while the query embedding's model ranks (None: the same).
         :param decision_vectors: Its vectors of the indexed chunks (`.npz`; unused without `decision_model`).
+        :param decision_scope: What it decides: "answer", only answer vs no evidence; "all", every threshold.
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -175,7 +174,8 @@ class FallbackRetriever:
         self.calibration = calibration
         self.raise_on_failure = raise_on_failure
         self.decision_model, self.decision_vectors = decision_model, decision_vectors
-        self._scale = DecisionScale(decision_model, decision_vectors)
+        self.decision_scope = decision_scope
+        self._scale = DecisionScale(decision_model, decision_vectors, decision_scope)
         self._searches: dict[str, VectorSearch] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -238,7 +238,8 @@ class FallbackRetriever:
                 embeddings = self._scale.query_vectors(
                     query_embedding, expanded, decision_query_embedding, expanded_decision_query_embedding
                 )
-                return {**self._attempts(query_transform, hints, embeddings, bar, trace), "evidence_bar": evidence_bar}
+                found = self._attempts(query_transform, hints, self._scale.searched(embeddings), bar, trace)
+                return {**self._scale.gated(found, embeddings, bar, trace), "evidence_bar": evidence_bar}
         except Exception as exc:
             if self.raise_on_failure:
                 raise
