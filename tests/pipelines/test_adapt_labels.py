@@ -119,3 +119,13 @@ def test_cli_refuses_labels_only_without_labels(tmp_path):
     assert result.returncode == 2
     lines = stderr_lines(result)
     assert len(lines) == 1 and "--labels-only needs --labels" in lines[0], result.stderr
+
+
+def test_a_label_naming_no_document_of_the_knowledge_base_is_refused(small_kb):
+    from components.errors import BadInputError
+    from pipelines.evaluation_metrics import EvalQuery
+
+    _, chunks = read_kb(small_kb)
+    stray = EvalQuery(next(iter(TRAIN)), {"network/dns.md"}, "answerable", id="l9")
+    with pytest.raises(BadInputError, match="label l9 names network/dns.md, no document of the knowledge base"):
+        label_pairs([stray], chunks, encoder=None)
