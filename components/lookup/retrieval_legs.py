@@ -31,7 +31,8 @@ class QueryVectors(NamedTuple):
 class DecisionScale:
     """
     The retriever's decision model (components/common/decision_scale.py): candidates rescored on
-    its scale, and the best similarity of an unfiltered search on it; without one, nothing changes.
+    its scale, and the best similarity of an unfiltered search on it, or (`scope="answer"`) only a
+    gate on the answer; without one, nothing changes.
     """
 
     def __init__(self, model: str | None, vectors: str | None, scope: str = DecisionScope.answer.value) -> None:
