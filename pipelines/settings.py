@@ -16,6 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from components.common.choices import (
+    DecisionScope,
     EmbeddingBackend,
     IndexType,
     OnOverlong,
@@ -78,6 +79,7 @@ class EmbedderConfig:
     onnx_cache_dir: str | None = MISSING
     decision_model: str | None = MISSING
     decision_vectors: str = MISSING
+    decision_scope: DecisionScope = MISSING
 
 
 @dataclass
@@ -245,8 +247,7 @@ _AT_LEAST = {
     "serve.workers": 1,
     "guard.min_off_topic": 0,
 }
-# Durations that must be positive and finite: 0 or inf would turn a guard off, a negative one means nothing.
-_POSITIVE = ("serve.read_timeout_s", "serve.health_timeout_s")
+_POSITIVE = ("serve.read_timeout_s", "serve.health_timeout_s")  # finite and over 0: 0 or inf turns a guard off
 _UNIT_INTERVAL = (
     *CALIBRATED_KEYS,  # the similarity bars
     "retrieval.outscored_margin",
@@ -308,8 +309,7 @@ def _validate_values(cfg: DictConfig) -> None:
 
 def _one_line(exc: Exception) -> str:
     message = first_line(exc, from_cause=True)
-    # OmegaConf's error names the key it failed on apart from its message.
-    full_key = getattr(exc.__cause__, "full_key", None)
+    full_key = getattr(exc.__cause__, "full_key", None)  # OmegaConf's error names the key apart from its message
     if full_key and full_key not in message:
         message = f"{full_key}: {message}"
     return message

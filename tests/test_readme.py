@@ -36,6 +36,9 @@ OWN_KB_DOCUMENTS = (
 COVERED = {
     "make test": "tests/test_readme.py::test_make_targets_are_the_scripts_the_readme_names",
     "make adapt KB=~/runbooks": "tests/test_readme.py::test_make_targets_are_the_scripts_the_readme_names",
+    "knowledge adapt --kb ~/runbooks --labels labels.jsonl --labels-only --epochs 2": (
+        "tests/pipelines/test_adapt_labels.py::test_adapt_with_labels_trains_on_them_and_judges_on_the_held_out_ones"
+    ),
     "knowledge index --kb ~/runbooks embedder.model=.knowledge/models/adapted-runbooks": (
         "tests/pipelines/test_adapt.py::test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model"
     ),

@@ -53,6 +53,17 @@ class RetrievalLeg(Choice):
     bm25 = "bm25"
 
 
+class DecisionScope(Choice):
+    """
+    What a decision model (`embedder.decision_model`) decides: `answer`, only answer vs no evidence
+    (the ranking model's similarities select the evidence, trigger the fallback and set
+    `relevanceLevel`); `all`, every similarity bar (docs/adapt.md#calibration).
+    """
+
+    answer = "answer"
+    all = "all"
+
+
 class EmbeddingBackend(Choice):
     """
     What runs the embedding model: sentence-transformers on torch, or the same model exported to

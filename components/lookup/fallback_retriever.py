@@ -10,13 +10,7 @@ from haystack import component
 from components.common.choices import RetrievalLeg, VectorStoreMode, check_at_least, check_unit_interval
 from components.common.decision_scale import DEFAULT_DECISION_VECTORS
 from components.common.evidence import EvidenceBar, usable
-from components.contracts import (
-    Candidate,
-    L0Hints,
-    QueryTransform,
-    RetrievalAttempt,
-    RetrievalTrace,
-)
+from components.contracts import Candidate, L0Hints, QueryTransform, RetrievalAttempt, RetrievalTrace
 from components.errors import ComponentFailure, first_line
 from components.lookup.fallback_policy import FallbackPolicy, FilteredFacts
 from components.lookup.hybrid_scan import EXACT_INDEX_TYPES, HybridScan
@@ -113,6 +107,7 @@ class FallbackRetriever:
         decision_model: str | None = None,
         decision_vectors: str | None = DEFAULT_DECISION_VECTORS,
         scan_depth: int = 0,
+        decision_scope: str = "answer",
     ) -> None:
         """
         :param store: The Milvus collection (`KnowledgeStore`) and how to search it.
@@ -135,10 +130,10 @@ class FallbackRetriever:
         :param raise_on_failure: False returns a search that fails as the `failure` output (a
             `ComponentFailure` with the `retrieval_trace` of the attempts that ran) instead of
             raising it, so that whoever records the failed lookup keeps those attempts.
-        :param decision_model: The model whose similarities decide (every threshold) while the query
-            embedding's model ranks (components/common/decision_scale.py); None: the same model.
+        :param decision_model: The model that decides while the query embedding's model ranks (None: the same).
         :param decision_vectors: Its vectors of the indexed chunks (`.npz`; unused without `decision_model`).
         :param scan_depth: Hits per leg of a filtered lookup's one scan on an exact index (0: no scan).
+        :param decision_scope: What it decides: "answer", only answer vs no evidence; "all", every threshold.
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
@@ -169,7 +164,8 @@ class FallbackRetriever:
         self.calibration = calibration
         self.raise_on_failure = raise_on_failure
         self.decision_model, self.decision_vectors = decision_model, decision_vectors
-        self._scale = DecisionScale(decision_model, decision_vectors)
+        self.decision_scope = decision_scope
+        self._scale = DecisionScale(decision_model, decision_vectors, decision_scope)
         self._searches: dict[str, VectorSearch] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -231,7 +227,8 @@ class FallbackRetriever:
                 embeddings = self._scale.query_vectors(
                     query_embedding, expanded, decision_query_embedding, expanded_decision_query_embedding
                 )
-                return {**self._attempts(query_transform, hints, embeddings, bar, trace), "evidence_bar": evidence_bar}
+                found = self._attempts(query_transform, hints, self._scale.searched(embeddings), bar, trace)
+                return {**self._scale.gated(found, embeddings, bar, trace), "evidence_bar": evidence_bar}
         except Exception as exc:
             if self.raise_on_failure:
                 raise
