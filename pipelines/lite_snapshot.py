@@ -138,7 +138,7 @@ def _removed_on_sigterm() -> Iterator[None]:
         yield  # signal handlers belong to the main thread
         return
 
-    def terminate(signum, frame) -> None:
+    def terminate(*_args) -> None:
         raise _Terminated
 
     previous = signal.signal(signal.SIGTERM, terminate)
