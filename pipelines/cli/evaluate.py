@@ -100,7 +100,10 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "off-topic queries) or 'answer_rate@prometheus-dev>=0.95' (SET: a query file's stem); adds to the "
         "guard's (conf/guard/, guard.constraints) and the space's constraints; 'none' drops those (repeatable)",
     )
-    parser.add_argument("--study", metavar="NAME", help="Optuna study name in paths.state_dir/optuna.db")
+    parser.add_argument("--study", metavar="NAME", help="Optuna study name in the study file")
+    parser.add_argument(
+        "--study-file", metavar="FILE", help="the search's Optuna study file (default paths.state_dir/optuna.db)"
+    )
     parser.add_argument(
         "--resume", action="store_true", help="continue the --study NAME (default: the latest study of the space)"
     )
@@ -148,7 +151,12 @@ def _check_tuning_options(args: argparse.Namespace, search: str | None) -> None:
     """Options of a search or a sweep given to a command that would ignore them: say so rather than guard nothing."""
     search_only = [
         name
-        for name, value in (("--study", args.study), ("--resume", args.resume), ("--holdout", args.holdout))
+        for name, value in (
+            ("--study", args.study),
+            ("--study-file", args.study_file),
+            ("--resume", args.resume),
+            ("--holdout", args.holdout),
+        )
         if value
     ]
     tuning_only = [name for name, value in (("--guard", args.guard), ("--constraint", args.constraint)) if value]

@@ -55,6 +55,7 @@ def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int
         resume=args.resume,
         experiment=args.experiment,
         say=lambda line: print(line, file=sys.stderr, flush=True),
+        study_file=args.study_file,
     )
     print(format_search(result))
     for line in result.runs.announce(result.parent_run_id, f"parent run of this run's {args.trials} trial runs"):

@@ -40,9 +40,11 @@ from pipelines.tuning.study import (
     evaluated_state,
     finish_trial,
     format_value,
+    interrupted_error,
     open_study,
     param_importances,
     progress_printer,
+    quiet_raised_trial_failures,
     study_storage,
 )
 from pipelines.tuning.sweep import Trial, metric_value
@@ -100,6 +102,7 @@ def run_search(
     resume: bool = False,
     experiment: str | None = None,
     say=logger.info,
+    study_file: str | None = None,
 ) -> SearchResult:
     """Run `trials` constrained Optuna trials on the tuning and guard sets, then judge the best and the defaults."""
     import optuna
@@ -109,8 +112,9 @@ def run_search(
     constraints = list(constraints or [])
     check_measurable(constraints, [*tuning, *guards])
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet_raised_trial_failures()
     base_cfg = load_config(base_overrides)
-    storage = study_storage(base_cfg.paths.state_dir)
+    storage = study_storage(base_cfg.paths.state_dir, study_file)
     study = open_study(storage, space, study_name, resume, seed, constraints)
     runs = RunLogger.from_config(base_cfg, **({"experiment": experiment} if experiment else {}))
     label = ", ".join(s.path for s in tuning)
@@ -161,6 +165,7 @@ def run_search(
         evaluated[tuple(overrides)] = (trial.number, attrs)
         return finish_trial(trial, space.objective(metrics), attrs["constraint_values"])
 
+    finished_before = sum(evaluated_state(t) for t in study.trials)
     try:
         enqueue_current(study, space, base_cfg)
         study.optimize(objective, n_trials=trials, callbacks=[progress_printer(space, constraints, trials, say)])
@@ -169,6 +174,10 @@ def run_search(
         ]
         best = _best(space, done)
         judged = _judge(base_overrides, best, done, tuning, guards, held_out, policy.metric)
+    except KeyboardInterrupt as exc:
+        runs.finish(parent, "KILLED")
+        finished = sum(evaluated_state(t) for t in study.trials) - finished_before
+        raise interrupted_error(study, storage, finished, trials) from exc
     except BaseException:
         runs.finish(parent, "FAILED")
         raise
