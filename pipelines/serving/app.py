@@ -283,7 +283,13 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
     )
     if workers == 1:
         uvicorn.run(
-            build_app(cfg, mcp), host=host, port=port, log_level="warning", access_log=False, http=HTTP_PROTOCOL
+            build_app(cfg, mcp),
+            host=host,
+            port=port,
+            log_level="warning",
+            log_config=masked_log_config(),
+            access_log=False,
+            http=HTTP_PROTOCOL,
         )
         return
     # uvicorn binds the port once and hands it to N spawned processes; each builds and warms its own
@@ -296,5 +302,19 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
         host=host,
         port=port,
         log_level="warning",
+        log_config=masked_log_config(),
         access_log=False,
     )
+
+
+def masked_log_config() -> dict[str, Any]:
+    """uvicorn's logging config with secrets masked in whatever its handlers write (an app's traceback included)."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["filters"] = {"masked": {"()": "components.common.masking.MaskingFilter"}}
+    for handler in config["handlers"].values():
+        handler["filters"] = ["masked"]
+    return config
