@@ -59,15 +59,16 @@ class LookupService:
 
     def __init__(self, cfg: DictConfig, pipeline: Pipeline | None = None, one_shot: bool = False) -> None:
         """
-        :param one_shot: The process runs one lookup and exits: MLflow is set up on the first
-            sampled trace rather than at warm-up (its import takes longer than the lookup).
+        :param one_shot: The process runs one lookup and exits: that lookup is always traced
+            (sampling spreads tracing over a server's many lookups; one asked by hand is looked
+            for in MLflow), and MLflow is set up for its trace rather than at warm-up.
         """
         self.cfg = cfg
         self.pipeline = pipeline or build_lookup_pipeline(cfg)
         self._warm = False
         self._warm_lock = threading.Lock()
         if one_shot and self.trace_writer is not None:
-            self.trace_writer.defer_mlflow_setup()
+            self.trace_writer.trace_one_shot()
         for name in self.pipeline.graph.nodes if self.trace_writer is not None else ():
             instance = self.pipeline.get_component(name)
             if getattr(instance, "raise_on_failure", None) is True:

@@ -206,15 +206,19 @@ class TraceWriter:
         self._mlflow_at_warm_up = True
         self._warm = False
 
-    def defer_mlflow_setup(self) -> None:
-        """Set MLflow up on the first sampled trace instead of at warm-up (a one-lookup process)."""
+    def trace_one_shot(self) -> None:
+        """
+        Trace every call, and set MLflow up for the first trace instead of at warm-up: the process
+        runs one lookup, whose trace its user looks for (sampling is for a server).
+        """
+        self.sample_rate = 1.0
         self._mlflow_at_warm_up = False
 
     def warm_up(self) -> None:
         """
         Create or migrate the schema (a database that is down is not an error: records spool
         until it is back) and start MLflow set-up in the background (on the first sampled trace
-        instead after `defer_mlflow_setup`). Idempotent.
+        instead after `trace_one_shot`). Idempotent.
         """
         if self._warm:
             return

@@ -22,7 +22,12 @@ def add_parser(sub) -> None:
         sub,
         NAME,
         help="look up one query (or a batch) and print the evidence-first result as JSON",
-        description="Run lookup_knowledge: print the result JSON (found, evidenceBlocks, contextPack, traces).",
+        description=(
+            "Run lookup_knowledge: print the result JSON (found, evidenceBlocks, contextPack, traces).\n\n"
+            "MLflow: a one-shot lookup (one QUERY) is always traced; `knowledge serve` and --batch trace a\n"
+            "share of lookups, mlflow.sample_rate (default 0.05, one in twenty; failed calls always).\n"
+            "Every lookup keeps its tool_invocation row (`knowledge traces show ID`); mlflow=off turns MLflow off."
+        ),
     )
     parser.add_argument("query", nargs="?", help="the question or alert text (omit with --batch)")
     parser.add_argument(
@@ -59,7 +64,7 @@ def _lookup_one(args: argparse.Namespace, overrides: list[str]) -> int:
     from components.contracts import STATUS_ERROR
     from pipelines.lookup import LookupService
 
-    # One lookup, then exit: MLflow is imported only if its trace is sampled.
+    # One lookup, then exit: always traced, MLflow set up for that trace only.
     result = LookupService(cfg, one_shot=True).lookup(args.query)
     print(json.dumps(_shown(result, args.view), ensure_ascii=False, indent=None if args.compact else 2))
     if result.evidence_status == STATUS_ERROR:

@@ -1,6 +1,6 @@
 """
-A one-shot `knowledge lookup` with MLflow configured imports MLflow only when its trace is sampled
-(`LookupService(one_shot=True)`): an unsampled lookup exits without it, a sampled one still writes its trace.
+A one-shot `knowledge lookup` traces its one lookup whatever `mlflow.sample_rate` (sampling is for a
+server): two one-shot lookups are two MLflow traces. With MLflow off it never imports MLflow.
 """
 
 import json
@@ -27,15 +27,9 @@ print(json.dumps({"code": code, "mlflow_imported": "mlflow" in sys.modules, "tra
 """
 
 
-def _child_lookup(state, tmp_path, sample_rate: float) -> dict:
-    overrides = [
-        f"paths.state_dir={state}",
-        f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
-        f"mlflow.artifact_location={tmp_path}/mlflow-artifacts",
-        f"mlflow.sample_rate={sample_rate}",
-    ]
+def _child_lookup(state, *overrides: str) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", _LOOKUP_AND_REPORT, DISK_QUERY, *overrides],
+        [sys.executable, "-c", _LOOKUP_AND_REPORT, DISK_QUERY, f"paths.state_dir={state}", *overrides],
         cwd=REPO,
         env=child_env(),
         capture_output=True,
@@ -48,12 +42,22 @@ def _child_lookup(state, tmp_path, sample_rate: float) -> dict:
     return report
 
 
-def test_an_unsampled_one_shot_lookup_never_imports_mlflow(served_index, tmp_path):
-    assert _child_lookup(served_index, tmp_path, 0.0) == {"code": 0, "mlflow_imported": False, "traces": 0}
+def test_a_one_shot_lookup_with_mlflow_off_never_imports_mlflow(served_index):
+    assert _child_lookup(served_index, "mlflow=off") == {"code": 0, "mlflow_imported": False, "traces": 0}
 
 
-def test_a_sampled_one_shot_lookup_still_writes_its_trace(served_index, tmp_path):
-    assert _child_lookup(served_index, tmp_path, 1.0) == {"code": 0, "mlflow_imported": True, "traces": 1}
+def test_two_one_shot_lookups_at_the_default_sample_rate_are_two_mlflow_traces(served_index, mlflow_store, tmp_path):
+    from mlflow import MlflowClient
+
+    experiment = f"one-shot-{tmp_path.name}"
+    overrides = [f"mlflow.tracking_uri={mlflow_store}", f"mlflow.experiment={experiment}"]
+    overrides.append(f"mlflow.artifact_location={tmp_path}/mlflow-artifacts")
+    assert load_config(overrides).mlflow.sample_rate < 0.5  # the default: a server's share
+    reports = [_child_lookup(served_index, *overrides) for _ in range(2)]
+    assert reports == [{"code": 0, "mlflow_imported": True, "traces": 1}] * 2
+    client = MlflowClient(mlflow_store)
+    found = client.get_experiment_by_name(experiment)
+    assert len(client.search_traces(locations=[found.experiment_id])) == 2
 
 
 def test_a_one_shot_service_defers_only_its_own_mlflow_setup(sample_cfg, tmp_path):
