@@ -4,14 +4,15 @@ import sys
 import traceback
 from typing import TextIO
 
-from haystack.core.errors import PipelineRuntimeError
-
 from components.errors import exit_code_of, first_line
 
 
 def unwrap_pipeline_error(exc: BaseException) -> BaseException:
     """The error a component raised, without Haystack's PipelineRuntimeError wrapping."""
-    while isinstance(exc, PipelineRuntimeError) and exc.__cause__ is not None:
+    haystack_errors = sys.modules.get("haystack.core.errors")
+    if haystack_errors is None:  # no pipeline ran in this process (the `--url` client): nothing wraps the error
+        return exc
+    while isinstance(exc, haystack_errors.PipelineRuntimeError) and exc.__cause__ is not None:
         exc = exc.__cause__
     return exc
 
