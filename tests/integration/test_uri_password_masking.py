@@ -68,6 +68,26 @@ def test_a_failed_one_shot_lookup_shows_and_records_the_uri_masked(state):
     assert "mlflow.tracking_uri=http://probe:***@127.0.0.1" in done.stderr
 
 
+def test_the_mlflow_trace_of_a_failed_lookup_holds_the_uri_masked(state, mlflow_store, tmp_path):
+    from mlflow import MlflowClient
+
+    experiment = f"masking-{tmp_path.name}"
+    done = run_cli(
+        "lookup",
+        "disk full",
+        f"paths.state_dir={state}",
+        f"milvus.uri={nowhere(PASSWORD)}",
+        f"mlflow.tracking_uri={mlflow_store}",
+        f"mlflow.experiment={experiment}",
+        f"mlflow.artifact_location={tmp_path}/mlflow-artifacts",
+    )
+    assert done.returncode == 1, done.stderr
+    client = MlflowClient(mlflow_store)
+    [trace] = client.search_traces(locations=[client.get_experiment_by_name(experiment).experiment_id])
+    exported = trace.to_json()
+    assert_masked(exported)
+
+
 @pytest.mark.postgres
 def test_the_postgresql_trace_row_holds_the_uri_masked(state, pg_schema_url):
     done = one_shot_lookup(state, f"trace.db_url='{pg_schema_url}'")
