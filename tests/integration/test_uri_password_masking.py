@@ -8,6 +8,8 @@ import json
 import shutil
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import uuid
 from contextlib import contextmanager
@@ -165,4 +167,16 @@ def test_a_served_lookup_that_times_out_answers_and_logs_the_uri_masked(lite_ser
     with sqlite3.connect(state / "traces.db") as connection:
         [(error,)] = connection.execute("SELECT error FROM tool_invocation").fetchall()
     assert_masked(body, error)
-    assert PASSWORD not in log.read_text()
+    logged = log.read_text()
+    assert_masked(logged)  # the failed lookup's warning names the URI, masked
+
+
+def test_every_log_record_of_the_cli_is_masked_whoever_logs_it():
+    """A record of any logger (a library's too) passes the root handler's filter before it is written."""
+    script = (
+        "import logging; from pipelines.cli.entry_point import configure_logging; configure_logging(0); "
+        f"logging.getLogger('some.library').warning('connecting to %s', 'http://probe:{PASSWORD}@127.0.0.1:1')"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=child_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert_masked(done.stderr)
