@@ -4,6 +4,7 @@ import sys
 import traceback
 from typing import TextIO
 
+from components.common.masking import masked
 from components.errors import exit_code_of, first_line
 
 
@@ -24,7 +25,7 @@ def report_error(exc: BaseException, debug: bool = False, stream: TextIO | None 
     """
     stream = stream or sys.stderr
     if debug:
-        traceback.print_exception(exc, file=stream)
+        print(masked("".join(traceback.format_exception(exc))), end="", file=stream)
     error = unwrap_pipeline_error(exc)
     print(f"knowledge: error: {first_line(error)}", file=stream)
     return exit_code_of(error)

@@ -180,3 +180,19 @@ def test_every_log_record_of_the_cli_is_masked_whoever_logs_it():
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=child_env(), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert_masked(done.stderr)
+
+
+def test_the_debug_traceback_of_a_failed_index_shows_the_uri_masked(tmp_path):
+    done = run_cli(
+        "index",
+        "--kb",
+        str(REPO / "knowledge"),
+        f"paths.state_dir={tmp_path / 'state'}",
+        "milvus=server",
+        f"milvus.uri={nowhere(PASSWORD)}",
+        "milvus.timeout_ms=3000",
+        "mlflow=off",
+        KNOWLEDGE_DEBUG="1",
+    )
+    assert done.returncode == 1 and "Traceback" in done.stderr
+    assert_masked(done.stderr)
