@@ -27,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Engine
 
+from components.common.masking import masked
 from components.errors import BadInputError
 
 TABLE_NAME = "tool_invocation"
@@ -148,7 +149,7 @@ def _damaged(engine: Engine, what: str) -> TraceSchemaError:
 
 
 def _shown(engine: Engine) -> str:
-    return engine.url.render_as_string(hide_password=True)
+    return masked(engine.url.render_as_string(hide_password=False))
 
 
 def migration_revisions() -> list[str]:
