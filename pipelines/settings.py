@@ -29,6 +29,7 @@ from components.common.choices import (
     check_seconds,
     check_unit_interval,
 )
+from components.common.masking import MASK, masked
 from components.errors import BadInputError, first_line
 from pipelines.calibration import CALIBRATED_KEYS, apply_calibration
 
@@ -391,7 +392,6 @@ def embedder_params(cfg: DictConfig) -> dict[str, Any]:
 SECRET_KEYS = ("milvus.token", "milvus.user", "milvus.password")
 # Config keys holding a URL that may carry a password (`postgresql://user:PASSWORD@host/db`): it is hidden.
 URL_KEYS = ("trace.db_url", "mlflow.tracking_uri", "milvus.uri")
-MASK = "***"
 
 
 def masked_value(key: str, value: Any) -> Any:
@@ -399,17 +399,8 @@ def masked_value(key: str, value: Any) -> Any:
     if key in SECRET_KEYS and value not in (None, "", "None"):
         return MASK
     if key in URL_KEYS and isinstance(value, str):
-        return url_without_password(value)
+        return masked(value)
     return value
-
-
-def url_without_password(url: str) -> str:
-    """`scheme://user:***@host/...` for a URL with a password; anything else as it is."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.partition("@")
-    if not (sep and at and ":" in userinfo and "/" not in userinfo):
-        return url
-    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:{MASK}@{host}"
 
 
 def mask_secrets(cfg: DictConfig) -> DictConfig:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
+from components.common.masking import masked
 from components.errors import first_line
 from components.stores.milvus_errors import CollectionMismatchError, MilvusUnavailableError, exception_chain
 
@@ -172,7 +173,7 @@ def connect(uri: str, timeout_ms: int | None = None, auth: dict[str, Any] | None
         if is_local_uri(uri) and (folder := read_only_folder(uri)):
             raise MilvusUnavailableError(read_only_message(uri, folder)) from exc
         reason = str(getattr(exc, "message", None) or exc).strip() or type(exc).__name__
-        raise MilvusUnavailableError(f"cannot open Milvus at {uri}: {reason.splitlines()[0]}") from exc
+        raise MilvusUnavailableError(f"cannot open Milvus at {masked(uri)}: {reason.splitlines()[0]}") from exc
     if is_local_uri(uri):
         _OPENED_HERE.add(os.path.abspath(uri))
     return client

@@ -49,7 +49,13 @@ from components.tracing.trace_records import (
     without_nul,
 )
 from components.tracing.trace_replay import ReplayReport, replay_into
-from components.tracing.trace_schema import lookup_label, tool_invocation, upgrade_schema
+from components.tracing.trace_schema import (
+    TraceSchemaError,
+    check_readable,
+    lookup_label,
+    tool_invocation,
+    upgrade_schema,
+)
 from components.tracing.trace_spool import TraceSpool
 
 logger = logging.getLogger(__name__)
@@ -72,7 +78,12 @@ class TraceStore:
     """
 
     def __init__(
-        self, db_url: str, spool_path: str, retry_interval: float = 5.0, timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        db_url: str,
+        spool_path: str,
+        retry_interval: float = 5.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        read_only: bool = False,
     ) -> None:
         """
         :param db_url: SQLAlchemy URL of the trace database.
@@ -81,6 +92,8 @@ class TraceStore:
             the spool instead of waiting on the database again (0 retries every time).
         :param timeout_s: Longest wait on a server database for one call (connect, statement,
             answer) before the record is spooled; 0 waits as long as the driver does.
+        :param read_only: Reads only (the review commands): the schema is checked, never created
+            or migrated, and a database not at this code's revision is refused.
         """
         if timeout_s < 0:
             raise ValueError(f"timeout_s must be >= 0, not {timeout_s}")
@@ -93,6 +106,7 @@ class TraceStore:
         self.timeout_s = timeout_s
         self._engine: Engine | None = None
         self._schema_ready = False
+        self.read_only = read_only
         self._setup_lock = threading.Lock()
         self._write_lock = write_lock(self.db_url)
         self._calls = CallDeadline(timeout_s, redact(self.db_url))
@@ -112,13 +126,19 @@ class TraceStore:
         return self._engine
 
     def ensure_schema(self) -> None:
-        """Create or migrate the schema once per store (raises when the database is away)."""
+        """
+        Create or migrate the schema once per store, or only check it when `read_only` (raises when
+        the database is away, `TraceSchemaError` when it is newer than this code or damaged).
+        """
         if self._schema_ready:
             return
         engine = self.engine
         with self._write_lock, self._setup_lock, self._calls.bound():
             if not self._schema_ready:
-                upgrade_schema(engine)
+                if self.read_only:
+                    check_readable(engine)
+                else:
+                    upgrade_schema(engine)
                 self._schema_ready = True
 
     # -- writing -------------------------------------------------------------------------------
@@ -214,7 +234,7 @@ class TraceStore:
             self.ensure_schema()
             with self._calls.bound(), self.engine.connect() as connection:
                 return [dict(row._mapping) for row in connection.execute(statement)]
-        except TraceStoreError:
+        except (TraceStoreError, TraceSchemaError):
             raise
         except Exception as exc:  # the database is away (the caller may fall back to the spool)
             raise TraceStoreError(f"cannot read traces from {redact(self.db_url)}: {first_line(exc)}") from exc

@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from components.common.masking import mask_handlers
 from pipelines.cli import adapt, bench, compare, dev, evaluate, index, labels, lookup, serve, traces
 from pipelines.cli.common import EPILOG
 
@@ -56,6 +57,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def configure_logging(verbosity: int) -> None:
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    mask_handlers(logging.getLogger())  # every logger's records reach stderr through the root's handler
     if verbosity >= 2:
         return
     for name in QUIET_LOGGERS:

@@ -25,7 +25,13 @@ def add_parser(sub) -> None:
         sub,
         NAME,
         help="look up one query (or a batch) and print the evidence-first result as JSON",
-        description="Run lookup_knowledge: print the result JSON (found, evidenceBlocks, contextPack, traces).",
+        description=(
+            "Run lookup_knowledge: print the result JSON (found, evidenceBlocks, contextPack, traces).\n\n"
+            "MLflow: a lookup typed at a terminal (or with --trace) is always traced; others (agents calling the\n"
+            "CLI, --batch, `knowledge serve`) trace a share, mlflow.sample_rate (default 0.05, one in twenty;\n"
+            "failed calls always).\n"
+            "Every lookup keeps its tool_invocation row (`knowledge traces show ID`); mlflow=off turns MLflow off."
+        ),
     )
     parser.add_argument("query", nargs="?", help="the question or alert text (omit with --batch)")
     parser.add_argument(
@@ -37,6 +43,11 @@ def add_parser(sub) -> None:
     )
     parser.add_argument(
         "--url", metavar="URL", help="ask a running `knowledge serve` (e.g. http://127.0.0.1:1416) instead"
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="trace this lookup in MLflow whatever mlflow.sample_rate (the default when typed at a terminal)",
     )
     add_print_config(parser)
     add_overrides(parser)
@@ -62,9 +73,11 @@ def _lookup_one(args: argparse.Namespace, overrides: list[str]) -> int:
     from components.contracts import STATUS_ERROR
     from pipelines.lookup import LookupService
 
-    # One lookup, then exit: MLflow is imported only if its trace is sampled.
+    # One lookup, then exit: MLflow is imported only if its trace is sampled. A person at a terminal
+    # looks for the trace of what they typed; an agent calling the CLI on every step is sampled.
+    every_call = args.trace or sys.stdin.isatty()
     with held_logs(TRACE_LOGGER) as held:
-        result = LookupService(cfg, one_shot=True).lookup(args.query)
+        result = LookupService(cfg, one_shot=True, trace_every_call=every_call).lookup(args.query)
     print(json.dumps(_shown(result, args.view), ensure_ascii=False, indent=None if args.compact else 2))
     if result.evidence_status == STATUS_ERROR:
         _report_failure(result, held.fold())
@@ -148,7 +161,7 @@ def _lookup_remote(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from exc
         raise
     if args.view == "agent" and status == 200:
-        from pipelines.agent import agent_view
+        from pipelines.views import agent_view
 
         result = agent_view(result)
     print(json.dumps(result, ensure_ascii=False, indent=None if args.compact else 2))
@@ -160,7 +173,7 @@ def _lookup_remote(args: argparse.Namespace) -> int:
 
 def _shown(result, view: str) -> dict:
     """The result as `--view` shows it: the full result, or the agent view (packed context and citations)."""
-    from pipelines.agent import shown
+    from pipelines.views import shown
 
     return shown(result.to_dict(), view)
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig
 
-from pipelines.agent import TOOL_NAME, agent_view
+from pipelines.agent import TOOL_NAME
 from pipelines.serving.bind import (
     ServeError,
     allowed_origins,
@@ -27,6 +27,7 @@ from pipelines.serving.bind import (
 )
 from pipelines.serving.docs_page import serve_docs_locally
 from pipelines.serving.service import OVERRIDES_ENV, overrides_from_env, served_config, shared_service
+from pipelines.views import agent_view
 
 logger = logging.getLogger(__name__)
 
@@ -351,7 +352,13 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
     )
     if workers == 1:
         uvicorn.run(
-            build_app(cfg, mcp), host=host, port=port, log_level="warning", access_log=False, http=HTTP_PROTOCOL
+            build_app(cfg, mcp),
+            host=host,
+            port=port,
+            log_level="warning",
+            log_config=masked_log_config(),
+            access_log=False,
+            http=HTTP_PROTOCOL,
         )
         return
     # uvicorn binds the port once and hands it to N spawned processes; each builds and warms its own
@@ -364,5 +371,19 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
         host=host,
         port=port,
         log_level="warning",
+        log_config=masked_log_config(),
         access_log=False,
     )
+
+
+def masked_log_config() -> dict[str, Any]:
+    """uvicorn's logging config with secrets masked in whatever its handlers write (an app's traceback included)."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["filters"] = {"masked": {"()": "components.common.masking.MaskingFilter"}}
+    for handler in config["handlers"].values():
+        handler["filters"] = ["masked"]
+    return config

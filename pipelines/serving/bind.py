@@ -2,12 +2,13 @@
 
 import ipaddress
 import os
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from omegaconf import DictConfig
-
 from components.errors import BadInputError
-from components.stores.milvus_collection import is_local_uri
+
+if TYPE_CHECKING:  # the `knowledge lookup --url` client reads API_KEY_ENV here: no config or Milvus imports
+    from omegaconf import DictConfig
 
 API_KEY_ENV = "KNOWLEDGE_API_KEY"
 
@@ -16,7 +17,7 @@ class ServeError(BadInputError):
     """A server that must not or cannot start (CLI exit status 2)."""
 
 
-def resolve_api_key(cfg: DictConfig) -> str | None:
+def resolve_api_key(cfg: "DictConfig") -> str | None:
     """
     The API key: `KNOWLEDGE_API_KEY`, else `serve.api_key`; None when neither is set. A key of
     only whitespace counts as none (it would guard nothing), so off loopback it is refused as such.
@@ -107,7 +108,7 @@ def lookup_slots(max_concurrent_lookups: int | None) -> int:
     return max_concurrent_lookups or os.cpu_count() or 1
 
 
-def check_workers(cfg: DictConfig, workers: int, mcp: bool) -> None:
+def check_workers(cfg: "DictConfig", workers: int, mcp: bool) -> None:
     """Refuse several worker processes where they cannot share the stores (or the MCP sessions)."""
     if workers < 1:
         raise ServeError(f"--workers must be at least 1, not {workers}")
@@ -118,6 +119,8 @@ def check_workers(cfg: DictConfig, workers: int, mcp: bool) -> None:
         raise ServeError(f"serve.health_timeout_s must be above 0 (seconds), not {cfg.serve.health_timeout_s}")
     if workers == 1:
         return
+    from components.stores.milvus_collection import is_local_uri
+
     if is_local_uri(cfg.milvus.uri):
         raise ServeError(
             f"refusing --workers {workers} on Milvus Lite ({cfg.milvus.uri}): Milvus Lite is one process per db file; "

@@ -9,7 +9,8 @@ import functools
 import json
 from typing import Any
 
-from pipelines.agent import TOOL_DESCRIPTION, TOOL_NAME, TOOL_PARAMETERS, VIEWS, agent_view
+from pipelines.agent import TOOL_NAME, TOOL_PARAMETERS, tool_description
+from pipelines.views import FULL_VIEW_KEYS, VIEWS, agent_view, described
 
 MCP_DEFAULT_VIEW = "agent"
 MCP_TOOL_SCHEMA: dict[str, Any] = {
@@ -24,9 +25,10 @@ MCP_TOOL_SCHEMA: dict[str, Any] = {
         },
     },
 }
+# The default view's keys, then the full view's for view=full.
 MCP_TOOL_DESCRIPTION = (
-    TOOL_DESCRIPTION + " By default the result is slim: found, relevanceLevel, completenessHint, the packed "
-    "context to quote and its citations (source, breadcrumb, score); view=full adds the evidence blocks and traces."
+    f"{tool_description(MCP_DEFAULT_VIEW)} With view=full the result is the whole record instead, with the keys: "
+    f"{described(FULL_VIEW_KEYS)}."
 )
 
 

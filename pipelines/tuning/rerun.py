@@ -19,9 +19,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from components.common.masking import masked
 from components.contracts import InvalidQueryError
 from components.errors import BadInputError
-from pipelines.settings import url_without_password
 from pipelines.tuning.runs import RunLogger, flatten_params
 
 RERUN_EXPERIMENT = "lookup-knowledge-rerun"
@@ -169,7 +169,7 @@ def rerun_traces(
     recorded = recorded_rows(cfg, since, last, include_evaluation)
     if not recorded:
         raise RerunInputError(
-            f"no recorded lookup to rerun in {url_without_password(cfg.trace.db_url)} (with --since/--last as given)"
+            f"no recorded lookup to rerun in {masked(cfg.trace.db_url)} (with --since/--last as given)"
         )
     service = LookupService(cfg, pipeline=build_lookup_pipeline(cfg, record=False))
     rows: list[RerunRow] = []
