@@ -1,0 +1,77 @@
+"""
+The guard fitted to the knowledge base (pipelines/tuning/guard_fit.py) on hand-made metrics, and the
+config errors of a guard that does not exist or does not parse.
+"""
+
+import shutil
+
+import pytest
+
+from pipelines.settings import CONF_DIR, ConfigError, load_config
+from pipelines.tuning.guard_fit import fit_guard
+from pipelines.tuning.guards import Constraint, QuerySet, feasible
+
+FLOOR = Constraint.parse("no_evidence_rate>=0.95", "guard.constraints")
+
+
+def _sets() -> list[QuerySet]:
+    return [
+        QuerySet("dev", "dev.jsonl", [], "tuning"),
+        QuerySet("offtopic-alerts", "eval/offtopic-alerts.jsonl", [], "guard"),
+        QuerySet("built", "built.jsonl", [], "guard"),
+    ]
+
+
+CURRENT = {
+    "offtopic-alerts": {"off_topic": 46, "no_evidence_rate": 17 / 46},  # the knowledge base answers most of it
+    "built": {"off_topic": 120, "no_evidence_rate": 0.983},
+}
+
+
+def test_a_guard_set_the_knowledge_base_answers_is_left_out_and_the_others_are_relative(make_config):
+    fit = fit_guard(make_config(), _sets(), [], CURRENT)
+    assert [s.name for s in fit.sets] == ["dev", "built"]
+    assert [c.label for c in fit.constraints] == ["no_evidence_rate@built>=0.973"]
+    assert feasible(fit.constraints, {"built": {"off_topic": 120, "no_evidence_rate": 0.975}})
+    assert not feasible(fit.constraints, {"built": {"off_topic": 120, "no_evidence_rate": 0.95}})
+    left_out, in_effect = fit.lines()
+    assert left_out.startswith("guard offtopic-alerts left out: the knowledge base answers its texts")
+    assert "rejects 17 of 46, 0.370 < guard.min_fit=0.8" in left_out and "knowledge guard build --kb DIR" in left_out
+    assert in_effect == (
+        "guard in effect: built (built.jsonl): the current settings reject 118 of 120 (0.983); "
+        "a setting must keep no_evidence_rate@built>=0.973"
+    )
+
+
+def test_an_absolute_floor_is_an_option_and_a_null_tolerance_drops_the_relative_bound(make_config):
+    fit = fit_guard(make_config("guard.tolerance=null", "guard.min_fit=0.3"), _sets(), [FLOOR], CURRENT)
+    assert [s.name for s in fit.sets] == ["dev", "offtopic-alerts", "built"]
+    assert [c.label for c in fit.constraints] == ["no_evidence_rate>=0.95"]
+
+
+def test_no_guard_set_says_so_and_how_to_build_one(make_config):
+    fit = fit_guard(make_config("guard=none"), [QuerySet("dev", "dev.jsonl", [], "tuning")], [], {})
+    assert fit.lines() == [
+        "guard in effect: no guard set; build one that fits: knowledge guard build --kb DIR, then guard=built "
+        "(docs/tuning.md#guard-sets)"
+    ]
+
+
+@pytest.mark.parametrize("override", ["guard.tolerance=1.5", "guard.min_fit=2"])
+def test_guard_bounds_are_shares(override):
+    with pytest.raises(ConfigError, match=override.split("=")[0]):
+        load_config([override])
+
+
+def test_an_unknown_guard_lists_the_guards_and_a_broken_one_names_its_file(tmp_path):
+    with pytest.raises(ConfigError) as unknown:
+        load_config(["guard=nosuch"])
+    assert str(unknown.value).endswith("Could not find 'guard/nosuch'; the choices are built, none, runbooks")
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF_DIR, conf)
+    (conf / "guard" / "mine.yaml").write_text("sets: [a\nconstraints: ]]\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as broken:
+        load_config(["guard=mine"], config_dir=conf)
+    assert "while parsing a flow sequence" in str(broken.value)
+    assert f'in "{conf / "guard" / "mine.yaml"}", line 1' in str(broken.value)
