@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} {value} must be 1 or more")
     cfg = load(args.overrides)  # a bad config fails before the slow imports below
 
-    from pipelines.adapt import AdaptOptions, adapt_model
+    from pipelines.adapt import AdaptOptions, adapt_model, default_output
+    from pipelines.adapt_verdict import NotRecommendedError
 
     options = AdaptOptions(
         kb_path=args.kb,
@@ -77,5 +78,9 @@ def run(args: argparse.Namespace) -> int:
         verdict=not args.no_verdict,
         calibration_method=args.calibration,
     )
-    adapt_model(cfg, options, say=lambda line: print(line, flush=True))
+    try:
+        adapt_model(cfg, options, say=lambda line: print(line, flush=True))
+    except NotRecommendedError:  # a verdict, printed above with its reason: an answer, not a failure
+        output = args.output or default_output(cfg, args.kb or cfg.kb.path)
+        print(f"The adapted model stays in {output}, marked as not recommended in its card; keep the packaged model.")
     return EXIT_OK
