@@ -228,7 +228,10 @@ def resolve_guard_path(path: str) -> str:
     if in_project.exists():
         return str(in_project)
     where = sorted({str(Path.cwd()), str(CONF_DIR.resolve().parent)})
-    raise ConfigError(f"guard.sets: {path} not found in {' nor in '.join(where)}; guard=none drops the guard sets")
+    raise ConfigError(
+        f"guard.sets: {path} not found in {' nor in '.join(where)}; guard=none drops the guard sets, "
+        "knowledge guard build --kb DIR writes the one guard=built reads"
+    )
 
 
 def guard_sets(cfg, given: list[str], taken: list[QuerySet]) -> list[QuerySet]:

@@ -52,7 +52,9 @@ def test_an_unguarded_best_says_so_and_an_ab_gives_one_verdict():
     assert ab_verdict(a, b, GUARD, POLICY, ["dev"]) == "B is better (n=10, p=0.00195) on hit@1"
     assert ab_verdict(b, a, GUARD, POLICY, ["dev"]) == "B is worse (n=10, p=0.00195) on hit@1"
     broken = _candidate("B", [0.0] * 10, BROKEN)
-    assert ab_verdict(a, broken, GUARD, POLICY, ["dev"]).startswith("B is worse: B breaks no_evidence_rate>=0.95 on dev")
+    assert ab_verdict(a, broken, GUARD, POLICY, ["dev"]).startswith(
+        "B is worse: B breaks no_evidence_rate>=0.95 on dev"
+    )
 
 
 def test_a_guard_that_decides_is_quoted_not_the_p_of_a_metric_where_b_is_better():
