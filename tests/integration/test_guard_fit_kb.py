@@ -128,3 +128,11 @@ def test_an_adapted_model_not_recommended_is_a_verdict_printed_once(own_kb, tmp_
     assert len(verdicts) == 1 and verdicts[0].startswith("Verdict: "), done.stdout
     if verdicts[0].startswith("Verdict: not recommended"):
         assert f"The adapted model stays in {output}, marked as not recommended in its card" in done.stdout
+
+
+def test_an_evaluation_says_what_it_does_while_it_runs(own_kb, capsys):
+    _, queries, overrides = own_kb
+    done = run_main(capsys, "eval", "--queries", queries, "--no-baselines", *overrides)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert f"evaluating {queries}: 4 queries (the model loads first) ..." in lines and "  4/4" in lines

@@ -75,3 +75,19 @@ def test_an_unknown_guard_lists_the_guards_and_a_broken_one_names_its_file(tmp_p
         load_config(["guard=mine"], config_dir=conf)
     assert "while parsing a flow sequence" in str(broken.value)
     assert f'in "{conf / "guard" / "mine.yaml"}", line 1' in str(broken.value)
+
+
+def test_the_ab_changed_queries_say_right_or_wrong_on_each_side():
+    from pipelines.evaluation_metrics import EvalQuery, Ranked
+    from pipelines.tuning.ab import AbReport, QueryChange, _right, format_ab, html_report
+
+    query = EvalQuery(query="disk full", relevant={"disk.md"}, kind="answerable", id="q1")
+    a, b = Ranked(sources=["cpu.md"], answered=True), Ranked(sources=["disk.md"], answered=True)
+    change = QueryChange(
+        "q1", "disk full", "answerable", "cpu.md", "disk.md", True, True, _right(query, a), _right(query, b)
+    )
+    off_topic = EvalQuery(query="bake bread", relevant=set(), kind="off_topic", id="q2")
+    assert _right(off_topic, Ranked(sources=[], answered=False)) and not _right(off_topic, a)
+    report = AbReport({"a": [], "b": ["x=1"], "base": []}, "q.jsonl", {}, [change], verdict="no detectable difference")
+    assert "  q1         wrong -> right: cpu.md -> disk.md" in format_ab(report).splitlines()
+    assert "<td>wrong &rarr; right</td>" in html_report(report)
