@@ -30,7 +30,7 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
 def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int:
     from pipelines.evaluation import index_first
     from pipelines.tuning.guard_fit import fit_guard, measure_guard
-    from pipelines.tuning.guards import guard_constraints
+    from pipelines.tuning.guards import check_measurable, guard_constraints
     from pipelines.tuning.search import format_search, run_search
     from pipelines.tuning.space import SearchSpace
 
@@ -41,6 +41,7 @@ def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int
     if args.kb:
         index_first(cfg, args.kb)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    check_measurable(constraints, [*tuning, *guards])  # a constraint that guards nothing fails before any work
     guard = fit_guard(cfg, guards, constraints, measure_guard(cfg, guards))
     for line in guard.lines():
         say(line)
