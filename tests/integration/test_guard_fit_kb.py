@@ -7,6 +7,7 @@ that fits.
 
 import json
 import shlex
+import sys
 
 import pytest
 
@@ -130,8 +131,9 @@ def test_an_adapted_model_not_recommended_is_a_verdict_printed_once(own_kb, tmp_
         assert f"The adapted model stays in {output}, marked as not recommended in its card" in done.stdout
 
 
-def test_an_evaluation_says_what_it_does_while_it_runs(own_kb, capsys):
+def test_an_evaluation_says_what_it_does_while_it_runs(own_kb, capsys, monkeypatch):
     _, queries, overrides = own_kb
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # a terminal: the progress is shown
     done = run_main(capsys, "eval", "--queries", queries, "--no-baselines", *overrides)
     assert done.returncode == 0, done.stderr
     lines = done.stderr.splitlines()
