@@ -91,3 +91,11 @@ def test_the_ab_changed_queries_say_right_or_wrong_on_each_side():
     report = AbReport({"a": [], "b": ["x=1"], "base": []}, "q.jsonl", {}, [change], verdict="no detectable difference")
     assert "  q1         wrong -> right: cpu.md -> disk.md" in format_ab(report).splitlines()
     assert "<td>wrong &rarr; right</td>" in html_report(report)
+
+
+def test_guard_built_before_it_is_built_says_how_to_build_it(make_config, tmp_path):
+    from pipelines.tuning.guards import guard_sets
+
+    cfg = make_config("guard=built", state_dir=tmp_path / "state")
+    with pytest.raises(ConfigError, match="built.jsonl not found in .*knowledge guard build --kb DIR"):
+        guard_sets(cfg, [], [])
