@@ -66,7 +66,9 @@ class AdaptVerdict:
                     f"  {_fmt(s.rejected):>8}  {high}"
                 )
         verdict = "recommended" if self.recommended else "not recommended"
-        return [*lines, *self.decision.lines(), f"Verdict: {verdict}: {self.reason}"]
+        # The decision's own "keep ..." line says the same reason: the verdict is printed once.
+        warnings = [f"warning: {warning}" for warning in self.decision.unguarded]
+        return [*lines, *warnings, f"Verdict: {verdict}: {self.reason}"]
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -20,6 +20,7 @@ metrics and their table are in pipelines/evaluation_metrics.py.
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ from pipelines.reliability import reliability
 from pipelines.settings import embedder_params, knowledge_store
 
 logger = logging.getLogger(__name__)
+# How often `evaluate` reports its progress, in queries: a line every few seconds on a loaded machine.
+PROGRESS_EVERY = 20
 
 RRF_K = 60
 DEPTH = 50
@@ -277,12 +280,21 @@ def build_systems(cfg: DictConfig, baselines: bool = True, record: bool = False)
     return systems
 
 
-def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], label: str = "") -> Evaluation:
-    """Ask every system every query (timing each answer) and score them; refuse sources the index lacks."""
+def evaluate(
+    cfg: DictConfig,
+    queries: list[EvalQuery],
+    systems: list[Any],
+    label: str = "",
+    progress: Callable[[int, int], None] | None = None,
+) -> Evaluation:
+    """
+    Ask every system every query (timing each answer) and score them; refuse sources the index lacks.
+    `progress(done, total)` is called every `PROGRESS_EVERY` queries and at the end.
+    """
     check_sources_indexed(cfg, [query.relevant for query in queries])
     answers: dict[str, list[Ranked]] = {system.name: [] for system in systems}
     started_ms = int(time.time() * 1000)
-    for query in queries:
+    for number, query in enumerate(queries, start=1):
         for system in systems:
             started = time.perf_counter()
             try:
@@ -291,6 +303,8 @@ def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], labe
                 ranked = Ranked(sources=[], answered=False)
             ranked.latency_ms = (time.perf_counter() - started) * 1000.0
             answers[system.name].append(ranked)
+        if progress is not None and (number % PROGRESS_EVERY == 0 or number == len(queries)):
+            progress(number, len(queries))
     report: dict[str, Any] = {
         "queries": label,
         "collection": cfg.milvus.collection,
@@ -329,6 +343,7 @@ def run_evaluation_full(
     details_path: str | None = None,
     record: bool = False,
     append_details: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Evaluation:
     """
     Evaluate the pipeline (and the baselines) on a query file: metrics per system and every answer.
@@ -339,7 +354,10 @@ def run_evaluation_full(
     if kb_path:
         cfg = index_first(cfg, kb_path)
     check_sources_indexed(cfg, [query.relevant for query in queries])  # before the model loads
-    evaluation = evaluate(cfg, queries, build_systems(cfg, baselines, record), label=str(queries_path))
+    if progress is not None:
+        progress(0, len(queries))  # the input is good: the slow part (model load, the queries) starts
+    systems = build_systems(cfg, baselines, record)
+    evaluation = evaluate(cfg, queries, systems, label=str(queries_path), progress=progress)
     if details_path:
         _write_details(details_path, queries, evaluation.answers, Path(queries_path).stem, append_details)
     return evaluation

@@ -30,8 +30,9 @@ from components.common.choices import (
     check_unit_interval,
 )
 from components.common.masking import MASK, masked
-from components.errors import BadInputError, first_line
+from components.errors import BadInputError
 from pipelines.calibration import CALIBRATED_KEYS, apply_calibration
+from pipelines.config_messages import config_message
 
 if TYPE_CHECKING:
     from components.stores.knowledge_store import KnowledgeStore
@@ -191,6 +192,8 @@ class GuardConfig:
     primary_metric: str = MISSING
     level: float = MISSING
     min_off_topic: int = MISSING
+    tolerance: float | None = MISSING
+    min_fit: float = MISSING
 
 
 @dataclass
@@ -258,6 +261,7 @@ _UNIT_INTERVAL = (
     "l0.subject_elsewhere_margin",
     "mlflow.sample_rate",
     "guard.level",
+    "guard.min_fit",
 )
 
 
@@ -296,6 +300,8 @@ def _validate_values(cfg: DictConfig) -> None:
         check_seconds(**{key: OmegaConf.select(cfg, key) for key in _POSITIVE})
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    if cfg.guard.tolerance is not None and not 0.0 <= cfg.guard.tolerance <= 1.0:  # null: no relative guard
+        raise ConfigError(f"guard.tolerance={cfg.guard.tolerance} must lie in [0, 1], or be null (no relative guard)")
     _check_trace_url(str(cfg.trace.db_url or ""))
     for key in ("serve.port", "serve.mcp_port"):
         if OmegaConf.select(cfg, key) > MAX_PORT:
@@ -306,24 +312,6 @@ def _validate_values(cfg: DictConfig) -> None:
         check_rerank_weights(cfg.rerank.weights, name="rerank.weights")
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-
-
-def _one_line(exc: Exception) -> str:
-    message = first_line(exc, from_cause=True)
-    full_key = getattr(exc.__cause__, "full_key", None)  # OmegaConf's error names the key apart from its message
-    if full_key and full_key not in message:
-        message = f"{full_key}: {message}"
-    return message
-
-
-def _with_hint(message: str) -> str:
-    """Hydra's "Ambiguous value" for `a=1,2` says neither what it means nor what to do: name `-m`."""
-    if message.startswith("Ambiguous value for argument"):
-        return (
-            f"{message}: a comma list is a sweep, run with -m (knowledge eval --queries FILE -m ...); "
-            "for a list write key=[a,b], for a string key='a,b'"
-        )
-    return message
 
 
 # Milvus's parameter dicts take any entry: struct mode refuses new keys on their empty default, so overrides get `++`.
@@ -356,7 +344,7 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | 
             cfg = compose(config_name="config", overrides=open_map_overrides(overrides))
         OmegaConf.resolve(cfg)
     except Exception as exc:  # Hydra raises several exception types, all of them a config problem here
-        raise ConfigError(_with_hint(_one_line(exc))) from exc
+        raise ConfigError(config_message(exc)) from exc
     finally:
         GlobalHydra.instance().clear()
     _check_known_keys(cfg)

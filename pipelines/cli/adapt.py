@@ -71,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} {value} must be 1 or more")
     cfg = load(args.overrides)  # a bad config fails before the slow imports below
 
-    from pipelines.adapt import AdaptOptions, adapt_model
+    from pipelines.adapt import AdaptOptions, adapt_model, default_output
+    from pipelines.adapt_verdict import NotRecommendedError
 
     options = AdaptOptions(
         kb_path=args.kb,
@@ -90,5 +91,11 @@ def run(args: argparse.Namespace) -> int:
         verdict=not args.no_verdict,
         calibration_method=args.calibration,
     )
-    adapt_model(cfg, options, say=lambda line: print(line, flush=True))
+    # Mining the pairs and loading the model take a while before the estimate can be measured: say so first.
+    print(f"Adapting to {args.kb or cfg.kb.path}: mining training pairs and loading the model to time a step ...")
+    try:
+        adapt_model(cfg, options, say=lambda line: print(line, flush=True))
+    except NotRecommendedError:  # a verdict, printed above with its reason: an answer, not a failure
+        output = args.output or default_output(cfg, args.kb or cfg.kb.path)
+        print(f"The adapted model stays in {output}, marked as not recommended in its card; keep the packaged model.")
     return EXIT_OK

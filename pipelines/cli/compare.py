@@ -79,6 +79,7 @@ def _compare_ab(args: argparse.Namespace) -> int:
     if args.json:
         payload = {
             "verdict": report.verdict,
+            "guard": report.guard.to_dict(),
             "metrics": report.metrics,
             "changes": [change.__dict__ for change in report.changes],
             "report": report.report_path,

@@ -7,11 +7,11 @@ import sys
 from collections.abc import Sequence
 
 from components.common.masking import mask_handlers
-from pipelines.cli import adapt, bench, compare, dev, evaluate, index, labels, lookup, serve, traces
+from pipelines.cli import adapt, bench, compare, dev, evaluate, guard, index, labels, lookup, serve, traces
 from pipelines.cli.common import EPILOG
 
 # In the order `knowledge --help` lists them.
-COMMAND_MODULES = (index, lookup, serve, evaluate, adapt, compare, bench, dev, traces, labels)
+COMMAND_MODULES = (index, lookup, serve, evaluate, adapt, compare, guard, bench, dev, traces, labels)
 COMMANDS = {module.NAME: module.run for module in COMMAND_MODULES}
 
 # Loggers that write for errors we report ourselves in one line (pymilvus and milvus_lite log an

@@ -200,6 +200,7 @@ def _eval_builtin(args: argparse.Namespace, cfg) -> int:
             details_path=args.details,
             record=args.record,
             append_details=number > 0,
+            progress=(lambda done, total, name=queries: _progress(name, done, total)) if sys.stderr.isatty() else None,
         )
         print(json.dumps(evaluation.report, indent=2) if args.json else format_metrics(evaluation.report))
         if not args.json and (evaluation.report.get("reliability") or {}).get("answerable"):
@@ -209,6 +210,15 @@ def _eval_builtin(args: argparse.Namespace, cfg) -> int:
         for line in runs.announce(run_id):
             print(line, file=sys.stderr if args.json else sys.stdout)
     return EXIT_OK
+
+
+def _progress(queries: str, done: int, total: int) -> None:
+    """
+    Lines on a terminal's stderr while an evaluation runs (a set of a hundred queries takes minutes on a loaded
+    machine); as `knowledge index` shows its bar, only to a terminal: a pipe or log keeps one line per error.
+    """
+    line = f"evaluating {queries}: {total} queries (the model loads first) ..." if done == 0 else f"  {done}/{total}"
+    print(line, file=sys.stderr, flush=True)
 
 
 def _eval_genai(args: argparse.Namespace, cfg) -> int:

@@ -176,15 +176,16 @@ def _rerun(args: argparse.Namespace, cfg) -> int:
     parse_since(args.since)  # a bad date is refused before any copy is made
 
     with snapshot_overrides(cfg, say=lambda line: print(line, file=sys.stderr, flush=True)) as snapshot:
-        return _rerun_with(args, load(args.overrides, snapshot))
+        return _rerun_with(args, load(args.overrides, snapshot), snapshot)
 
 
-def _rerun_with(args: argparse.Namespace, cfg) -> int:
+def _rerun_with(args: argparse.Namespace, cfg, snapshot: list[str]) -> int:
     from pipelines.tuning.guards import guard_constraints, guard_sets
-    from pipelines.tuning.rerun import format_rerun, parse_since, rerun_traces
+    from pipelines.tuning.rerun import format_rerun, is_setting, parse_since, rerun_traces
 
     since = parse_since(args.since)
     guards, constraints = guard_sets(cfg, [], []), guard_constraints(cfg, [], [], "guard.constraints")
+    current = load([o for o in args.overrides if not is_setting(o)], snapshot)
     report = rerun_traces(
         cfg,
         since=since,
@@ -192,11 +193,13 @@ def _rerun_with(args: argparse.Namespace, cfg) -> int:
         include_evaluation=args.include_evaluation,
         guards=guards,
         constraints=constraints,
+        current_cfg=current,
     )
     if args.json:
         payload = {
             "totals": report.totals,
             "guard": report.guard,
+            "guard_fit": report.fit.to_dict() if report.fit is not None else None,
             "run_id": report.run_id,
             "queries": [r.to_dict() for r in report.rows],
         }

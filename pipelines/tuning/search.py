@@ -78,6 +78,7 @@ class SearchResult:
     roles: dict[str, str] = field(default_factory=dict)  # set name -> tuning, guard, held-out
     verdict: Any = None  # pipelines/tuning/recommend.py's Verdict
     repeats: int = 0  # trials that drew a setting already evaluated (not re-run)
+    guard: Any = None  # pipelines/tuning/guard_fit.py's GuardFit: the guard in effect
 
     @property
     def override_line(self) -> str:
@@ -343,6 +344,7 @@ def format_search(result: SearchResult) -> str:
         lines.append(f"{result.repeats} trials drew a setting already evaluated and were not re-run")
     if result.best is None:
         lines.append("no trial met the constraints: no best setting (more --trials, a wider space or other bounds)")
+    lines += result.guard.lines() if result.guard is not None else []
     lines += result.verdict.lines()
     return "\n".join(lines)
 
