@@ -1,8 +1,7 @@
 """
 Retrieval evaluation on a labelled query set, beside two baselines over the same chunks.
 
-Query file: JSONL with `query`, `relevant` (sources relative to the knowledge base; empty for an
-off-topic query) and `kind` ("answerable" or "off_topic"); `id` and `style` are optional.
+Query file: JSONL read by pipelines/eval_queries.py (`query`, `relevant`, `kind`).
 
 Systems, all on the chunks of the configured collection:
 - `pipeline`: the full lookup_knowledge pipeline (L0 hints, filtered/fallback L1, rule rerank).
@@ -30,8 +29,8 @@ from omegaconf import DictConfig
 
 from components.common.text import unique
 from components.contracts import InvalidQueryError
-from components.errors import BadInputError
 from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD
+from pipelines.eval_queries import load_queries
 from pipelines.evaluation_metrics import RECALL_DEPTH, EvalQuery, Ranked, filter_report, first_hit, score
 from pipelines.manifest import check_sources_indexed
 from pipelines.reliability import reliability
@@ -45,54 +44,6 @@ RRF_K = 60
 DEPTH = 50
 # The `unfiltered` system: the configured pipeline without the L0 category filter.
 UNFILTERED = {"retrieval": {"category_filter": False}}
-
-
-QUERY_KINDS = ("answerable", "off_topic")
-
-
-class EvaluationInputError(BadInputError):
-    """The query file cannot be used."""
-
-
-def _kind_of(row: dict[str, Any]) -> str:
-    kind = row.get("kind") or ("answerable" if row.get("relevant") else "off_topic")
-    if kind not in QUERY_KINDS:
-        raise ValueError(f"unknown kind {kind!r}: the kinds are {', '.join(QUERY_KINDS)}")
-    return kind
-
-
-def load_queries(path: str | Path) -> list[EvalQuery]:
-    queries = []
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise EvaluationInputError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        lines = data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise EvaluationInputError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x})") from exc
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            queries.append(
-                EvalQuery(
-                    query=row["query"],
-                    relevant=set(row.get("relevant") or []),
-                    kind=_kind_of(row),
-                    id=str(row.get("id", number)),
-                    style=row.get("style", ""),
-                )
-            )
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise EvaluationInputError(f"{path}:{number}: not a query line ({exc})") from exc
-        except ValueError as exc:  # an unknown kind would count as answerable with nothing relevant, silently
-            raise EvaluationInputError(f"{path}:{number}: {exc}") from exc
-    if not queries:
-        raise EvaluationInputError(f"{path} holds no queries")
-    return queries
 
 
 # ---------------------------------------------------------------------------------------------

@@ -117,7 +117,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.evaluation import EvaluationInputError
+    from pipelines.eval_queries import EvaluationInputError
 
     overrides = [o for o in args.overrides if not o.startswith("search=")]
     search = args.search or next((o.split("=", 1)[1] for o in args.overrides if o.startswith("search=")), None)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from components.tracing.label_records import OFF_TOPIC, RIGHT_SOURCES
 from components.tracing.trace_store import TraceStore
+from pipelines.eval_queries import load_queries
 from pipelines.labels.record import new_label
 from pipelines.labels.split import normalised_query
 
@@ -25,8 +26,6 @@ def imported_label_id(reviewer: str, query: str, verdict: str, sources: list[str
 
 def import_labels(store: TraceStore, path: Path, reviewer: str) -> tuple[int, int, dict[str, int]]:
     """(rows read, labels new, statuses of the writes) of one eval file."""
-    from pipelines.evaluation import load_queries
-
     queries = load_queries(path)
     before = len(store.labels())
     statuses: dict[str, int] = {}

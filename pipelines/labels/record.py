@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from components.errors import BadInputError
-from components.stores.l0_index_file import L0IndexHandle, L0IndexMissingError
 from components.tracing.label_records import NOT_USEFUL, OFF_TOPIC, RIGHT_SOURCES, USEFUL, VERDICTS, WRONG
 from components.tracing.trace_store import AmbiguousInvocationIdError, TraceStore, TraceStoreError
 
@@ -80,6 +79,9 @@ def check_sources(index_path: str, sources: list[str]) -> None:
     """Every source is a document of the index (its KB-relative path, e.g. `disk/disk-full.md`)."""
     if not sources:
         return
+    # Here, not at the top: the L0 index brings numpy, which labels without sources never need.
+    from components.stores.l0_index_file import L0IndexHandle, L0IndexMissingError
+
     try:
         index = L0IndexHandle(index_path).get()
     except L0IndexMissingError as exc:

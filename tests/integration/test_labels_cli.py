@@ -5,6 +5,8 @@ written while the database is away is spooled and replayed, and the export split
 """
 
 import json
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
@@ -14,9 +16,11 @@ import pytest
 from components.tracing.trace_store import TraceStore
 from pipelines.labels.split import label_split, normalised_query
 from tests.conftest import state_overrides
-from tests.helpers import REPO, run_main
+from tests.helpers import REPO, child_env, run_main
 
 DEV = REPO / "eval" / "prometheus-dev.jsonl"
+# The label commands read and write the trace database only: none of these loads.
+RETRIEVAL_STACK = ("haystack", "pymilvus", "onnxruntime", "mlflow", "torch")
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +172,27 @@ def test_an_imported_eval_set_exports_as_itself_split_by_query(tmp_path, sample_
         assert split == label_split(query)
         assert sorted(row["relevant"]) == sorted(dev[query]["relevant"]) and row["kind"] == dev[query]["kind"]
     assert Counter(split for split, _ in exported.values())["check"] > 0
+
+
+def test_the_label_commands_load_no_retrieval_stack(tmp_path, sample_cfg):
+    overrides = own_database(tmp_path, sample_cfg)
+    recorded = invocation("disk almost full")
+    TraceStore(f"sqlite:///{tmp_path}/state/traces.db", str(tmp_path / "unused.jsonl")).write(recorded)
+    commands = [
+        ["labels", "import", str(DEV), "--reviewer", "dev-set"],
+        ["traces", "label", recorded["id"], "--source", "disk/disk-full.md"],
+        ["traces", "label", recorded["id"], "--off-topic"],
+        ["labels", "list", "--last", "3"],
+        ["labels", "export", "--out", str(tmp_path / "out")],
+    ]
+    script = (
+        "import sys\n"
+        "from pipelines.cli import main\n"
+        f"codes = [main([*argv, *{overrides!r}]) for argv in {commands!r}]\n"
+        f"print(codes, [m for m in {RETRIEVAL_STACK!r} if m in sys.modules], file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1] == "[0, 0, 0, 0, 0] []"
