@@ -43,7 +43,8 @@ KB = "knowledge"
 EVIDENCE_THRESHOLDS = "0.2,0.35,0.5,0.65"
 REFERENCE_THRESHOLDS = "0.3,0.6"
 GUARD_OVERRIDES = []  # e.g. ["guard.sets=[eval/my-guard.jsonl]"]: the guard (conf/guard/) of the sweep run here
-ADAPTED_MODEL = None  # a model folder `knowledge adapt` wrote, compared with the packaged model at the end; None: skipped
+ADAPTED_MODEL = None  # a model folder `knowledge adapt --kb DIR` wrote, compared with the packaged model at the end
+LABELS_MODEL = None  # one `knowledge adapt --labels FILE|--labels-from-store` wrote, compared too; None: skipped
 
 # %%
 import os
@@ -154,16 +155,19 @@ for line in review.verdict.lines():
 RECOMMENDED = review.verdict.recommended.label if review.verdict.recommended else None
 
 # %% [markdown]
-# ## Base against adapted model
+# ## Base against adapted models
 #
-# `knowledge adapt` (docs/adapt.md) writes a model folder that carries its own calibration. Given as
-# `ADAPTED_MODEL`, it is compared with the packaged model in MLflow: a sweep over `embedder.model`,
-# one child run per model on the same query set, each model indexed into its own folder and with its
-# own thresholds, and the verdict of the same rule. Left empty, nothing runs: the notebook trains
-# nothing.
+# `knowledge adapt` (docs/adapt.md) writes a model folder that carries its own calibration: trained
+# on the knowledge base alone (`ADAPTED_MODEL`) or on reviewers' labels too (`LABELS_MODEL`). The
+# folders given are compared with the packaged model in MLflow: a sweep over `embedder.model`, one
+# child run per model on the same query set and guard sets, each model indexed into its own folder
+# and with its own thresholds, a table of them and the verdict of the same rule (the best model
+# against the packaged one). Left empty, nothing runs: the notebook trains nothing.
 
 # %%
-if ADAPTED_MODEL:
+ROLES = {"packaged:all-MiniLM-L6-v2": "base", ADAPTED_MODEL: "kb-adapted", LABELS_MODEL: "label-adapted"}
+COMPARED = [model for model in ROLES if model]
+if len(COMPARED) > 1:
     from pipelines.tuning.sweep import run_guarded_sweep
 
     models = run_guarded_sweep(
@@ -171,7 +175,7 @@ if ADAPTED_MODEL:
             f"paths.state_dir={STATE_DIR}",
             f"mlflow.tracking_uri={TRACKING_URI}",
             *GUARD_OVERRIDES,
-            f"embedder.model=packaged:all-MiniLM-L6-v2,{ADAPTED_MODEL}",
+            f"embedder.model={','.join(COMPARED)}",
         ],
         [str(ROOT / QUERIES)],
         kb_path=str(ROOT / KB),
@@ -182,8 +186,12 @@ if ADAPTED_MODEL:
         print(line)
     columns = ("hit@1", "hit@5", "answer_rate", "no_evidence_rate", "fallback_rate")
     model_table = pd.DataFrame(
-        [{"model": " ".join(trial.swept), **{name: trial.value(name) for name in columns}} for trial in models.trials]
+        [
+            {"role": ROLES[trial.swept[0].split("=", 1)[1].replace("\\:", ":")], "model": " ".join(trial.swept)}
+            | {name: trial.value(name) for name in columns}
+            for trial in models.trials
+        ]
     )
     print(model_table.to_string(index=False))
 else:
-    print("ADAPTED_MODEL not given: no model comparison")
+    print("neither ADAPTED_MODEL nor LABELS_MODEL given: no model comparison")

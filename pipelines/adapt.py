@@ -34,7 +34,7 @@ from transformers import TrainerCallback
 from components.common.embedding_models import resolve_model
 from components.common.model_folder import ADAPT_RECORD, CALIBRATION_FILE
 from components.errors import BadInputError
-from pipelines.adapt_labels import LabelSplit, label_pairs_note, split_labels, trained_on, with_label_pairs
+from pipelines.adapt_labels import LabelSplit, chosen_labels, label_pairs_note, trained_on, with_label_pairs
 from pipelines.adapt_pairs import MinedPairs, check_training_source, pairs_from, read_kb
 from pipelines.adapt_split import HeldOutSplit, split_held_out
 from pipelines.adapt_verdict import checked_guard_sets
@@ -66,6 +66,7 @@ class AdaptOptions:
     overrides: list[str] = field(default_factory=list)  # the command's config overrides, for the verdict's pipelines
     guard_sets: list[str] | None = None  # off-topic query files besides the configured guard's (guard.sets)
     labels: str | None = None  # a `knowledge eval` JSONL file: its train split trains, its check split judges
+    labels_from_store: bool = False  # the trace store's labels (trace.db_url) instead of a file
     labels_only: bool = False  # train on the labelled pairs alone (the KB still gives their chunks and the index)
     # After training: fit the model's calibration, then judge it against the base model (the CLI does
     # both; the training machinery alone leaves them out).
@@ -94,9 +95,7 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
     check_training_source(kb_path)
     if options.calibrate:
         checked_guard_sets(cfg, options.guard_sets)
-    if options.labels_only and not options.labels:
-        raise BadInputError("--labels-only needs --labels FILE: the labelled pairs are what it trains on")
-    labels = split_labels(options.labels) if options.labels else None
+    labels = chosen_labels(cfg, options.labels, options.labels_from_store, options.labels_only, say)
     documents, chunks = read_kb(
         kb_path,
         max_tokens=cfg.chunking.max_tokens,

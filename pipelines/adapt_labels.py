@@ -1,5 +1,6 @@
 """
-Labelled pairs for `knowledge adapt --labels FILE` (a `knowledge eval` JSONL file).
+Labelled pairs for `knowledge adapt --labels FILE` (a `knowledge eval` JSONL file) or
+`knowledge adapt --labels-from-store` (the trace store's labels, merged as `knowledge labels export` merges them).
 
 Every label query goes through the one stable split (`pipelines.labels.split.label_split`): `train`
 queries become pairs, `check` queries are held out for the verdict and never train. An answerable
@@ -14,7 +15,7 @@ Usage example:
 from pipelines.adapt_labels import label_pairs, split_labels
 from pipelines.adapt_pairs import read_kb
 
-labels = split_labels("eval/prometheus-dev.jsonl")
+labels = split_labels("eval/prometheus-dev.jsonl")  # or store_labels(cfg, print): the trace store's
 documents, chunks = read_kb("../runbooks")
 pairs = label_pairs(labels.train, chunks, encoder)  # encoder: the base SentenceTransformer
 ```
@@ -36,11 +37,12 @@ from pipelines.labels.split import label_split, normalised_query
 
 @dataclass(frozen=True)
 class LabelSplit:
-    """A label file on the two sides of the split: answerable train queries, and every check query."""
+    """Labels on the two sides of the split: answerable train queries, and every check query."""
 
-    path: str
+    path: str  # the label file, or with `from_store` the trace store's URL (a password hidden)
     train: list[EvalQuery]
     check: list[EvalQuery]
+    from_store: bool = False
 
     @property
     def train_queries(self) -> frozenset[str]:
@@ -54,13 +56,32 @@ class LabelSplit:
 
     def settings(self, only: bool) -> dict[str, Any]:
         """What of the labels decides the trained weights (a resumed or repeated run must match it)."""
+        source = {"store": self.path} if self.from_store else {"file": str(Path(self.path).resolve())}
         return {
-            "file": str(Path(self.path).resolve()),
+            **source,
             "fingerprint": self.fingerprint(),
             "train": len(self.train),
             "check": len(self.check),
             "only": only,
         }
+
+
+def chosen_labels(cfg, path: str | None, from_store: bool, only: bool, say=print) -> LabelSplit | None:
+    """
+    The labels `knowledge adapt` was given: a file (`--labels FILE`), the trace store's
+    (`--labels-from-store`) or none.
+
+    :raises BadInputError: Both sources, or `only` (`--labels-only`) with neither.
+    """
+    if path and from_store:
+        raise BadInputError("--labels FILE and --labels-from-store: give one source of labels")
+    if only and not (path or from_store):
+        raise BadInputError(
+            "--labels-only needs --labels FILE or --labels-from-store: the labelled pairs are what it trains on"
+        )
+    if from_store:
+        return store_labels(cfg, say)
+    return split_labels(path) if path else None
 
 
 def split_labels(path: str | Path) -> LabelSplit:
@@ -75,12 +96,49 @@ def split_labels(path: str | Path) -> LabelSplit:
     queries = load_queries(path)
     train = [q for q in queries if label_split(q.query) == "train" and q.answerable]
     check = [q for q in queries if label_split(q.query) == "check"]
-    if not train or not any(q.answerable for q in check):
+    return _enough(LabelSplit(str(path), train, check), f"--labels {path}")
+
+
+def store_labels(cfg, say=print) -> LabelSplit:
+    """
+    The labels of the trace store (`trace.db_url`) by side: the rows `knowledge labels export` would
+    write (the latest label of each lookup, agreeing labels of a query merged, contradicting ones
+    left out), split by the same stable hash.
+
+    :raises BadInputError: No trace database, or the split leaves nothing to train or to judge on.
+    """
+    from pipelines.labels.export import build_export
+    from pipelines.settings import url_without_password
+    from pipelines.traces import open_store
+
+    store = open_store(cfg, reading=True)
+    try:
+        export = build_export(store.labels())
+    finally:
+        store.dispose()
+    queries = {split: [_eval_query(row) for row in rows] for split, rows in export.rows.items()}
+    url = url_without_password(str(cfg.trace.db_url))
+    say(
+        f"labels of the trace store {url}: {len(queries['train'])} train-split and {len(queries['check'])} "
+        f"check-split queries ({len(export.contradictions)} contradicted queries left out; "
+        "`knowledge labels export` lists them)"
+    )
+    train = [q for q in queries["train"] if q.answerable]
+    return _enough(LabelSplit(url, train, queries["check"], from_store=True), f"--labels-from-store ({url})")
+
+
+def _eval_query(row: dict[str, Any]) -> EvalQuery:
+    return EvalQuery(query=row["query"], relevant=set(row["relevant"]), kind=row["kind"], id=row["id"])
+
+
+def _enough(labels: LabelSplit, given: str) -> LabelSplit:
+    answerable_check = sum(q.answerable for q in labels.check)
+    if not labels.train or not answerable_check:
         raise BadInputError(
-            f"--labels {path}: {len(train)} answerable train-split and {sum(q.answerable for q in check)} answerable "
+            f"{given}: {len(labels.train)} answerable train-split and {answerable_check} answerable "
             "check-split queries; training and the verdict need at least one of each"
         )
-    return LabelSplit(str(path), train, check)
+    return labels
 
 
 def chunk_text(chunk: Document) -> str:
@@ -169,4 +227,5 @@ def trained_on(settings: dict[str, Any]) -> str:
             "(no evaluation query, label or text)."
         )
     where = "alone (the knowledge base below gave their chunks)" if labels["only"] else "and the knowledge base below"
-    return f"{base} on the train split of the labels in `{labels['file']}` {where}; their check split never trained."
+    source = f"in `{labels['file']}`" if "file" in labels else f"of the trace store `{labels['store']}`"
+    return f"{base} on the train split of the labels {source} {where}; their check split never trained."

@@ -16,7 +16,8 @@ Usage example:
 ```python
 cfg = load_config(["embedder.model=/tmp/kb-model"])  # thresholds from /tmp/kb-model/calibration.json
 calibration_in_force(cfg)  # {"source": "/tmp/kb-model/calibration.json", "method": "packaged_decides", "overridden": [],
-#   "decision_model": "packaged:all-MiniLM-L6-v2", "decision_from": "/tmp/kb-model/calibration.json"}
+#   "decision_model": "packaged:all-MiniLM-L6-v2", "decision_from": "/tmp/kb-model/calibration.json",
+#   "decision_scope": "answer"}
 ```
 """
 
@@ -123,9 +124,13 @@ def calibration_in_force(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _decision_in_force(cfg: DictConfig, data: dict[str, Any]) -> dict[str, Any]:
-    """The model that decides when it is not the ranking model, and where that came from (nothing otherwise)."""
+    """The model that decides when it is not the ranking model, where that came from and what it decides (else nothing)."""
     decision = cfg.embedder.decision_model
     if decision is None:
         return {}
     from_file = data.get("method") == PACKAGED_DECIDES and data.get("decision_model") == decision
-    return {"decision_model": decision, "decision_from": str(cfg.retrieval.calibration) if from_file else DECISION_KEY}
+    return {
+        "decision_model": decision,
+        "decision_from": str(cfg.retrieval.calibration) if from_file else DECISION_KEY,
+        "decision_scope": str(cfg.embedder.decision_scope),
+    }

@@ -215,7 +215,7 @@ class FallbackRetriever:
             reference_threshold=self.reference_threshold,
             calibration=self.calibration
             if self.decision_model is None
-            else f"{self.calibration} (decides: {self.decision_model})",
+            else f"{self.calibration} (decides: {self.decision_model}, scope: {self.decision_scope})",
         )
         if not self.l1_enabled:
             return {"candidates": [], "retrieval_trace": trace, "evidence_bar": evidence_bar}

@@ -40,11 +40,18 @@ def add_parser(sub) -> None:
         help="off-topic query set the calibration is fitted on and the verdict judges with (repeatable; "
         "default eval/offtopic-alerts.jsonl)",
     )
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
         "--labels",
         metavar="FILE",
         help="labelled queries (knowledge eval JSONL): the train split adds query -> document pairs, the check "
         "split (a stable hash of the query) is held out and judges base against adapted model",
+    )
+    source.add_argument(
+        "--labels-from-store",
+        action="store_true",
+        help="the labels of the trace store (trace.db_url) instead of a file, merged as `knowledge labels export` "
+        "merges them; then as with --labels FILE",
     )
     parser.add_argument(
         "--labels-only",
@@ -86,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         overrides=list(args.overrides),
         guard_sets=args.guard,
         labels=args.labels,
+        labels_from_store=args.labels_from_store,
         labels_only=args.labels_only,
         calibrate=True,
         verdict=not args.no_verdict,

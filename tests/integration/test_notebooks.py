@@ -92,15 +92,20 @@ def test_the_documented_notebook_commands_run_and_take_the_parent_run_on_the_com
 
     store = f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}"
     command = given_sweep.replace("<parent run id>", parent).replace("sqlite:///.knowledge/mlflow.db", store)
-    # The section "Base against adapted model" too: a model folder that carries a calibration.
-    adapted = shifted_model(tmp_path / "adapted")
-    printed = run(f"{command} -p ADAPTED_MODEL {adapted}", tmp_path / "given.ipynb")
+    # The section "Base against adapted models" too: model folders that carry a calibration.
+    adapted, labelled = shifted_model(tmp_path / "adapted"), shifted_model(tmp_path / "labelled", shift=3.0)
+    printed = run(f"{command} -p ADAPTED_MODEL {adapted} -p LABELS_MODEL {labelled}", tmp_path / "given.ipynb")
     assert f"sweep parent run: {parent}" in printed and verdict in printed.splitlines()  # the same verdict, read back
     assert f"MLflow: {store}" in printed
     (models,) = [line.split(": ", 1)[1] for line in printed.splitlines() if line.startswith("model comparison parent")]
     table = printed[printed.index("model comparison parent run") :]
-    rows = [line.split()[0] for line in table.splitlines() if line.strip().startswith("embedder.model=")]
-    assert rows == ["embedder.model=packaged\\:all-MiniLM-L6-v2", f"embedder.model={adapted}"]  # as swept
+    roles = ("base", "kb-adapted", "label-adapted")
+    rows = [line.split()[:2] for line in table.splitlines() if line.split()[:1] and line.split()[0] in roles]
+    assert rows == [
+        ["base", "embedder.model=packaged\\:all-MiniLM-L6-v2"],
+        ["kb-adapted", f"embedder.model={adapted}"],
+        ["label-adapted", f"embedder.model={labelled}"],
+    ]  # as swept, each named by its role
     import mlflow
 
     client = mlflow.MlflowClient(store)
@@ -108,4 +113,4 @@ def test_the_documented_notebook_commands_run_and_take_the_parent_run_on_the_com
     parents = sorted(r.info.run_id for r in runs if "mlflow.parentRunId" not in r.data.tags)
     assert parents == sorted([parent, models])  # no second threshold sweep; one model comparison
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == models]
-    assert len(children) == 2  # one run per model, on the same query set
+    assert len(children) == 3  # one run per model, on the same query set

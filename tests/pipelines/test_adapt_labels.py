@@ -8,7 +8,7 @@ import pytest
 from pipelines.adapt_labels import chunk_text, label_pairs, split_labels
 from pipelines.adapt_pairs import Pair, check_provenance, read_kb
 from pipelines.labels.split import label_split, normalised_query
-from tests.helpers import run_cli, stderr_lines
+from tests.helpers import run_cli, run_main, stderr_lines
 
 DISK, CPU = "disk/disk-full.md", "cpu/runaway-process.md"
 TRAIN = {
@@ -112,6 +112,40 @@ def test_adapt_with_labels_trains_on_them_and_judges_on_the_held_out_ones(small_
     scores = verdict["scores"]["base"][LABELS_SET]
     assert scores["hit_at_1"] is not None and scores["rejected"] is not None  # 3 answerable, 1 off-topic
     assert "labelled query -> its document's best chunk 4" in (output / "README.md").read_text()
+
+
+def test_adapt_from_the_trace_store_trains_on_its_merged_labels(small_kb, tmp_path, capsys):
+    """Labels imported into a trace store train as a file of them would, a contradicted query left out."""
+    state = tmp_path / "state"
+    overrides = (f"paths.state_dir={state}", "mlflow=off")
+    contradicted = "a process pegs the cpu at 100%"
+    other_view = tmp_path / "other.jsonl"
+    other_view.write_text(json.dumps({"query": contradicted, "relevant": [DISK], "kind": "answerable"}) + "\n")
+    for path, reviewer in ((_labels(tmp_path), "ana"), (other_view, "ben")):
+        imported = run_main(capsys, "labels", "import", str(path), "--reviewer", reviewer, *overrides)
+        assert imported.returncode == 0, imported.stderr
+    guard = tmp_path / "guard.jsonl"
+    guard.write_text(json.dumps({"query": "Redis is down", "relevant": []}) + "\n")
+    output = tmp_path / "model"
+    given = ("--kb", str(small_kb), "--output", str(output), "--guard", str(guard), "--batch-size", "2")
+    adapted = run_main(capsys, "adapt", "--labels-from-store", "--labels-only", "--max-steps", "1", *given, *overrides)
+    assert adapted.returncode in (0, 1), adapted.stderr  # 1: trained, but not recommended
+    assert "1 contradicted queries left out" in adapted.stdout
+    settings = json.loads((output / "adapt.json").read_text())["settings"]
+    assert settings["pairs"]["label"] == len(TRAIN) - 1
+    assert settings["labels"]["store"] == f"sqlite:///{state / 'traces.db'}" and "file" not in settings["labels"]
+    assert settings["labels"]["check"] == 4
+    assert "labels of the trace store `sqlite:///" in (output / "README.md").read_text()
+
+
+def test_adapt_from_a_store_without_labels_is_one_clear_error(tmp_path, capsys):
+    state = (f"paths.state_dir={tmp_path / 'state'}", "mlflow=off")
+    missing = run_main(capsys, "adapt", "--labels-from-store", "--output", str(tmp_path / "model"), *state)
+    assert missing.returncode == 2 and len(stderr_lines(missing)) == 1, missing.stderr
+    assert "no trace database at" in missing.stderr
+    with pytest.raises(SystemExit) as both:
+        run_main(capsys, "adapt", "--labels-from-store", "--labels", "x.jsonl", *state)
+    assert both.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
 def test_cli_refuses_labels_only_without_labels(tmp_path):

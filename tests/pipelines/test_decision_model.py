@@ -13,7 +13,7 @@ from pipelines.calibration import calibration_in_force
 from pipelines.manifest import format_manifest, manifest_status
 from pipelines.settings import load_config
 from tests.conftest import EVAL_DIR, SAMPLE_KB, state_overrides
-from tests.helpers import collection_rows, lookup_with, shifted_model
+from tests.helpers import collection_rows, lookup_with, run_cli, shifted_model
 
 PACKAGED = "packaged:all-MiniLM-L6-v2"
 OFF_TOPIC = "recipe for sourdough bread with a crispy crust"  # nothing of the sample knowledge base is about baking
@@ -40,9 +40,31 @@ def test_the_calibration_names_the_deciding_model_and_where_it_came_from(decided
         "overridden": [],
         "decision_model": PACKAGED,
         "decision_from": str(model / "calibration.json"),
+        "decision_scope": "answer",
     }
     vectors = DecisionVectors.load(cfg.embedder.decision_vectors, PACKAGED)
     assert set(vectors.ids) == {row["id"] for row in collection_rows(cfg, ("id",))}
+
+
+def test_health_and_cfg_show_what_the_decision_model_decides(decided):
+    from pipelines.serving.health import HealthCheck
+
+    cfg, model = decided
+    all_bars = load_config([f"embedder.model={model}", "embedder.decision_scope=all"])
+    shown = HealthCheck(all_bars, trace_store=None, auth=False).config()["calibration"]
+    assert shown["decision_model"] == PACKAGED and shown["decision_scope"] == "all"
+    printed = run_cli("lookup", "--cfg", f"embedder.model={model}", "embedder.decision_scope=all")
+    assert printed.returncode == 0, printed.stderr
+    assert f"decision_model: {PACKAGED}" in printed.stdout and "decision_scope: all" in printed.stdout
+
+
+def test_the_mlflow_trace_names_the_decision_models_scope(decided):
+    from components.tracing.trace_summary import retriever_decision
+
+    cfg, model = decided
+    _, outputs = lookup_with(cfg, "disk almost full", f"embedder.model={model}", include=("retriever",))
+    attributes = retriever_decision(outputs["retriever"], set(), 0, 1)["attributes"]
+    assert attributes["calibration"] == f"{model / 'calibration.json'} (decides: {PACKAGED}, scope: answer)"
 
 
 def test_the_packaged_model_decides_no_evidence_where_the_shifted_scale_would_answer(decided):
@@ -54,7 +76,7 @@ def test_the_packaged_model_decides_no_evidence_where_the_shifted_scale_would_an
     assert candidates and all(c.rank_similarity is not None for c in candidates)
     assert max(c.similarity for c in candidates) < cfg.retrieval.evidence_threshold  # the packaged scale
     assert max(c.rank_similarity for c in candidates) > cfg.retrieval.uncovered_evidence_threshold  # the shifted one
-    assert "decides: packaged" in outputs["retriever"]["retrieval_trace"].calibration
+    assert "decides: packaged:all-MiniLM-L6-v2, scope: all" in outputs["retriever"]["retrieval_trace"].calibration
     on_its_own_scale, _ = lookup_with(cfg, OFF_TOPIC, uses_model, "embedder.decision_model=null")
     assert on_its_own_scale.found  # the same model deciding for itself answers the off-topic query
     answerable, _ = lookup_with(cfg, "disk almost full", uses_model)
