@@ -110,7 +110,7 @@ def test_adapts_default_calibration_is_packaged_decides_and_loads(tmp_path):
     from pipelines.calibration import read_calibration
 
     assert AdaptOptions().calibration_method == "packaged_decides"
-    calibration = packaged_decides(load_config(), ["eval/offtopic-alerts.jsonl"])
+    calibration = packaged_decides(load_config(), str(tmp_path), ["eval/offtopic-alerts.jsonl"])
     path = write_calibration(tmp_path, calibration)
     data = read_calibration(path)
     assert data["method"] == "packaged_decides" and data["decision_model"] == PACKAGED and data["thresholds"] == {}
@@ -120,3 +120,27 @@ def test_adapts_default_calibration_is_packaged_decides_and_loads(tmp_path):
     assert (
         load_config([f"retrieval.calibration={path}", "embedder.decision_model=null"]).embedder.decision_model is None
     )
+
+
+def test_a_model_folder_without_the_calibration_its_index_needs_is_refused_in_one_line(decided):
+    """The index was built for the packaged model to decide: without calibration.json the shifted model would."""
+    from pipelines.calibration import CalibrationError
+    from tests.helpers import run_cli, stderr_lines
+
+    cfg, model = decided
+    calibration = model / "calibration.json"
+    kept = calibration.read_bytes()
+    calibration.unlink()
+    try:
+        overrides = [f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off", f"embedder.model={model}"]
+        with pytest.raises(CalibrationError, match=f"model folder {model} has no calibration.json"):
+            load_config(overrides)
+        for command in (["lookup", "redis primary down"], ["index"], ["serve", "--port", "65431"]):
+            result = run_cli(*command, *overrides, timeout=120)  # a served folder would never end: refused first
+            lines = stderr_lines(result)
+            assert result.returncode == 2 and len(lines) == 1, (command, result.stderr)
+            assert "has no calibration.json" in lines[0] and "knowledge adapt" in lines[0], lines
+        explicit = load_config([*overrides, f"embedder.decision_model={PACKAGED}"])  # the user says who decides
+        assert explicit.embedder.decision_model == PACKAGED
+    finally:
+        calibration.write_bytes(kept)
