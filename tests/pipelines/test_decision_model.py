@@ -144,3 +144,14 @@ def test_a_model_folder_without_the_calibration_its_index_needs_is_refused_in_on
         assert explicit.embedder.decision_model == PACKAGED
     finally:
         calibration.write_bytes(kept)
+
+
+def test_a_sweep_or_compare_side_keeps_its_decision_vectors_in_its_own_folder(tmp_path):
+    from pipelines.tuning.sweep import index_redirect
+
+    side = [f"embedder.model={shifted_model(tmp_path / 'model')}"]
+    redirect = index_redirect(side, str(tmp_path / "state"))
+    cfg = load_config([f"paths.state_dir={tmp_path / 'state'}", *side, *redirect])
+    own = Path(cfg.l0.index_path).parent
+    assert cfg.embedder.decision_model == PACKAGED
+    assert Path(cfg.embedder.decision_vectors).parent == own != tmp_path / "state"
