@@ -173,7 +173,10 @@ def check_index_needs_no_decision_model(cfg: DictConfig) -> None:
 
 def adapt_verdict(cfg: DictConfig) -> str | None:
     """The verdict line when the calibration in force records that adapt did not recommend its model."""
-    data = _calibration_data(cfg)
+    try:
+        data = _calibration_data(cfg)
+    except CalibrationError:  # changed since the config was loaded: calibration_in_force says so
+        return None
     verdict = data.get("verdict") if data else None
     if isinstance(verdict, dict) and verdict.get("recommended") is False:
         return f"{NOT_RECOMMENDED}: {verdict.get('reason', 'no reason recorded')}"
