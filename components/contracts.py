@@ -141,16 +141,14 @@ class Candidate(RecordContract, CheapDeepcopy):
     section_kind: str | None = None
     keywords: list[str] = field(default_factory=list)
     entities: list[str] = field(default_factory=list)
-    # Index-time chunk terms for lexical signals: a frozenset, shared rather than copied between
-    # components (see CheapDeepcopy); often a hundred strings or more.
+    # Index-time chunk terms for lexical signals: a frozenset shared, not copied (CheapDeepcopy); often 100+ strings.
     terms: frozenset[str] = frozenset()
     hit_reasons: list[str] = field(default_factory=list)
     final_score: float = 0.0
     boosts: dict[str, float] = field(default_factory=dict)
     # Token count of `content` with the embedding model's tokenizer, at index time (None: not recorded).
     tokens: int | None = None
-    # The BM25 full-text leg's score (Milvus's BM25, higher is better; not a similarity) and its
-    # rank in that leg, when the leg found this chunk; None otherwise.
+    # The BM25 leg's score (Milvus's BM25, higher is better; not a similarity) and rank, when it found the chunk.
     bm25_score: float | None = None
     bm25_rank: int | None = None
     # The ranking model's similarity when a decision model scored `similarity` (common/decision_scale.py).
@@ -221,9 +219,11 @@ class RetrievalTrace(Contract, CheapDeepcopy):
     # The legs the attempts ran, and why the BM25 leg did not (None when it ran).
     legs: list[str] = field(default_factory=list)
     bm25_skipped: str | None = field(default=None, metadata=wire(omit_none=True))
-    # MLflow trace only: the top similarity a filtered attempt needed, where the thresholds came from.
+    # MLflow trace only: the top similarity a filtered attempt needed, where the thresholds came from, and
+    # the decision model's best similarity when it refused the ranking model's evidence (answer-only gating).
     reference_threshold: float | None = field(default=None, metadata=wire(json=None, record=None))
     calibration: str | None = field(default=None, metadata=wire(json=None, record=None))
+    gate_similarity: float | None = field(default=None, metadata=wire(json=None, record=None))
 
 
 @dataclass

@@ -15,6 +15,8 @@ trace store unusable; exit status 1). Anything else is unexpected and counts as 
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.common.masking import masked
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
@@ -58,7 +60,7 @@ def first_line(exc: BaseException, *, lines: int = 1, typed: bool = False, from_
     cause = exc.__cause__
     if from_cause and cause is not None and str(cause).strip():
         exc = cause
-    found = [line.strip() for line in str(exc).splitlines() if line.strip()][:lines]
+    found = [line.strip() for line in masked(str(exc)).splitlines() if line.strip()][:lines]
     if not found:
         return type(exc).__name__
     message = " ".join(found)

@@ -22,18 +22,20 @@
 # `comparison.csv`) and an HTML report. This notebook reads such a run back with MLflow and plots
 # the agreement per query and the score pairs by path.
 #
-# It reads the run `RUN_ID`, or the latest run of the `lookup-knowledge-compare` experiment in the
-# MLflow store under `STATE_DIR`. When that store holds no run yet, it makes one on the bundled
+# It reads the run `RUN_ID` (from `TRACKING_URI`, by default the store `knowledge compare` logs to),
+# or the latest run of the `lookup-knowledge-compare` experiment in the MLflow store under `STATE_DIR`. When that store holds no run yet, it makes one on the bundled
 # `knowledge/` base with a handful of queries, so that it runs top to bottom anywhere.
 
 # %% tags=["parameters"]
 STATE_DIR = None  # folder with mlflow.db; None: $KNOWLEDGE_NOTEBOOK_STATE, else a temporary folder
+TRACKING_URI = None  # the MLflow store of the run; None: the CLI's default store for a RUN_ID, else the state folder's
 RUN_ID = None  # a `knowledge compare` run id; None: the latest run of the experiment
 EXPERIMENT = "lookup-knowledge-compare"
 
 # %%
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -50,10 +52,14 @@ def project_root(start: Path) -> Path:
 
 
 ROOT = project_root(Path.cwd())
+sys.path.insert(0, str(ROOT))  # this checkout's code, whichever project the kernel's venv installed
 # A temporary folder is removed when the kernel exits: the notebook leaves nothing outside its output.
 _TEMPORARY = None if STATE_DIR or os.environ.get("KNOWLEDGE_NOTEBOOK_STATE") else tempfile.TemporaryDirectory()
 STATE_DIR = Path(STATE_DIR or os.environ.get("KNOWLEDGE_NOTEBOOK_STATE") or _TEMPORARY.name)
-TRACKING_URI = f"sqlite:///{STATE_DIR}/mlflow.db"
+from pipelines.tuning.runs import notebook_tracking_uri
+
+TRACKING_URI = notebook_tracking_uri(ROOT, STATE_DIR, TRACKING_URI, run_given=RUN_ID is not None)
+print("state:", STATE_DIR, "| MLflow:", TRACKING_URI)
 client = mlflow.MlflowClient(TRACKING_URI)
 
 

@@ -35,7 +35,7 @@
 
 # %% tags=["parameters"]
 STATE_DIR = None  # the state folder (Milvus Lite db, MLflow store); None: $KNOWLEDGE_NOTEBOOK_STATE or a temp folder
-TRACKING_URI = None  # the MLflow store of an existing sweep; None: the state folder's
+TRACKING_URI = None  # the MLflow store of the sweep; None: the CLI's default store for a PARENT_RUN_ID, else the state folder's
 PARENT_RUN_ID = None  # the parent run of an existing sweep; None: run the sweep below
 EXPERIMENT = "lookup-knowledge-eval"
 QUERIES = "eval/sample-kb.jsonl"
@@ -66,10 +66,9 @@ sys.path.insert(0, str(ROOT))  # this checkout's code, whichever project the ker
 # A temporary folder is removed when the kernel exits: the notebook leaves nothing outside its output.
 _TEMPORARY = None if STATE_DIR or os.environ.get("KNOWLEDGE_NOTEBOOK_STATE") else tempfile.TemporaryDirectory()
 STATE_DIR = Path(STATE_DIR or os.environ.get("KNOWLEDGE_NOTEBOOK_STATE") or _TEMPORARY.name)
-TRACKING_URI = TRACKING_URI or f"sqlite:///{STATE_DIR}/mlflow.db"
-if TRACKING_URI.startswith("sqlite:///") and not TRACKING_URI.startswith("sqlite:////"):
-    # The CLI prints the store relative to the project (`sqlite:///.knowledge/mlflow.db`); the kernel runs in notebooks/.
-    TRACKING_URI = f"sqlite:///{ROOT / TRACKING_URI.removeprefix('sqlite:///')}"
+from pipelines.tuning.runs import notebook_tracking_uri
+
+TRACKING_URI = notebook_tracking_uri(ROOT, STATE_DIR, TRACKING_URI, run_given=PARENT_RUN_ID is not None)
 print("state:", STATE_DIR, "| MLflow:", TRACKING_URI)
 
 # %% [markdown]
@@ -102,16 +101,14 @@ import pandas as pd
 from pipelines.tuning.review import read_sweep
 
 review = read_sweep(TRACKING_URI, PARENT_RUN_ID, EXPERIMENT)
-(REJECTION,) = [c.label for c in review.constraints if c.metric == "no_evidence_rate"] or ["no_evidence_rate"]
-table = pd.DataFrame(review.table).rename(
-    columns={
-        "retrieval.evidence_threshold": "evidence_threshold",
-        "retrieval.reference_threshold": "reference_threshold",
-        "hit@1": "hit_at_1",
-        REJECTION: "rejection",
-    }
-)
-table = table.sort_values(["reference_threshold", "evidence_threshold"]).reset_index(drop=True)
+for line in review.guard:
+    print(line)
+# The guard's rejection where one is in effect, else the swept query file's own off-topic queries.
+REJECTION = next((c.label for c in review.constraints if c.metric == "no_evidence_rate"), "no_evidence_rate")
+# Whatever the sweep swept (evidence x reference here; the docs' loop sweeps evidence x uncovered): x, then lines.
+SWEPT = review.swept_keys
+table = pd.DataFrame(review.table).rename(columns={"hit@1": "hit_at_1", REJECTION: "rejection"})
+table = table.sort_values(SWEPT[::-1]).reset_index(drop=True)
 table
 
 # %% [markdown]
@@ -129,14 +126,18 @@ panels = [
     ("rejection", "rejection rate (off-topic, worst set)"),
     ("fallback_rate", "fallback rate"),
 ]
+X, LINES = SWEPT[0], SWEPT[1:2]
+groups = table.groupby(LINES[0]) if LINES else [("", table)]
 figure, axes = plt.subplots(1, len(panels), figsize=(16, 3.6), sharex=True)
 for axis, (column, title) in zip(axes, panels, strict=True):
-    for reference, group in table.groupby("reference_threshold"):
-        axis.plot(group["evidence_threshold"], group[column], marker="o", label=f"reference {reference}")
+    for value, group in groups:
+        label = f"{LINES[0].rsplit('.', 1)[-1]} {value}" if LINES else None
+        axis.plot(group[X], group[column], marker="o", label=label)
     axis.set_title(title)
-    axis.set_xlabel("retrieval.evidence_threshold")
+    axis.set_xlabel(X)
     axis.set_ylim(-0.05, 1.05)
-axes[0].legend()
+if LINES:
+    axes[0].legend()
 figure.tight_layout()
 plt.show()
 

@@ -46,7 +46,8 @@ from pipelines.adapt_folder import (
     trained_record,
     work_folder,
 )
-from pipelines.adapt_pairs import MinedPairs, check_training_source, mine_pairs
+from pipelines.adapt_labels import LabelSplit, label_pairs_note, split_labels, trained_on, with_label_pairs
+from pipelines.adapt_pairs import MinedPairs, check_training_source, pairs_from, read_kb
 from pipelines.adapt_split import HeldOutSplit, split_held_out
 from pipelines.adapt_verdict import checked_guard_sets
 
@@ -69,6 +70,8 @@ class AdaptOptions:
     callbacks: list[TrainerCallback] = field(default_factory=list)  # more trainer callbacks (observe or stop a run)
     overrides: list[str] = field(default_factory=list)  # the command's config overrides, for the verdict's pipelines
     guard_sets: list[str] | None = None  # off-topic query files besides the configured guard's (guard.sets)
+    labels: str | None = None  # a `knowledge eval` JSONL file: its train split trains, its check split judges
+    labels_only: bool = False  # train on the labelled pairs alone (the KB still gives their chunks and the index)
     # After training: fit the model's calibration, then judge it against the base model (the CLI does
     # both; the training machinery alone leaves them out).
     calibrate: bool = False
@@ -96,18 +99,25 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
     check_training_source(kb_path)
     if options.calibrate:
         checked_guard_sets(cfg, options.guard_sets)
-    mined = mine_pairs(
+    if options.labels_only and not options.labels:
+        raise BadInputError("--labels-only needs --labels FILE: the labelled pairs are what it trains on")
+    labels = split_labels(options.labels) if options.labels else None
+    documents, chunks = read_kb(
         kb_path,
         max_tokens=cfg.chunking.max_tokens,
         overlap_tokens=cfg.chunking.overlap_tokens,
         min_tokens=cfg.chunking.min_tokens,
         tokenizer_model=cfg.embedder.model,
     )
+    mined = pairs_from(documents, chunks)
     if not mined.pairs:
         raise BadInputError(f"knowledge base {kb_path} gives no training pairs (it needs at least two documents)")
     split = split_held_out(mined, options.seed)  # the verdict's queries: never trained on
     mined = split.training
     settings = {**_settings(cfg, options, kb_path, mined), "held_out_anchors": len(split.held_out)}
+    if labels is not None:
+        mined = with_label_pairs(cfg, mined, labels, chunks, documents, options.labels_only)
+        settings = {**settings, "pairs": mined.counts(), "labels": labels.settings(options.labels_only)}
     done = finished_record(output)
     if done is not None and not (options.overwrite and done.get("settings") != settings):
         if done.get("settings") != settings:
@@ -117,11 +127,11 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
             )
         say(f"{output} already holds this adapted model (same knowledge base and settings): nothing to do")
         if options.calibrate and not _calibrated_for(output, options.calibration_method):
-            _refuse_not_recommended(calibrate_and_judge(cfg, options, output, split, kb_path, say), output)
+            _refuse_not_recommended(calibrate_and_judge(cfg, options, output, split, kb_path, say, labels), output)
         return AdaptResult(str(output), done, already_done=True)
     work = work_folder(output)
     record = trained_record(work, settings, options.overwrite) or _train(cfg, options, work, mined, settings, say)
-    verdict = calibrate_and_judge(cfg, options, work, split, kb_path, say) if options.calibrate else None
+    verdict = calibrate_and_judge(cfg, options, work, split, kb_path, say, labels) if options.calibrate else None
     publish(work, output)
     say(f"Adapted model written to {output}")
     say(f"  use it with: embedder.model={output}  (then `knowledge index` re-embeds the knowledge base)")
@@ -129,13 +139,22 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
     return AdaptResult(str(output), record)
 
 
-def calibrate_and_judge(cfg: DictConfig, options: AdaptOptions, output: Path, split: HeldOutSplit, kb_path: str, say):
+def calibrate_and_judge(
+    cfg: DictConfig,
+    options: AdaptOptions,
+    output: Path,
+    split: HeldOutSplit,
+    kb_path: str,
+    say,
+    labels: LabelSplit | None = None,
+):
     """
     Write the model's calibration (docs/adapt.md#calibration), then judge it against the base model
-    and record the verdict in its card and calibration; returns the verdict (None without one).
+    (on the labels' check split when given, else on the KB's held-out anchors) and record the verdict
+    in its card and calibration; returns the verdict (None without one).
     """
     from pipelines.adapt_calibration import calibration_lines, fit_calibration, packaged_decides, write_calibration
-    from pipelines.adapt_verdict import KB_SET, guard_texts, judge, kb_queries
+    from pipelines.adapt_verdict import guard_texts, judge, judged_queries
 
     guard_sets = checked_guard_sets(cfg, options.guard_sets)
     names = [query_set.path for query_set in guard_sets]
@@ -147,7 +166,7 @@ def calibrate_and_judge(cfg: DictConfig, options: AdaptOptions, output: Path, sp
     say(f"Calibration ({calibration['method']}): {calibration_lines(calibration)}")
     if not options.verdict:
         return None
-    sets = {KB_SET: kb_queries(split.held_out), **{s.name: s.queries for s in guard_sets}}
+    sets = {**judged_queries(split, labels), **{s.name: s.queries for s in guard_sets}}
     say(f"Judging base against adapted model on {', '.join(f'{n} ({len(q)})' for n, q in sets.items())} ...")
     verdict = judge(cfg, options.overrides, str(output), kb_path, sets)
     for line in verdict.lines():
@@ -349,8 +368,7 @@ def model_card(record: dict[str, Any]) -> str:
     lines = [
         MODEL_CARD_TITLE,
         "",
-        f"Fine-tuned from `{settings['base_model']}` by `knowledge adapt` on the markdown knowledge base below, "
-        "without labels: training pairs come only from its files (no evaluation query, label or text).",
+        trained_on(settings),
         "",
         "| | |",
         "| --- | --- |",
@@ -358,7 +376,8 @@ def model_card(record: dict[str, Any]) -> str:
         f"| knowledge base fingerprint | `{settings['kb_fingerprint']}` (source paths and content hashes) |",
         f"| documents, chunks | {record['documents']}, {record['chunks']} |",
         f"| pairs | {sum(pairs.values())}: title -> section {pairs['title']}, heading path -> section "
-        f"{pairs['heading']}, first sentence -> rest {pairs['sentence']} (each with a sibling's hard negative) |",
+        f"{pairs['heading']}, first sentence -> rest {pairs['sentence']} (each with a sibling's hard negative)"
+        f"{label_pairs_note(pairs)} |",
         f"| loss | {settings['loss']} (in-batch negatives), batches without duplicate texts |",
         f"| epochs, steps, batch size, learning rate | {settings['epochs']}, {record['steps']}, "
         f"{settings['batch_size']}, {settings['learning_rate']} |",

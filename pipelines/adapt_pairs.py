@@ -10,11 +10,15 @@ Three kinds of (anchor, positive) pairs per chunk:
 - `sentence`: the chunk's first sentence -> the rest of the chunk, with its header as the index
   embeds it (title and section path first), the nearest thing to a query a KB holds.
 
+`knowledge adapt --labels FILE` adds a fourth kind, `label` (`pipelines.adapt_labels`): a labelled
+query of the train split -> its document's best chunk.
+
 Each pair gets a hard negative from a sibling: the document of the same category whose title
 shares the most terms (any category when a document has no sibling), its chunk of the same
 section kind, formatted as the positive. No query, label or text of `eval/` can enter: the
 knowledge base may not be or contain the project's eval folder (`check_training_source`), and
-every text of every pair is checked to come from its own KB document (`check_provenance`).
+every text of every pair is checked to come from its own KB document (`check_provenance`), but for
+the anchor of a `label` pair, which must be a train-split query of the labels given.
 
 Usage example:
 
@@ -39,10 +43,12 @@ from components.common.text import terms
 from components.errors import BadInputError
 from components.indexing.markdown_chunker import MarkdownChunker
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
+from pipelines.labels.split import label_split, normalised_query
 
 # The project's labelled query sets: never training data.
 EVAL_DIR = Path(__file__).resolve().parents[1] / "eval"
 PAIR_KINDS = ("title", "heading", "sentence")
+LABEL_KIND = "label"  # a labelled query -> its document's chunk (pipelines/adapt_labels.py)
 
 # A first sentence that makes a usable anchor: prose of a few words, not a code line or a link list.
 _SENTENCE_END = re.compile(r"\n\s*\n|(?<=[.!?])\s+|(?<=[。！？])")
@@ -78,7 +84,8 @@ class MinedPairs:
 
     def counts(self) -> dict[str, int]:
         counted = Counter(pair.kind for pair in self.pairs)
-        return {kind: counted.get(kind, 0) for kind in PAIR_KINDS}
+        labelled = {LABEL_KIND: counted[LABEL_KIND]} if counted[LABEL_KIND] else {}  # runs without labels: as before
+        return {**{kind: counted.get(kind, 0) for kind in PAIR_KINDS}, **labelled}
 
 
 def check_training_source(kb_path: str | Path) -> Path:
@@ -111,12 +118,27 @@ def mine_pairs(
     tokenizer_model: str = "packaged:all-MiniLM-L6-v2",
 ) -> MinedPairs:
     """Read, chunk and pair the knowledge base at `kb_path` (chunk sizes as `chunking.*`)."""
+    return pairs_from(*read_kb(kb_path, max_tokens, overlap_tokens, min_tokens, tokenizer_model))
+
+
+def read_kb(
+    kb_path: str | Path,
+    max_tokens: int = 200,
+    overlap_tokens: int = 32,
+    min_tokens: int = 8,
+    tokenizer_model: str = "packaged:all-MiniLM-L6-v2",
+) -> tuple[list[Document], list[Document]]:
+    """The knowledge base's documents and chunks, as the index reads and chunks them."""
     check_training_source(kb_path)
     documents = MarkdownKnowledgeReader(kb_path=str(kb_path)).run()["documents"]
     chunker = MarkdownChunker(
         max_tokens=max_tokens, overlap_tokens=overlap_tokens, min_tokens=min_tokens, tokenizer_model=tokenizer_model
     )
-    chunks = chunker.run(documents=documents)["documents"]
+    return documents, chunker.run(documents=documents)["documents"]
+
+
+def pairs_from(documents: list[Document], chunks: list[Document]) -> MinedPairs:
+    """The title, heading and sentence pairs of read documents and their chunks."""
     by_source: dict[str, list[Document]] = {}
     for chunk in chunks:
         by_source.setdefault(chunk.meta["source"], []).append(chunk)
@@ -209,19 +231,38 @@ def split_first_sentence(text: str) -> tuple[str | None, str | None]:
     return first, rest
 
 
-def check_provenance(pairs: list[Pair], documents: list[Document]) -> None:
+def check_provenance(pairs: list[Pair], documents: list[Document], label_queries: frozenset[str] = frozenset()) -> None:
     """
     Every text of every pair comes from its knowledge-base document: the anchor, positive and
     negative are cut from the title, headings and body of the documents they name. Anything else
-    (an eval query, a label) would fail here.
+    (an eval query, a label) would fail here, but for the anchor of a `label` pair, which must be
+    one of `label_queries` (normalised) and of the train split.
 
-    :raises AssertionError: A pair holds text its document does not.
+    :raises AssertionError: A pair holds text its document does not, or a query it may not train on.
     """
     texts = {d.meta["source"]: _words(f"{d.meta.get('title') or ''}\n{d.content or ''}") for d in documents}
     for pair in pairs:
-        for text, source in ((pair.anchor, pair.source), (pair.positive, pair.source)):
-            _assert_from(text, texts.get(source), source)
+        if pair.kind == LABEL_KIND:
+            assert_trainable_label(pair.anchor, label_queries)
+        else:
+            _assert_from(pair.anchor, texts.get(pair.source), pair.source)
+        _assert_from(pair.positive, texts.get(pair.source), pair.source)
         _assert_from(pair.negative, texts.get(pair.negative_source), pair.negative_source)
+
+
+def assert_trainable_label(query: str, label_queries: frozenset[str]) -> None:
+    """
+    A labelled query may train only from the train split of the labels given: a check-split one is
+    what a verdict judges on.
+
+    :raises AssertionError: The query is of the check split, or no query of the labels.
+    """
+    if label_split(query) != "train":
+        raise AssertionError(
+            f"a check-split label query may not train (it is held out for the verdict): {query[:80]!r}"
+        )
+    if normalised_query(query) not in label_queries:
+        raise AssertionError(f"label pair anchor is no query of the labels given: {query[:80]!r}")
 
 
 def _assert_from(text: str, document_text: str | None, source: str) -> None:

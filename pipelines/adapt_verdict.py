@@ -21,6 +21,7 @@ from pipelines.evaluation import evaluate, index_first
 from pipelines.evaluation_metrics import EvalQuery, Ranked
 
 KB_SET = "kb-pairs"
+LABELS_SET = "labels-check"  # the check split of `--labels`: held out of training by the stable split
 # Off-topic rejection may fall this much under the base model's before the adapted model is refused.
 REJECTION_TOLERANCE = 0.01
 
@@ -65,7 +66,9 @@ class AdaptVerdict:
                     f"  {_fmt(s.rejected):>8}  {high}"
                 )
         verdict = "recommended" if self.recommended else "not recommended"
-        return [*lines, *self.decision.lines(), f"Verdict: {verdict}: {self.reason}"]
+        # The decision's own "keep ..." line says the same reason: the verdict is printed once.
+        warnings = [f"warning: {warning}" for warning in self.decision.unguarded]
+        return [*lines, *warnings, f"Verdict: {verdict}: {self.reason}"]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +85,16 @@ def _fmt(value: float | None) -> str:
 def kb_queries(held_out: list[tuple[str, str]]) -> list[EvalQuery]:
     """The held-out anchors (`pipelines.adapt_split`), each answered by its own document."""
     return [EvalQuery(query=a, relevant={s}, kind="answerable", id=f"kb-{i}") for i, (a, s) in enumerate(held_out)]
+
+
+def judged_queries(split, labels=None) -> dict[str, list[EvalQuery]]:
+    """
+    The queries the sign test judges on: the labels' check split (`LabelSplit`) when labels were
+    given, else the knowledge base's held-out anchors (`HeldOutSplit`).
+    """
+    if labels is not None:
+        return {LABELS_SET: labels.check}
+    return {KB_SET: kb_queries(split.held_out)}
 
 
 def guard_texts(guard_sets: list[Any]) -> list[str]:

@@ -20,14 +20,9 @@ from typing import Any
 from haystack.tools import Tool
 
 from pipelines.lookup import LookupService
+from pipelines.views import AGENT_VIEW_KEYS, FULL_VIEW_KEYS, VIEWS, described, shown
 
 TOOL_NAME = "lookup_knowledge"
-TOOL_DESCRIPTION = (
-    "Look up the operations knowledge base (runbooks) for a question or alert text. Returns "
-    "structured evidence: found, evidenceBlocks (source, title, breadcrumb, content, hitReasons), "
-    "a contextPack to quote from, and retrieval traces. found=false means the knowledge base holds "
-    "no evidence for the query: do not answer from it then."
-)
 TOOL_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -41,39 +36,14 @@ TOOL_PARAMETERS: dict[str, Any] = {
 }
 
 
-# `view`: `full` is the whole result (REST and CLI default); `agent` is what an agent quotes from.
-VIEWS = ("full", "agent")
-# The keys of the agent view, taken as they are from the full result.
-_AGENT_KEYS = ("found", "evidenceStatus", "message", "relevanceLevel", "completenessHint")
-# The keys of one citation: where a packed block comes from and how strongly it matched.
-_CITATION_KEYS = ("source", "title", "breadcrumb", "score", "scoreLabel")
-
-
-def agent_view(result: dict[str, Any]) -> dict[str, Any]:
-    """
-    The slim result for an agent (`view=agent`): the decision, the packed context to quote and one
-    citation per evidence block, without the retrieval and rerank traces or a second copy of the
-    evidence text. The trace row of the call keeps everything.
-
-    Usage example:
-
-    ```python
-    agent_view(service.lookup("disk almost full").to_dict())["context"]  # the text to quote
-    ```
-    """
-    view = {key: result[key] for key in _AGENT_KEYS if key in result}
-    pack = result.get("contextPack") or {}
-    view["context"] = pack.get("text", "")
-    view["citations"] = [
-        {key: block[key] for key in _CITATION_KEYS if block.get(key) is not None}
-        for block in result.get("evidenceBlocks") or []
-    ]
-    if pack.get("truncated"):
-        view["contextTruncated"] = True
-    if "error" in result:
-        view["error"] = result["error"]
-    view["invocationId"] = result.get("invocationId")
-    return view
+def tool_description(view: str = "agent") -> str:
+    """What the tool does and exactly which keys the result of `view` holds (pipelines/views.py)."""
+    keys = AGENT_VIEW_KEYS if view == "agent" else FULL_VIEW_KEYS
+    return (
+        "Look up the operations knowledge base (runbooks) for a question or alert text. Returns a JSON "
+        f"object with the keys: {described(keys)}. found=false means the knowledge base holds no evidence "
+        "for the query: do not answer from it then."
+    )
 
 
 def lookup_knowledge_tool(service: LookupService, view: str = "agent") -> Tool:
@@ -93,12 +63,7 @@ def lookup_knowledge_tool(service: LookupService, view: str = "agent") -> Tool:
 
     return Tool(
         name=TOOL_NAME,
-        description=TOOL_DESCRIPTION,
+        description=tool_description(view),
         parameters=TOOL_PARAMETERS,
         function=lookup_knowledge,
     )
-
-
-def shown(result: dict[str, Any], view: str) -> dict[str, Any]:
-    """The result as a view shows it: the full result, or the agent view (packed context and citations)."""
-    return result if view == "full" else agent_view(result)

@@ -4,14 +4,16 @@ import sys
 import traceback
 from typing import TextIO
 
-from haystack.core.errors import PipelineRuntimeError
-
+from components.common.masking import masked
 from components.errors import exit_code_of, first_line
 
 
 def unwrap_pipeline_error(exc: BaseException) -> BaseException:
     """The error a component raised, without Haystack's PipelineRuntimeError wrapping."""
-    while isinstance(exc, PipelineRuntimeError) and exc.__cause__ is not None:
+    haystack_errors = sys.modules.get("haystack.core.errors")
+    if haystack_errors is None:  # no pipeline ran in this process (the `--url` client): nothing wraps the error
+        return exc
+    while isinstance(exc, haystack_errors.PipelineRuntimeError) and exc.__cause__ is not None:
         exc = exc.__cause__
     return exc
 
@@ -23,7 +25,7 @@ def report_error(exc: BaseException, debug: bool = False, stream: TextIO | None 
     """
     stream = stream or sys.stderr
     if debug:
-        traceback.print_exception(exc, file=stream)
+        print(masked("".join(traceback.format_exception(exc))), end="", file=stream)
     error = unwrap_pipeline_error(exc)
     print(f"knowledge: error: {first_line(error)}", file=stream)
     return exit_code_of(error)

@@ -1,8 +1,7 @@
 """
 Retrieval evaluation on a labelled query set, beside two baselines over the same chunks.
 
-Query file: JSONL with `query`, `relevant` (sources relative to the knowledge base; empty for an
-off-topic query) and `kind` ("answerable" or "off_topic"); `id` and `style` are optional.
+Query file: JSONL read by pipelines/eval_queries.py (`query`, `relevant`, `kind`).
 
 Systems, all on the chunks of the configured collection:
 - `pipeline`: the full lookup_knowledge pipeline (L0 hints, filtered/fallback L1, rule rerank).
@@ -20,6 +19,7 @@ metrics and their table are in pipelines/evaluation_metrics.py.
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,67 +29,21 @@ from omegaconf import DictConfig
 
 from components.common.text import unique
 from components.contracts import InvalidQueryError
-from components.errors import BadInputError
 from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD
+from pipelines.eval_queries import load_queries
 from pipelines.evaluation_metrics import RECALL_DEPTH, EvalQuery, Ranked, filter_report, first_hit, score
 from pipelines.manifest import check_sources_indexed
 from pipelines.reliability import reliability
 from pipelines.settings import embedder_params, knowledge_store
 
 logger = logging.getLogger(__name__)
+# How often `evaluate` reports its progress, in queries: a line every few seconds on a loaded machine.
+PROGRESS_EVERY = 20
 
 RRF_K = 60
 DEPTH = 50
 # The `unfiltered` system: the configured pipeline without the L0 category filter.
 UNFILTERED = {"retrieval": {"category_filter": False}}
-
-
-QUERY_KINDS = ("answerable", "off_topic")
-
-
-class EvaluationInputError(BadInputError):
-    """The query file cannot be used."""
-
-
-def _kind_of(row: dict[str, Any]) -> str:
-    kind = row.get("kind") or ("answerable" if row.get("relevant") else "off_topic")
-    if kind not in QUERY_KINDS:
-        raise ValueError(f"unknown kind {kind!r}: the kinds are {', '.join(QUERY_KINDS)}")
-    return kind
-
-
-def load_queries(path: str | Path) -> list[EvalQuery]:
-    queries = []
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise EvaluationInputError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        lines = data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise EvaluationInputError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x})") from exc
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            queries.append(
-                EvalQuery(
-                    query=row["query"],
-                    relevant=set(row.get("relevant") or []),
-                    kind=_kind_of(row),
-                    id=str(row.get("id", number)),
-                    style=row.get("style", ""),
-                )
-            )
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise EvaluationInputError(f"{path}:{number}: not a query line ({exc})") from exc
-        except ValueError as exc:  # an unknown kind would count as answerable with nothing relevant, silently
-            raise EvaluationInputError(f"{path}:{number}: {exc}") from exc
-    if not queries:
-        raise EvaluationInputError(f"{path} holds no queries")
-    return queries
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,12 +231,21 @@ def build_systems(cfg: DictConfig, baselines: bool = True, record: bool = False)
     return systems
 
 
-def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], label: str = "") -> Evaluation:
-    """Ask every system every query (timing each answer) and score them; refuse sources the index lacks."""
+def evaluate(
+    cfg: DictConfig,
+    queries: list[EvalQuery],
+    systems: list[Any],
+    label: str = "",
+    progress: Callable[[int, int], None] | None = None,
+) -> Evaluation:
+    """
+    Ask every system every query (timing each answer) and score them; refuse sources the index lacks.
+    `progress(done, total)` is called every `PROGRESS_EVERY` queries and at the end.
+    """
     check_sources_indexed(cfg, [query.relevant for query in queries])
     answers: dict[str, list[Ranked]] = {system.name: [] for system in systems}
     started_ms = int(time.time() * 1000)
-    for query in queries:
+    for number, query in enumerate(queries, start=1):
         for system in systems:
             started = time.perf_counter()
             try:
@@ -291,6 +254,8 @@ def evaluate(cfg: DictConfig, queries: list[EvalQuery], systems: list[Any], labe
                 ranked = Ranked(sources=[], answered=False)
             ranked.latency_ms = (time.perf_counter() - started) * 1000.0
             answers[system.name].append(ranked)
+        if progress is not None and (number % PROGRESS_EVERY == 0 or number == len(queries)):
+            progress(number, len(queries))
     report: dict[str, Any] = {
         "queries": label,
         "collection": cfg.milvus.collection,
@@ -329,6 +294,7 @@ def run_evaluation_full(
     details_path: str | None = None,
     record: bool = False,
     append_details: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Evaluation:
     """
     Evaluate the pipeline (and the baselines) on a query file: metrics per system and every answer.
@@ -339,7 +305,10 @@ def run_evaluation_full(
     if kb_path:
         cfg = index_first(cfg, kb_path)
     check_sources_indexed(cfg, [query.relevant for query in queries])  # before the model loads
-    evaluation = evaluate(cfg, queries, build_systems(cfg, baselines, record), label=str(queries_path))
+    if progress is not None:
+        progress(0, len(queries))  # the input is good: the slow part (model load, the queries) starts
+    systems = build_systems(cfg, baselines, record)
+    evaluation = evaluate(cfg, queries, systems, label=str(queries_path), progress=progress)
     if details_path:
         _write_details(details_path, queries, evaluation.answers, Path(queries_path).stem, append_details)
     return evaluation

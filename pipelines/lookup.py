@@ -57,10 +57,14 @@ class LookupService:
     ```
     """
 
-    def __init__(self, cfg: DictConfig, pipeline: Pipeline | None = None, one_shot: bool = False) -> None:
+    def __init__(
+        self, cfg: DictConfig, pipeline: Pipeline | None = None, one_shot: bool = False, trace_every_call: bool = False
+    ) -> None:
         """
         :param one_shot: The process runs one lookup and exits: MLflow is set up on the first
             sampled trace rather than at warm-up (its import takes longer than the lookup).
+        :param trace_every_call: Trace every lookup in MLflow whatever `mlflow.sample_rate` (a lookup
+            typed by a person, who then looks for it; sampling spreads a server's or an agent's).
         """
         self.cfg = cfg
         self.pipeline = pipeline or build_lookup_pipeline(cfg)
@@ -68,6 +72,8 @@ class LookupService:
         self._warm_lock = threading.Lock()
         if one_shot and self.trace_writer is not None:
             self.trace_writer.defer_mlflow_setup()
+        if trace_every_call and self.trace_writer is not None:
+            self.trace_writer.trace_every_call()
         for name in self.pipeline.graph.nodes if self.trace_writer is not None else ():
             instance = self.pipeline.get_component(name)
             if getattr(instance, "raise_on_failure", None) is True:

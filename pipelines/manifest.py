@@ -28,7 +28,9 @@ from components.errors import BadInputError
 
 logger = logging.getLogger(__name__)
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2
+# Manifests of version 1 were written before checksums: only they may lack one.
+FIRST_CHECKSUMMED_VERSION = 2
 # Missing sources named in the refusal of an evaluation.
 SHOWN_MISSING = 5
 KEY_WIDTH = 20  # of `index --status`
@@ -52,22 +54,36 @@ class IndexManifest:
     chunks: int
     indexed_at: str
     index_config: dict[str, Any] = field(default_factory=dict)
-    version: int = MANIFEST_VERSION
+    version: int | None = MANIFEST_VERSION
     checksum: str = ""  # of every other field: a hand edit (another kb_path) is caught before it is acted on
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "IndexManifest":
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
-        return cls(**known)
+        # Every manifest was written with its version: one without is not taken for the current format.
+        return cls(**{"version": None, **known})
 
     def fields_checksum(self) -> str:
         fields = {key: value for key, value in asdict(self).items() if key != "checksum"}
         return hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()
 
     @property
+    def edit_reason(self) -> str | None:
+        """Why it was changed since indexing wrote it; None when it was not (or, written before checksums, cannot tell)."""
+        if self.checksum:
+            return None if self.checksum == self.fields_checksum() else "its checksum does not match"
+        if self.written_before_checksums:
+            return None
+        return "its checksum is missing"
+
+    @property
     def edited(self) -> bool:
-        """Changed since indexing wrote it (a manifest written before checksums cannot tell: False)."""
-        return bool(self.checksum) and self.checksum != self.fields_checksum()
+        return self.edit_reason is not None
+
+    @property
+    def written_before_checksums(self) -> bool:
+        version = self.version
+        return isinstance(version, int) and not isinstance(version, bool) and 0 < version < FIRST_CHECKSUMMED_VERSION
 
 
 DECISION_MARK = ";decision="  # in the index fingerprint, last: the decision model follows it
@@ -182,7 +198,7 @@ def kb_to_index(cfg: DictConfig, asked: str | None, rebuild: bool) -> str:
         _check_unmanifested_index(cfg, kb)
     elif manifest.edited:
         raise KnowledgeBaseMismatchError(
-            f"the index manifest {manifest_path(cfg)} was edited after indexing (its checksum does not match): "
+            f"the index manifest {manifest_path(cfg)} was edited after indexing ({manifest.edit_reason}): "
             "give --rebuild --kb DIR to index DIR again, or another paths.state_dir"
         )
     elif absolute_kb(kb) != manifest.kb_path:
@@ -297,7 +313,7 @@ def format_manifest(cfg: DictConfig) -> str:
     if decision is not None:
         lines.append(f"  {'decision vectors':<{KEY_WIDTH}} {_decision_line(decision)}")
     if manifest.edited:
-        lines.append("  edited after indexing (its checksum does not match): `knowledge index --rebuild --kb DIR`")
+        lines.append(f"  edited after indexing ({manifest.edit_reason}): `knowledge index --rebuild --kb DIR`")
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from components.common.choices import (
+    DecisionScope,
     EmbeddingBackend,
     IndexType,
     OnOverlong,
@@ -25,10 +26,13 @@ from components.common.choices import (
     check_chunk_sizes,
     check_milvus_uri,
     check_rerank_weights,
+    check_seconds,
     check_unit_interval,
 )
-from components.errors import BadInputError, first_line
+from components.common.masking import MASK, masked
+from components.errors import BadInputError
 from pipelines.calibration import CALIBRATED_KEYS, apply_calibration
+from pipelines.config_messages import config_message
 
 if TYPE_CHECKING:
     from components.stores.knowledge_store import KnowledgeStore
@@ -77,6 +81,7 @@ class EmbedderConfig:
     onnx_cache_dir: str | None = MISSING
     decision_model: str | None = MISSING
     decision_vectors: str = MISSING
+    decision_scope: DecisionScope = MISSING
 
 
 @dataclass
@@ -117,6 +122,7 @@ class RetrievalConfig:
     category_filter: bool = MISSING
     bm25_top_k: int = MISSING
     outscored_margin: float = MISSING
+    scan_depth: int = MISSING
     calibration: str = MISSING
 
 
@@ -173,6 +179,8 @@ class ServeConfig:
     workers: int = MISSING
     max_concurrent_lookups: int | None = MISSING
     cors_origins: list[str] = MISSING
+    allowed_hosts: list[str] = MISSING
+    allowed_origins: list[str] = MISSING
     health_timeout_s: float = MISSING
     read_timeout_s: float = MISSING
 
@@ -184,6 +192,8 @@ class GuardConfig:
     primary_metric: str = MISSING
     level: float = MISSING
     min_off_topic: int = MISSING
+    tolerance: float | None = MISSING
+    min_fit: float = MISSING
 
 
 @dataclass
@@ -241,8 +251,7 @@ _AT_LEAST = {
     "serve.workers": 1,
     "guard.min_off_topic": 0,
 }
-# Durations that must be positive: 0 would turn a guard off, a negative one means nothing.
-_POSITIVE = ("serve.read_timeout_s", "serve.health_timeout_s")
+_POSITIVE = ("serve.read_timeout_s", "serve.health_timeout_s")  # finite and over 0: 0 or inf turns a guard off
 _UNIT_INTERVAL = (
     *CALIBRATED_KEYS,  # the similarity bars
     "retrieval.outscored_margin",
@@ -252,6 +261,7 @@ _UNIT_INTERVAL = (
     "l0.subject_elsewhere_margin",
     "mlflow.sample_rate",
     "guard.level",
+    "guard.min_fit",
 )
 
 
@@ -287,12 +297,11 @@ def _validate_values(cfg: DictConfig) -> None:
         check_unit_interval(**{key: OmegaConf.select(cfg, key) for key in _UNIT_INTERVAL})
         for key, lowest in _AT_LEAST.items():
             check_at_least(lowest, **{key: OmegaConf.select(cfg, key)})
+        check_seconds(**{key: OmegaConf.select(cfg, key) for key in _POSITIVE})
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    for key in _POSITIVE:
-        value = OmegaConf.select(cfg, key)
-        if not value > 0:  # NaN too
-            raise ConfigError(f"{key}={value} must be more than 0 (seconds)")
+    if cfg.guard.tolerance is not None and not 0.0 <= cfg.guard.tolerance <= 1.0:  # null: no relative guard
+        raise ConfigError(f"guard.tolerance={cfg.guard.tolerance} must lie in [0, 1], or be null (no relative guard)")
     _check_trace_url(str(cfg.trace.db_url or ""))
     for key in ("serve.port", "serve.mcp_port"):
         if OmegaConf.select(cfg, key) > MAX_PORT:
@@ -303,25 +312,6 @@ def _validate_values(cfg: DictConfig) -> None:
         check_rerank_weights(cfg.rerank.weights, name="rerank.weights")
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-
-
-def _one_line(exc: Exception) -> str:
-    message = first_line(exc, from_cause=True)
-    # OmegaConf's error names the key it failed on apart from its message.
-    full_key = getattr(exc.__cause__, "full_key", None)
-    if full_key and full_key not in message:
-        message = f"{full_key}: {message}"
-    return message
-
-
-def _with_hint(message: str) -> str:
-    """Hydra's "Ambiguous value" for `a=1,2` says neither what it means nor what to do: name `-m`."""
-    if message.startswith("Ambiguous value for argument"):
-        return (
-            f"{message}: a comma list is a sweep, run with -m (knowledge eval --queries FILE -m ...); "
-            "for a list write key=[a,b], for a string key='a,b'"
-        )
-    return message
 
 
 # Milvus's parameter dicts take any entry: struct mode refuses new keys on their empty default, so overrides get `++`.
@@ -354,7 +344,7 @@ def load_config(overrides: list[str] | tuple[str, ...] = (), config_dir: Path | 
             cfg = compose(config_name="config", overrides=open_map_overrides(overrides))
         OmegaConf.resolve(cfg)
     except Exception as exc:  # Hydra raises several exception types, all of them a config problem here
-        raise ConfigError(_with_hint(_one_line(exc))) from exc
+        raise ConfigError(config_message(exc)) from exc
     finally:
         GlobalHydra.instance().clear()
     _check_known_keys(cfg)
@@ -390,7 +380,6 @@ def embedder_params(cfg: DictConfig) -> dict[str, Any]:
 SECRET_KEYS = ("milvus.token", "milvus.user", "milvus.password")
 # Config keys holding a URL that may carry a password (`postgresql://user:PASSWORD@host/db`): it is hidden.
 URL_KEYS = ("trace.db_url", "mlflow.tracking_uri", "milvus.uri")
-MASK = "***"
 
 
 def masked_value(key: str, value: Any) -> Any:
@@ -398,17 +387,8 @@ def masked_value(key: str, value: Any) -> Any:
     if key in SECRET_KEYS and value not in (None, "", "None"):
         return MASK
     if key in URL_KEYS and isinstance(value, str):
-        return url_without_password(value)
+        return masked(value)
     return value
-
-
-def url_without_password(url: str) -> str:
-    """`scheme://user:***@host/...` for a URL with a password; anything else as it is."""
-    scheme, sep, rest = url.partition("://")
-    userinfo, at, host = rest.partition("@")
-    if not (sep and at and ":" in userinfo and "/" not in userinfo):
-        return url
-    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:{MASK}@{host}"
 
 
 def mask_secrets(cfg: DictConfig) -> DictConfig:

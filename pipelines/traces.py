@@ -56,6 +56,7 @@ def open_store(cfg: DictConfig, reading: bool = False) -> TraceStore:
         cfg.trace.spool_path,
         retry_interval=float(cfg.trace.retry_interval_s),
         timeout_s=float(cfg.trace.timeout_s),
+        read_only=reading,
     )
 
 

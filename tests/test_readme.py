@@ -36,7 +36,10 @@ OWN_KB_DOCUMENTS = (
 COVERED = {
     "make test": "tests/test_readme.py::test_make_targets_are_the_scripts_the_readme_names",
     "make adapt KB=~/runbooks": "tests/test_readme.py::test_make_targets_are_the_scripts_the_readme_names",
-    "knowledge index --kb ~/runbooks embedder.model=.knowledge/models/adapted-runbooks": (
+    "knowledge adapt --kb ~/runbooks --labels labels.jsonl --labels-only --epochs 2": (
+        "tests/pipelines/test_adapt_labels.py::test_adapt_with_labels_trains_on_them_and_judges_on_the_held_out_ones"
+    ),
+    "knowledge index --kb ~/runbooks --rebuild embedder.model=.knowledge/models/adapted-runbooks": (
         "tests/pipelines/test_adapt.py::test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model"
     ),
     'knowledge lookup "disk almost full" embedder.model=.knowledge/models/adapted-runbooks': (
@@ -88,16 +91,25 @@ def _eval_table(out: str) -> None:
     ]
 
 
+def _built_guard(out: str) -> None:
+    assert out.startswith("kept ") and "services the knowledge base never mentions" in out
+
+
 def _sweep_of_three(out: str) -> None:
     assert [t for t in ("0.3", "0.35", "0.4") if f"retrieval.evidence_threshold={t} " in out] == ["0.3", "0.35", "0.4"]
+    assert "guard in effect: built (" in out and "no_evidence_rate@built>=" in out
+    assert any(line.startswith(("keep the current settings: ", "best setting: ")) for line in out.splitlines())
 
 
 def _ab_table(out: str) -> None:
     assert "A = (defaults); B = retrieval.evidence_threshold=0.45" in out and "hit@1" in out
+    # The default guard does not fit knowledge/ (it covers MySQL, Redis, Kafka): left out and named, not "broken".
+    assert "guard offtopic-alerts left out: the knowledge base answers its texts" in out and "breaks" not in out
 
 
 def _rerun_of_the_recorded_lookup(out: str) -> None:
     assert out.startswith("reran 1 recorded lookups")
+    assert "guard offtopic-alerts left out" in out
 
 
 def _nothing_changed(out: str) -> None:
@@ -125,7 +137,8 @@ def _finds_replication_lag(out: str) -> None:
 ON_THE_SAMPLE_KB = {
     f'knowledge lookup --view agent "{DISK_QUERY}"': _agent_view_cites_disk_full,
     "knowledge eval --queries eval/sample-kb.jsonl": _eval_table,
-    "knowledge eval --queries eval/sample-kb.jsonl -m retrieval.evidence_threshold=0.3,0.35,0.4 guard=none": (
+    "knowledge guard build": _built_guard,
+    "knowledge eval --queries eval/sample-kb.jsonl -m retrieval.evidence_threshold=0.3,0.35,0.4 guard=built": (
         _sweep_of_three
     ),
     'knowledge compare --queries eval/sample-kb.jsonl --a "" --b "retrieval.evidence_threshold=0.45"': _ab_table,

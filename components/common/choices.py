@@ -4,6 +4,7 @@ configuration schema types its keys with these enums (Hydra rejects any other va
 and the components check their init parameters against the same sets.
 """
 
+import math
 from collections.abc import Mapping
 from enum import StrEnum
 
@@ -50,6 +51,17 @@ class RetrievalLeg(Choice):
 
     dense = "dense"
     bm25 = "bm25"
+
+
+class DecisionScope(Choice):
+    """
+    What a decision model (`embedder.decision_model`) decides: `answer`, only answer vs no evidence
+    (the ranking model's similarities select the evidence, trigger the fallback and set
+    `relevanceLevel`); `all`, every similarity bar (docs/adapt.md#calibration).
+    """
+
+    answer = "answer"
+    all = "all"
 
 
 class EmbeddingBackend(Choice):
@@ -144,6 +156,15 @@ def check_unit_interval(**values: float) -> None:
     for name, value in values.items():
         if not 0.0 <= value <= 1.0:  # NaN too
             raise ValueError(f"{name}={value} must lie in [0, 1]")
+
+
+def check_seconds(**values: float) -> None:
+    """Durations that bound a wait: a ValueError naming the first that is not more than 0, or not finite."""
+    for name, value in values.items():
+        if not value > 0:  # NaN too
+            raise ValueError(f"{name}={value} must be more than 0 (seconds)")
+        if math.isinf(value):  # an endless wait is no deadline: a stalled client would hold its connection
+            raise ValueError(f"{name}={value} must be a finite number of seconds")
 
 
 def check_at_least(lowest: float, **values: float) -> None:

@@ -10,7 +10,10 @@ product of the decision model's query embedding with the chunk's decision vector
 which is the cosine similarity the pipeline's `similarity` is everywhere (1 - d/2 for the L2
 distance of unit vectors, clamped to [0, 1]). Every threshold, the fallback trigger and
 `relevanceLevel` read `similarity`, so they decide on the decision model's scale; the ranking
-model's similarity stays in `rank_similarity` for the reranker.
+model's similarity stays in `rank_similarity` for the reranker. That is `embedder.decision_scope=all`;
+with `answer` (the default) the candidates keep the ranking model's similarity and the decision
+model's best over every chunk (`DecisionVectors.best`) only gates answer vs no evidence
+(`DecisionScale.gated` in components/lookup/retrieval_legs.py).
 
 The chunks' decision vectors are written beside the index by `knowledge index`
 (`<collection>.decision-vectors.npz`: chunk ids, float32 unit vectors, the decision model's name).

@@ -7,7 +7,7 @@ from haystack import Document, component
 
 from components.contracts import IndexPlan
 from components.stores.knowledge_store import KnowledgeStore
-from components.stores.lite_db import collection_folder, damaged_collection
+from components.stores.lite_db import collection_folder, damaged_collection, move_plain_file_aside
 from components.stores.milvus_collection import (
     CATEGORY_FIELD,
     CONTENT_FIELD,
@@ -20,6 +20,7 @@ from components.stores.milvus_collection import (
     create_collection,
     describe_layout,
     ensure_loaded,
+    is_local_uri,
     quote_string,
 )
 from components.stores.milvus_errors import CollectionMismatchError
@@ -97,6 +98,8 @@ class MilvusChunkWriter:
         :returns: Chunks written, chunks deleted, the collection's row count afterwards, and `notes`:
             what the run could not do as configured and how to get it (the full-text field).
         """
+        if plan.rebuild and is_local_uri(self.store.uri):
+            move_plain_file_aside(self.store.uri)  # Milvus Lite cannot open it, so it cannot be dropped through Milvus
         client = self.store.connect()
         if plan.rebuild:
             self._drop(client)

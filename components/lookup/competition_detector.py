@@ -79,9 +79,9 @@ class CompetitionDetector:
     The runner-up document (by its best usable candidate) competes with the leader when its score
     is within `margin` of the leader's, or within `sibling_margin` when the two are siblings: their
     names share a stem (`NodeFilesystem…FillingUp`) or their summary vectors have a cosine of at
-    least `sibling_similarity`; with `cross_reference`, it competes at any margin when the leader's
-    best block names it ("similar to the NodeFilesystemSpaceFillingUp alert, but ..."): the text
-    that put the leader first is partly about the runner-up. The result then names both, packs both
+    least `sibling_similarity`; with `cross_reference`, the best runner-up document (second or further
+    down) that the leader's best block names competes at any margin ("similar to the
+    NodeFilesystemSpaceFillingUp alert, but ..."): the text that put the leader first is partly about it. The result then names both, packs both
     and is not `high`; how far behind the runner-up is, competing or not, is `runner_up_margin`,
     which `relevanceLevel` reads too, with `similarity_agrees`: whether the leader is also first by
     vector similarity alone (two rankings that agree on the leader are a confidence signal; when the
@@ -151,19 +151,29 @@ class CompetitionDetector:
         if len(documents) < 2:
             return {"competition": None, "runner_up_margin": None, "similarity_agrees": agrees}
         (leader, (leader_score, leader_best)), (runner_up, (runner_score, best)) = documents[0], documents[1]
-        margin = round(leader_score - runner_score, 4)
+        margin = runner_up_margin = round(leader_score - runner_score, 4)
         reasons = self._sibling_reasons(leader, runner_up)
         limit = self.sibling_margin if reasons else self.margin
+        named = self._named_runner_up(leader_best, documents[1:]) if margin >= limit else None
         if margin < limit:
             reasons.insert(0, f"score margin {margin:.3f} < {limit}")
-        elif self.cross_reference and names_document(leader_best.content, runner_up):
+        elif named is not None:
+            runner_up, (runner_score, best) = named
+            margin = round(leader_score - runner_score, 4)
+            reasons = self._sibling_reasons(leader, runner_up)
             reasons.insert(0, f"the leader's best block names {PurePosixPath(runner_up).stem} (margin {margin:.3f})")
         else:
             return {"competition": None, "runner_up_margin": margin, "similarity_agrees": agrees}
         competition = Competition(
             leader=leader, competitor=runner_up, margin=margin, reasons=reasons, evidence_key=best.evidence_key
         )
-        return {"competition": competition, "runner_up_margin": margin, "similarity_agrees": agrees}
+        return {"competition": competition, "runner_up_margin": runner_up_margin, "similarity_agrees": agrees}
+
+    def _named_runner_up(self, leader_best: Candidate, runners_up: list) -> tuple | None:
+        """The best runner-up document the leader's best block names by its file name (None: none, or the rule is off)."""
+        if not self.cross_reference:
+            return None
+        return next((document for document in runners_up if names_document(leader_best.content, document[0])), None)
 
     def _sibling_reasons(self, leader: str, runner_up: str) -> list[str]:
         reasons = []

@@ -10,17 +10,10 @@ from haystack import component
 from components.common.choices import RetrievalLeg, VectorStoreMode, check_at_least, check_unit_interval
 from components.common.decision_scale import DEFAULT_DECISION_VECTORS
 from components.common.evidence import EvidenceBar, usable
-from components.contracts import (
-    FALLBACK_LOW_QUALITY,
-    FALLBACK_NO_EVIDENCE,
-    FALLBACK_OUTSCORED,
-    Candidate,
-    L0Hints,
-    QueryTransform,
-    RetrievalAttempt,
-    RetrievalTrace,
-)
+from components.contracts import Candidate, L0Hints, QueryTransform, RetrievalAttempt, RetrievalTrace
 from components.errors import ComponentFailure, first_line
+from components.lookup.fallback_policy import FallbackPolicy, FilteredFacts
+from components.lookup.hybrid_scan import EXACT_INDEX_TYPES, HybridScan
 from components.lookup.retrieval_legs import DecisionScale, PendingSearch, bm25_top_hits, merge_bm25, top_hits
 from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_collection import is_local_uri
@@ -40,8 +33,6 @@ DENSE = RetrievalLeg.dense.value
 BM25 = RetrievalLeg.bm25.value
 BM25_OFF = "disabled: retrieval.bm25_top_k=0"
 BM25_CANNOT_CHANGE = "not run: the exact dense leg found nothing usable in this filtered attempt, so it is retried"
-# Index types whose dense search is exact: what it did not return scores no higher than what it did.
-EXACT_INDEX_TYPES = frozenset({"FLAT"})
 # Threads of a retriever for the searches it waits on side by side (BM25 legs, a speculative retry).
 LEG_THREADS = 8
 
@@ -55,19 +46,15 @@ class FallbackRetriever:
     - Exactly one nonblank L0 domain: a first attempt filtered on the `category` column.
       Zero or several domains: one attempt without an L0-derived filter.
     - Each attempt runs the dense leg (`top_k`) and, on a collection with the BM25 `sparse` field,
-      the BM25 leg (`bm25_top_k`, same filter, same query text); candidates are their union by
-      chunk id. A chunk only BM25 found gets its similarity from its stored vector (returned by the
-      BM25 search), so thresholds and the fallback decision keep using the dense similarity; its BM25 score
-      and rank are recorded apart (`bm25_score`, `bm25_rank`, a `bm25:` hit reason). Which legs ran,
-      and why BM25 did not, is in the trace (`legs`, `bm25_skipped`). A filtered attempt whose exact
-      dense leg found nothing usable skips a BM25 leg that could change nothing
-      (`_bm25_cannot_change`; the attempt's `bm25_skipped` says so).
-    - A filtered attempt with no usable candidate (none at or above `evidence_threshold`) is
-      retried unfiltered with the raw query (`filtered_vector_no_evidence`); one whose top
-      normalized similarity is under `reference_threshold` likewise (`filtered_vector_low_quality`);
-      one whose top similarity (under `outscored_check_below`) the best unfiltered dense hit beats
-      by `outscored_margin` or more also (`filtered_vector_outscored`: the filter
-      likely names the wrong category); a good one is used as is.
+      the BM25 leg (`bm25_top_k`, same filter and text); candidates are their union by chunk id. A
+      chunk only BM25 found gets its similarity from its stored vector, so every threshold uses the
+      dense similarity; its BM25 score and rank are recorded apart (`bm25_score`, `bm25_rank`, a
+      `bm25:` hit reason). The trace says which legs ran and why BM25 did not (`legs`, `bm25_skipped`,
+      also when an exact dense leg found nothing usable: `_bm25_cannot_change`).
+    - A filtered attempt is retried unfiltered with the raw query when `FallbackPolicy`
+      (components/lookup/fallback_policy.py) says why: no evidence, low quality or outscored.
+    - On an exact index, one unfiltered scan serves the filtered attempt, the outscored check and
+      the retry (components/lookup/hybrid_scan.py); otherwise each searches apart.
     - After a retry the candidates of both attempts go on together (the deduper merges a chunk
       found by both, keeping both hit reasons); the unfiltered attempt is the selected one.
     - When the L0 hints name words the knowledge base never uses (`hints.uncovered_terms`), a
@@ -114,11 +101,13 @@ class FallbackRetriever:
         category_filter: bool = True,
         bm25_top_k: int = 20,
         outscored_margin: float = 0.05,
-        outscored_check_below: float = 0.5,
+        outscored_check_below: float = 1.0,
         calibration: str = "conf",
         raise_on_failure: bool = True,
         decision_model: str | None = None,
         decision_vectors: str | None = DEFAULT_DECISION_VECTORS,
+        scan_depth: int = 0,
+        decision_scope: str = "answer",
     ) -> None:
         """
         :param store: The Milvus collection (`KnowledgeStore`) and how to search it.
@@ -136,23 +125,21 @@ class FallbackRetriever:
             search beats by at least this (1 or more: never; each filtered attempt then costs no
             unfiltered search).
         :param outscored_check_below: Only a filtered attempt whose top similarity is under this
-            gets the unfiltered check (`retrieval.high_relevance`: highly relevant evidence stands,
-            and the check's extra search is spared).
+            gets the unfiltered check (1: every one).
         :param calibration: Where the thresholds came from (`retrieval.calibration` as loaded), for the trace.
         :param raise_on_failure: False returns a search that fails as the `failure` output (a
             `ComponentFailure` with the `retrieval_trace` of the attempts that ran) instead of
             raising it, so that whoever records the failed lookup keeps those attempts.
-        :param decision_model: The model whose similarities decide (every threshold) while the query
-            embedding's model ranks (components/common/decision_scale.py); None: the same model.
+        :param decision_model: The model that decides while the query embedding's model ranks (None: the same).
         :param decision_vectors: Its vectors of the indexed chunks (`.npz`; unused without `decision_model`).
+        :param scan_depth: Hits per leg of a filtered lookup's one scan on an exact index (0: no scan).
+        :param decision_scope: What it decides: "answer", only answer vs no evidence; "all", every threshold.
         """
         if vector_store_mode not in MODES:
             raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
         check_unit_interval(
             reference_threshold=reference_threshold,
             evidence_threshold=evidence_threshold,
-            outscored_margin=outscored_margin,
-            outscored_check_below=outscored_check_below,
             **(
                 {}
                 if uncovered_evidence_threshold is None
@@ -160,7 +147,7 @@ class FallbackRetriever:
             ),
         )
         check_at_least(1, top_k=top_k)
-        check_at_least(0, bm25_top_k=bm25_top_k)
+        check_at_least(0, bm25_top_k=bm25_top_k, scan_depth=scan_depth)
         self.store = store
         self.top_k = top_k
         self.reference_threshold = reference_threshold
@@ -172,10 +159,13 @@ class FallbackRetriever:
         self.bm25_top_k = bm25_top_k
         self.outscored_margin = outscored_margin
         self.outscored_check_below = outscored_check_below
+        self.scan_depth = scan_depth
+        self.policy = FallbackPolicy(reference_threshold, outscored_margin, outscored_check_below)  # checks them
         self.calibration = calibration
         self.raise_on_failure = raise_on_failure
         self.decision_model, self.decision_vectors = decision_model, decision_vectors
-        self._scale = DecisionScale(decision_model, decision_vectors)
+        self.decision_scope = decision_scope
+        self._scale = DecisionScale(decision_model, decision_vectors, decision_scope)
         self._searches: dict[str, VectorSearch] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -211,11 +201,10 @@ class FallbackRetriever:
         :param expanded_query_embedding: The expanded query's, searched by the first attempt (the
             query's own when None).
         :param decision_query_embedding: The decision model's (and `expanded_decision_query_embedding`).
-        :returns: `candidates` (unsorted beyond each attempt's own order; after a retry, the retry's
-            and the first attempt's usable ones), the `retrieval_trace` and the `evidence_bar` the
-            components after it apply (the one place the evidence threshold enters the pipeline);
-            with `raise_on_failure=False`, a failed search returns only `failure` (the error and the
-            `retrieval_trace` of the attempts that ran).
+        :returns: `candidates` (in each attempt's order; after a retry, the retry's and the first
+            attempt's usable ones), the `retrieval_trace` and the `evidence_bar` the components after
+            it apply (the one place the evidence threshold enters); with `raise_on_failure=False`, a
+            failed search returns only `failure` (the error and the attempts' `retrieval_trace`).
         """
         bar = self.evidence_bar(hints)
         evidence_bar = EvidenceBar(configured=self.evidence_threshold, applied=bar)
@@ -238,7 +227,8 @@ class FallbackRetriever:
                 embeddings = self._scale.query_vectors(
                     query_embedding, expanded, decision_query_embedding, expanded_decision_query_embedding
                 )
-                return {**self._attempts(query_transform, hints, embeddings, bar, trace), "evidence_bar": evidence_bar}
+                found = self._attempts(query_transform, hints, self._scale.searched(embeddings), bar, trace)
+                return {**self._scale.gated(found, embeddings, bar, trace), "evidence_bar": evidence_bar}
         except Exception as exc:
             if self.raise_on_failure:
                 raise
@@ -249,32 +239,29 @@ class FallbackRetriever:
     ) -> dict[str, Any]:
         category = hints.single_domain if self.category_filter else None
         query = query_transform.retrieval_query
+        scan = None if category is None else self._scan(query, embeddings.expanded)
+        dense, bm25 = (None, None) if scan is None else scan.filtered_legs(category)
         first, first_attempt = self._attempt(
-            0, category, query, embeddings.expanded, bar, trace, None, None, embeddings.decision_expanded
+            0, category, query, embeddings.expanded, bar, trace, dense, bm25, embeddings.decision_expanded
         )
         trace.attempts.append(first_attempt)
         trace.index_type = self._search(first_attempt.path).described_index_type
         reason, retry_legs = None, None
         if category is not None:
-            if first_attempt.usable_count == 0:
-                reason = FALLBACK_NO_EVIDENCE
-            elif (first_attempt.top_similarity or 0.0) < self.reference_threshold:
-                reason = FALLBACK_LOW_QUALITY
-            elif self.outscored_margin < 1.0 and (first_attempt.top_similarity or 0.0) < self.outscored_check_below:
-                retry_legs = self._speculative_retry(query_transform, embeddings)
-                best = self._scale.best(embeddings)
-                if best is None:
-                    best = self._search(first_attempt.path).top_similarity(embeddings.expanded, None)
-                first_attempt.unfiltered_top_similarity = best
-                if best - (first_attempt.top_similarity or 0.0) >= self.outscored_margin - 1e-9:
-                    reason = FALLBACK_OUTSCORED
+            facts = FilteredFacts(first_attempt.usable_count, first_attempt.top_similarity)
+            unfiltered_top = None
+            if self.policy.needs_unfiltered_top(facts):
+                retry_legs = None if scan is not None else self._speculative_retry(query_transform, embeddings)
+                unfiltered_top = self._unfiltered_top(first_attempt.path, embeddings, scan)
+                first_attempt.unfiltered_top_similarity = unfiltered_top
+            reason = self.policy.reason(facts, unfiltered_top)
         if reason is None:
             first_attempt.outcome = "selected"
             trace.selected_attempt = 0
             return {"candidates": first, "retrieval_trace": trace}
 
         first_attempt.outcome = f"retried: {reason}"
-        dense, bm25 = retry_legs or (None, None)
+        dense, bm25 = retry_legs or ((None, None) if scan is None else scan.retry_legs(query_transform, embeddings))
         retry, retry_attempt = self._attempt(
             1, None, query_transform.normalized, embeddings.query, bar, trace, dense, bm25, embeddings.decision_query
         )
@@ -286,6 +273,19 @@ class FallbackRetriever:
         # The first attempt's unusable candidates could never become evidence: only its usable
         # ones go on, to merge with the retry's (a chunk found by both keeps both hit reasons).
         return {"candidates": retry + usable(first, bar), "retrieval_trace": trace}
+
+    def _scan(self, query: str, embedding: Embedding) -> HybridScan | None:
+        """The lookup's one scan, on the sdk path of an open exact index; None elsewhere (searches apart)."""
+        if self.scan_depth == 0 or self._warm_path() != "sdk" or not HybridScan.serves(self._search("sdk")):
+            return None
+        return HybridScan(self._search("sdk"), query, embedding, self.scan_depth, self.top_k, self.bm25_top_k)
+
+    def _unfiltered_top(self, path: str, embeddings, scan: HybridScan | None) -> float:
+        """The best unfiltered similarity: on the decision scale, from the scan, or by a search of one hit."""
+        best = self._scale.best(embeddings)
+        if best is None:
+            best = scan.top_similarity() if scan else self._search(path).top_similarity(embeddings.expanded, None)
+        return best
 
     def _speculative_retry(
         self, query_transform: QueryTransform, embeddings
@@ -396,11 +396,9 @@ class FallbackRetriever:
 
     def _bm25_cannot_change(self, path: str, dense: list[Candidate], bar: float) -> bool:
         """
-        Whether a filtered attempt's BM25 leg could change nothing: its dense leg found no usable
-        candidate, and the dense search is exact, so every chunk it did not return scores no
-        higher than the ones it did. A BM25-only chunk would be unusable too: the attempt is
-        retried (`filtered_vector_no_evidence`) and none of its candidates goes on, whatever the
-        leg found. The retry runs both legs.
+        Whether a filtered attempt's BM25 leg could change nothing: its exact dense leg found no usable
+        candidate, so no chunk scores higher and the attempt is retried (`filtered_vector_no_evidence`)
+        whatever the leg found, and none of its candidates goes on. The retry runs both legs.
         """
         search = self._search(path)
         if self.bm25_top_k <= 0 or not search.layout.has_sparse or search.described_index_type not in EXACT_INDEX_TYPES:

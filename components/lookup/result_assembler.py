@@ -255,6 +255,12 @@ class ResultAssembler:
             return "No knowledge evidence found: semantic (L1) retrieval is disabled, and L0 hints are never evidence."
         attempts = len(trace.attempts)
         bar = evidence_bar.applied
+        if trace.gate_similarity is not None:
+            return (
+                f"No knowledge evidence found: the deciding model's best similarity to any chunk is "
+                f"{trace.gate_similarity:.3f}, under the {bar} a chunk needs to count as evidence. "
+                "The knowledge base does not seem to cover this query."
+            )
         if hints.uncovered_terms and evidence_bar.raised:
             best = max((a.top_similarity or 0.0 for a in trace.attempts), default=0.0)
             uncovered = _uncovered_phrase(hints.uncovered_terms)

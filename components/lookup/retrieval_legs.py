@@ -6,8 +6,9 @@ search with, a search started in the background, and the best hits of a leg kept
 from concurrent.futures import Future
 from typing import NamedTuple
 
-from components.common.choices import RetrievalLeg
+from components.common.choices import DecisionScope, RetrievalLeg
 from components.common.decision_scale import DecisionVectorsFile, on_decision_scale
+from components.common.evidence import usable
 from components.contracts import AttemptHit, Candidate
 from components.stores.vector_search import Bm25Hit, Embedding
 
@@ -30,13 +31,17 @@ class QueryVectors(NamedTuple):
 class DecisionScale:
     """
     The retriever's decision model (components/common/decision_scale.py): candidates rescored on
-    its scale, and the best similarity of an unfiltered search on it; without one, nothing changes.
+    its scale, and the best similarity of an unfiltered search on it, or (`scope="answer"`) only a
+    gate on the answer; without one, nothing changes.
     """
 
-    def __init__(self, model: str | None, vectors: str | None) -> None:
+    def __init__(self, model: str | None, vectors: str | None, scope: str = DecisionScope.answer.value) -> None:
         if model is not None and not vectors:
             raise ValueError(f"decision_model {model} needs decision_vectors, the file of its chunk vectors")
+        if scope not in DecisionScope.values():
+            raise ValueError(f"decision_scope must be one of {', '.join(DecisionScope.values())}, not {scope!r}")
         self.model = model
+        self.answer_only = scope == DecisionScope.answer
         self._file = None if model is None else DecisionVectorsFile(vectors, model)
 
     def query_vectors(self, query, expanded, decision_query, decision_expanded) -> QueryVectors:
@@ -47,6 +52,25 @@ class DecisionScale:
         return QueryVectors(
             query, expanded, decision_query, decision_query if decision_expanded is None else decision_expanded
         )
+
+    def searched(self, embeddings: QueryVectors) -> QueryVectors:
+        """What the attempts search and decide with: without the decision model's when it only gates the answer."""
+        return QueryVectors(embeddings.query, embeddings.expanded) if self.answer_only else embeddings
+
+    def gated(self, found: dict, embeddings: QueryVectors, bar: float, trace) -> dict:
+        """
+        Answer-only gating: no evidence when the decision model reaches the bar with no chunk, for the
+        query or its expanded form (what its own attempts search with). It only ever takes evidence
+        away, so a ranking model that is the decision model gives exactly the results it gives alone.
+        """
+        if not self.answer_only or embeddings.decision_query is None or not usable(found["candidates"], bar):
+            return found
+        vectors = self._file.get()
+        best = max(vectors.best(embeddings.decision_query), vectors.best(embeddings.decision_expanded))
+        if best >= bar:
+            return found
+        trace.gate_similarity = round(best, 6)
+        return {**found, "candidates": []}
 
     def apply(self, candidates: list[Candidate], decision: Embedding | None) -> list[Candidate]:
         """The candidates on the decision model's scale (as they are without a decision embedding)."""
@@ -69,6 +93,15 @@ class PendingSearch:
 
     def result(self):
         return self.future.result() if self.future is not None else None
+
+    @classmethod
+    def done(cls, value, path: str) -> "PendingSearch | None":
+        """A search whose result is known already (a view of the lookup's scan); None: none known."""
+        if value is None:
+            return None
+        future: Future = Future()
+        future.set_result(value)
+        return cls(future, path)
 
 
 def top_hits(leg: str, candidates: list[Candidate], bm25: list[Bm25Hit] | None = None) -> tuple[AttemptHit, ...]:

@@ -152,6 +152,11 @@ class L0Index:
                     rows.append(row)
 
     @property
+    def vocabulary(self) -> frozenset[str]:
+        """Every term the knowledge base uses: its documents' words, titles, keywords and entity names."""
+        return frozenset(self.term_df) | frozenset(self._term_rows) | frozenset(self._named_terms)
+
+    @property
     def categories(self) -> list[str]:
         return sorted(self._categories.values())
 

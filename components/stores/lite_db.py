@@ -1,15 +1,17 @@
 """
 A Milvus Lite database as the folder it is on disk: why it cannot be opened (a read-only folder,
-a damaged collection), and what to do about it.
+a damaged collection, a plain file where the folder should be), and what to do about it.
 
-Milvus Lite reports both only as "Open local milvus failed" or with its own loader's words; the
+Milvus Lite reports them only as "Open local milvus failed" or with its own loader's words; the
 folder is looked at here so that the message names it. It keeps each collection in
 `<db>/collections/<name>/` and finds them by their folders: removing a damaged collection's folder
 is what lets `knowledge index --rebuild` write it again (see docs/reliability.md).
 """
 
+import logging
 import os
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 from components.stores.milvus_errors import MilvusUnavailableError, exception_chain
@@ -18,6 +20,8 @@ from components.stores.milvus_errors import MilvusUnavailableError, exception_ch
 # folder), and when a data file of a collection is not Parquet any more (a file inside it).
 _DAMAGED = re.compile(r"failed to load in '([^']+)'")
 _DAMAGED_DATA = re.compile(r"Could not open Parquet input source '([^']+)'")
+
+logger = logging.getLogger(__name__)
 
 
 def read_only_folder(uri: str) -> Path | None:
@@ -33,6 +37,29 @@ def read_only_message(uri: str, folder: Path) -> str:
         f"the Milvus Lite database {uri} cannot be opened: {folder} is read-only (Milvus Lite writes its lock "
         "and log there even to read); give paths.state_dir a writable folder"
     )
+
+
+def is_plain_file(uri: str) -> bool:
+    """Whether the db is a file where Milvus Lite keeps a folder (copied over, or written by something else)."""
+    return Path(uri).exists() and not Path(uri).is_dir()
+
+
+def plain_file_message(uri: str) -> str:
+    return (
+        f"the Milvus Lite database {uri} is damaged (a file, not the folder Milvus Lite keeps): "
+        "run `knowledge index --rebuild` to move it aside and index again"
+    )
+
+
+def move_plain_file_aside(uri: str) -> Path | None:
+    """For a rebuild: a db that is a plain file is renamed beside itself (kept, not deleted); where it went."""
+    if not is_plain_file(uri):
+        return None
+    path = Path(uri)
+    aside = path.with_name(f"{path.name}.damaged-{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}")
+    path.rename(aside)
+    logger.warning("Moved the damaged Milvus Lite database %s (a file, not a folder) aside to %s", uri, aside)
+    return aside
 
 
 def damaged_collection(exc: BaseException) -> Path | None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
+from components.common.masking import masked
 from components.errors import first_line
 from components.stores.milvus_errors import CollectionMismatchError, MilvusUnavailableError, exception_chain
 
@@ -165,12 +166,14 @@ def connect(uri: str, timeout_ms: int | None = None, auth: dict[str, Any] | None
                 "ask the server instead (`knowledge lookup --url http://127.0.0.1:1416 QUERY`), "
                 "stop it, or use a Milvus server (milvus=server) that several processes can share"
             ) from exc
-        from components.stores.lite_db import read_only_folder, read_only_message
+        from components.stores.lite_db import is_plain_file, plain_file_message, read_only_folder, read_only_message
 
+        if is_local_uri(uri) and is_plain_file(uri):
+            raise MilvusUnavailableError(plain_file_message(uri)) from exc
         if is_local_uri(uri) and (folder := read_only_folder(uri)):
             raise MilvusUnavailableError(read_only_message(uri, folder)) from exc
         reason = str(getattr(exc, "message", None) or exc).strip() or type(exc).__name__
-        raise MilvusUnavailableError(f"cannot open Milvus at {uri}: {reason.splitlines()[0]}") from exc
+        raise MilvusUnavailableError(f"cannot open Milvus at {masked(uri)}: {reason.splitlines()[0]}") from exc
     if is_local_uri(uri):
         _OPENED_HERE.add(os.path.abspath(uri))
     return client

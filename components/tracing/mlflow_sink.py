@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from components.common.masking import masked
 from components.errors import first_line
 from components.tracing.trace_summary import TraceJob, build_trace
 
@@ -222,8 +223,8 @@ class MlflowTraceSink:
         logger.warning(
             "MLflow tracing disabled for this process: %s (mlflow.tracking_uri=%s). Lookups and their "
             "tool_invocation records are unaffected.",
-            reason,
-            self.tracking_uri,
+            masked(reason),
+            masked(self.tracking_uri),
         )
 
 

@@ -36,6 +36,8 @@ from typing import Any
 from haystack import tracing
 from haystack.tracing import Span, Tracer
 
+from components.common.masking import masked
+
 PIPELINE_OPERATION = "haystack.pipeline.run"
 COMPONENT_OPERATION = "haystack.component.run"
 _INPUT_TAG = "haystack.component.input"
@@ -125,7 +127,7 @@ class StageRecorderTracer(Tracer):
             with self.delegate.trace(operation_name, tags=tags, parent_span=parent_span) as inner:
                 yield _RecordingSpan(inner, stage)
         except BaseException as exc:
-            message = f"{type(exc).__name__}: {exc}"
+            message = f"{type(exc).__name__}: {masked(str(exc))}"
             if stage is not None:
                 stage.error = message
             elif token is not None and recording is not None:
@@ -173,7 +175,7 @@ def until_failed(
     stage = recording.stage(failed_stage) if recording is not None and failed_stage else None
     if recording is None or stage is None or stage.error:
         return recording
-    message = f"{type(error).__name__}: {error}"
+    message = f"{type(error).__name__}: {masked(str(error))}"
     failed = dataclasses.replace(stage, outputs=None, error=message)
     position = next(i for i, recorded in enumerate(recording.stages) if recorded is stage)
     stages = [*recording.stages[:position], failed]

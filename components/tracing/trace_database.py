@@ -22,6 +22,8 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
+from components.common.masking import masked
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -52,10 +54,7 @@ def normalize_url(db_url: str) -> str:
 
 def redact(db_url: str) -> str:
     """The URL with any password hidden, for messages."""
-    try:
-        return make_url(db_url).render_as_string(hide_password=True)
-    except Exception:  # not a URL at all: nothing to hide worth a crash
-        return db_url
+    return masked(db_url)
 
 
 def target_key(db_url: str) -> str:
@@ -137,12 +136,16 @@ def _server_engine(url, connect_timeout: float) -> Engine:
     return engine
 
 
+class RefusedRecord(ValueError):
+    """A record the store itself refuses for its content (e.g. a label of an invocation that is not there)."""
+
+
 def is_content_error(exc: BaseException) -> bool:
     """
     Whether the database refused the record itself (bad data, a constraint), as opposed to being
     unavailable: such a record would fail again on every replay.
     """
-    if isinstance(exc, (DataError, IntegrityError)):
+    if isinstance(exc, (DataError, IntegrityError, RefusedRecord)):
         return True
     # Raised while binding parameters, before anything reached the database (e.g. a NUL in text).
     return isinstance(exc, StatementError) and not isinstance(exc, DBAPIError)

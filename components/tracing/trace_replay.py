@@ -1,5 +1,5 @@
 """
-Replaying the spool into its database: the records meant for it are inserted in spool order
+Replaying the spool into its database: the records meant for it (lookups' rows and labels) are inserted in spool order
 with an insert that ignores ids already present, committed, and only then removed from the
 spool, so every record lands exactly once (a crash between commit and rewrite replays ids that
 are then skipped). Records the database refuses for their content, records no database can
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.errors import first_line
+from components.tracing.label_records import KIND_FIELD, LABEL_KIND, insert_labels, is_label, label_from_jsonable
 from components.tracing.trace_database import is_content_error
 from components.tracing.trace_records import TRACE_REPLAYED, from_jsonable, insert_records, without_nul
 from components.tracing.trace_spool import TraceSpool
@@ -67,7 +68,7 @@ def _insert_replayed(connection, spool: TraceSpool, pending: list[dict[str, Any]
     """(rows new, records dead-lettered): in one transaction, or one by one when a record is refused."""
     pending, records, rejected = _readable_records(spool, pending)
     try:
-        inserted = insert_records(connection, records)
+        inserted = _insert_in_order(connection, records)
         connection.commit()
         return inserted, rejected
     except Exception as exc:
@@ -77,7 +78,7 @@ def _insert_replayed(connection, spool: TraceSpool, pending: list[dict[str, Any]
     inserted = 0
     for data, row in zip(pending, records, strict=True):
         try:
-            inserted += insert_records(connection, [row])
+            inserted += _insert_in_order(connection, [row])
             connection.commit()
         except Exception as exc:
             if not is_content_error(exc):
@@ -86,6 +87,11 @@ def _insert_replayed(connection, spool: TraceSpool, pending: list[dict[str, Any]
             spool.dead_letter([data], first_line(exc))
             rejected += 1
     return inserted, rejected
+
+
+def _insert_in_order(connection, rows: list[dict[str, Any]]) -> int:
+    """Invocation rows and labels in spool order: a label lands after the row of its lookup."""
+    return sum(insert_labels(connection, [row]) if is_label(row) else insert_records(connection, [row]) for row in rows)
 
 
 def _readable_records(
@@ -101,7 +107,7 @@ def _readable_records(
     rejected = 0
     for data in pending:
         try:
-            row = {**from_jsonable(without_nul(data)), "trace_status": TRACE_REPLAYED}
+            row = _replayed_row(without_nul(data))
         except (TypeError, ValueError) as exc:
             spool.dead_letter([data], f"unreadable spooled record: {first_line(exc)}")
             rejected += 1
@@ -109,3 +115,10 @@ def _readable_records(
         kept.append(data)
         rows.append(row)
     return kept, rows, rejected
+
+
+def _replayed_row(data: dict[str, Any]) -> dict[str, Any]:
+    """A spooled record as the row to insert (a label keeps its kind mark for `_insert_in_order`)."""
+    if is_label(data):
+        return {**label_from_jsonable(data), KIND_FIELD: LABEL_KIND}
+    return {**from_jsonable(data), "trace_status": TRACE_REPLAYED}

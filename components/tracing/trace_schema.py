@@ -1,5 +1,5 @@
 """
-The `tool_invocation` table and its schema migrations.
+The `tool_invocation` and `lookup_label` tables and their schema migrations.
 
 The schema is created and migrated with Alembic (`components/tracing/migrations`), run in code;
 the revision is recorded in the `lookup_knowledge_schema_version` table (a name of its own, so
@@ -27,6 +27,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Engine
 
+from components.common.masking import masked
+from components.errors import BadInputError
+
 TABLE_NAME = "tool_invocation"
 VERSION_TABLE = "lookup_knowledge_schema_version"
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -53,6 +56,23 @@ tool_invocation = Table(
 )
 COLUMNS = [c.name for c in tool_invocation.columns]
 
+LABEL_TABLE_NAME = "lookup_label"
+lookup_label = Table(
+    LABEL_TABLE_NAME,
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("invocation_id", String(64), nullable=True),
+    Column("query", Text, nullable=True),
+    Column("verdict", String(16), nullable=False),
+    Column("sources", JSON_VARIANT, nullable=True),
+    Column("reviewer", String(256), nullable=False),
+    Column("origin", String(16), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_lookup_label_invocation_id", "invocation_id"),
+    Index("ix_lookup_label_created_at", "created_at"),
+)
+LABEL_COLUMNS = [c.name for c in lookup_label.columns]
+
 
 def alembic_config(connection) -> "Any":
     """An Alembic Config built in code (no alembic.ini): our script folder, our version table."""
@@ -65,11 +85,17 @@ def alembic_config(connection) -> "Any":
     return config
 
 
+class TraceSchemaError(BadInputError):
+    """A trace database this code must not migrate or read: written by a newer version, or damaged."""
+
+
 def upgrade_schema(engine: Engine, revision: str = "head") -> None:
     """
-    Create or migrate the `tool_invocation` schema to `revision` (idempotent). A database already
-    at the head is told by one query, without Alembic, whose import and script scan would
+    Create or migrate the trace schema to `revision` (idempotent). A database already
+    at the head is told by plain queries, without Alembic, whose import and script scan would
     otherwise weigh on every one-shot lookup's start.
+
+    :raises TraceSchemaError: The database is newer than this code or damaged (`schema_revision`).
     """
     if revision == "head" and schema_revision(engine) == newest_migration():
         return
@@ -83,15 +109,69 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
         command.upgrade(alembic_config(connection), revision)
 
 
+def check_readable(engine: Engine) -> None:
+    """
+    Refuse, in one line, a database the read-only commands cannot read as it is: they never
+    migrate (a read must not write), so anything but this code's head revision is refused.
+    """
+    revision = schema_revision(engine)
+    if revision != newest_migration():
+        raise TraceSchemaError(
+            f"the trace database {_shown(engine)} is at revision {revision or 'none (no trace table)'}, this "
+            f"lookup-knowledge reads {newest_migration()}: reading never migrates; a lookup or `knowledge traces "
+            "replay` migrates it"
+        )
+
+
 def schema_revision(engine: Engine) -> str | None:
     """
     The revision recorded in the database (None before the first migration), read with plain SQL:
     the start-up check runs it on every process start, where Alembic's import would cost more.
+
+    :raises TraceSchemaError: A revision newer than this code's, or a damaged version table (none
+        beside the trace table, or other than one row), named with what to do.
     """
     with engine.connect() as connection:
-        if not inspect(connection).has_table(VERSION_TABLE):
-            return None
-        return connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+        inspector = inspect(connection)
+        has_trace_table = inspector.has_table(TABLE_NAME)
+        if not inspector.has_table(VERSION_TABLE):
+            revisions = None
+        else:
+            revisions = [row[0] for row in connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}"))]
+    if not revisions:
+        if has_trace_table:
+            what = f"its {TABLE_NAME} table has " + ("an empty" if revisions == [] else "no")
+            raise _damaged(engine, f"{what} {VERSION_TABLE} table beside it")
+        return None
+    if len(revisions) > 1:
+        raise _damaged(engine, f"{VERSION_TABLE} holds {len(revisions)} revisions ({', '.join(revisions)}), not one")
+    [revision] = revisions
+    if revision not in migration_revisions():
+        if revision > newest_migration():
+            raise TraceSchemaError(
+                f"the trace database {_shown(engine)} was written by a newer lookup-knowledge, revision {revision} "
+                f"(this one knows up to {newest_migration()}): upgrade lookup-knowledge or use another trace "
+                "database (trace.db_url)"
+            )
+        raise _damaged(engine, f"{VERSION_TABLE} records revision {revision}, which no lookup-knowledge has")
+    return revision
+
+
+def _damaged(engine: Engine, what: str) -> TraceSchemaError:
+    return TraceSchemaError(
+        f"the trace database {_shown(engine)} is damaged: {what}; recover by leaving one row in {VERSION_TABLE} "
+        f"with the revision its tables are at (this lookup-knowledge's newest: {newest_migration()}), or move the "
+        "database aside or set trace.db_url to another one (a new database is created on the next lookup)"
+    )
+
+
+def _shown(engine: Engine) -> str:
+    return masked(engine.url.render_as_string(hide_password=False))
+
+
+def migration_revisions() -> list[str]:
+    """The revisions of the migrations shipped with this code, oldest first (named by their files)."""
+    return sorted(path.stem for path in (MIGRATIONS_DIR / "versions").glob("[0-9]*.py"))
 
 
 def newest_migration() -> str:
@@ -99,7 +179,7 @@ def newest_migration() -> str:
     The head revision as the migration files name it: each file is named after its revision, and
     revisions are numbered in order (a test holds both to Alembic's own reading of the folder).
     """
-    return max((path.stem for path in (MIGRATIONS_DIR / "versions").glob("[0-9]*.py")), default="")
+    return max(migration_revisions(), default="")
 
 
 def head_revision() -> str:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from components.tracing.label_records import is_label
 from components.tracing.trace_records import TRACE_LOST, TRACE_REJECTED, TRACE_SPOOLED, from_jsonable, to_jsonable
 
 logger = logging.getLogger(__name__)
@@ -100,9 +101,9 @@ class TraceSpool:
         return data.get(TARGET_FIELD, self.target) == self.target
 
     def ours(self) -> list[dict[str, Any]]:
-        """The records waiting for this database, oldest first."""
+        """The invocation records waiting for this database, oldest first (labels left out)."""
         records, _torn = self.read()
-        return [from_jsonable(data) for data in records if self.is_ours(data)]
+        return [from_jsonable(data) for data in records if self.is_ours(data) and not is_label(data)]
 
     def read(self) -> tuple[list[dict[str, Any]], list[str]]:
         """The spool's records, and the torn fragments (a crash mid-append) found between them."""

@@ -1,5 +1,5 @@
 """
-The `tool_invocation` store: writes rows, keeps what the database cannot take in the spool,
+The `tool_invocation` and `lookup_label` store: writes rows, keeps what the database cannot take in the spool,
 replays it, and reads rows back for the review commands.
 
 - Any SQLAlchemy URL: SQLite by default, PostgreSQL by URL (`components.tracing.trace_database`).
@@ -23,12 +23,14 @@ store.latest(last=10)
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
 from components.errors import KnowledgeFailure, first_line
+from components.tracing.label_records import insert_labels, spooled_label
 from components.tracing.trace_database import (
     DEFAULT_TIMEOUT_S,
     CallDeadline,
@@ -47,7 +49,13 @@ from components.tracing.trace_records import (
     without_nul,
 )
 from components.tracing.trace_replay import ReplayReport, replay_into
-from components.tracing.trace_schema import tool_invocation, upgrade_schema
+from components.tracing.trace_schema import (
+    TraceSchemaError,
+    check_readable,
+    lookup_label,
+    tool_invocation,
+    upgrade_schema,
+)
 from components.tracing.trace_spool import TraceSpool
 
 logger = logging.getLogger(__name__)
@@ -55,6 +63,10 @@ logger = logging.getLogger(__name__)
 
 class TraceStoreError(KnowledgeFailure):
     """The trace database cannot be read (wrong URL, server down): for the review commands."""
+
+
+class AmbiguousInvocationIdError(TraceStoreError):
+    """An id prefix that more than one invocation starts with."""
 
 
 class TraceStore:
@@ -66,7 +78,12 @@ class TraceStore:
     """
 
     def __init__(
-        self, db_url: str, spool_path: str, retry_interval: float = 5.0, timeout_s: float = DEFAULT_TIMEOUT_S
+        self,
+        db_url: str,
+        spool_path: str,
+        retry_interval: float = 5.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        read_only: bool = False,
     ) -> None:
         """
         :param db_url: SQLAlchemy URL of the trace database.
@@ -75,6 +92,8 @@ class TraceStore:
             the spool instead of waiting on the database again (0 retries every time).
         :param timeout_s: Longest wait on a server database for one call (connect, statement,
             answer) before the record is spooled; 0 waits as long as the driver does.
+        :param read_only: Reads only (the review commands): the schema is checked, never created
+            or migrated, and a database not at this code's revision is refused.
         """
         if timeout_s < 0:
             raise ValueError(f"timeout_s must be >= 0, not {timeout_s}")
@@ -87,6 +106,7 @@ class TraceStore:
         self.timeout_s = timeout_s
         self._engine: Engine | None = None
         self._schema_ready = False
+        self.read_only = read_only
         self._setup_lock = threading.Lock()
         self._write_lock = write_lock(self.db_url)
         self._calls = CallDeadline(timeout_s, redact(self.db_url))
@@ -106,13 +126,19 @@ class TraceStore:
         return self._engine
 
     def ensure_schema(self) -> None:
-        """Create or migrate the schema once per store (raises when the database is away)."""
+        """
+        Create or migrate the schema once per store, or only check it when `read_only` (raises when
+        the database is away, `TraceSchemaError` when it is newer than this code or damaged).
+        """
         if self._schema_ready:
             return
         engine = self.engine
         with self._write_lock, self._setup_lock, self._calls.bound():
             if not self._schema_ready:
-                upgrade_schema(engine)
+                if self.read_only:
+                    check_readable(engine)
+                else:
+                    upgrade_schema(engine)
                 self._schema_ready = True
 
     # -- writing -------------------------------------------------------------------------------
@@ -124,24 +150,35 @@ class TraceStore:
         `lost` (no file could take it either). Never raises.
         """
         record = without_nul(utf8_safe(record))
+        return self._write(record, lambda c: insert_records(c, [{**record, "trace_status": TRACE_RECORDED}]), record)
+
+    def write_label(self, label: dict[str, Any]) -> str:
+        """
+        Record one label (`components.tracing.label_records`): the same statuses as `write`, the same
+        spool; a label of an invocation the database does not hold is `rejected`. Never raises.
+        """
+        label = without_nul(utf8_safe(label))
+        return self._write(label, lambda c: insert_labels(c, [label]), spooled_label(label))
+
+    def _write(self, record: dict[str, Any], insert: Callable[[Any], int], spooled: dict[str, Any]) -> str:
         if time.monotonic() < self._down_until:
-            return self.spool.append(record)
+            return self.spool.append(spooled)
         try:
             self.ensure_schema()
             with self._write_lock, self._calls.bound(), self.engine.connect() as connection:
                 if self.spool.pending():
                     replay_into(connection, self.spool)  # older records first: the spool keeps call order
                 try:
-                    insert_records(connection, [{**record, "trace_status": TRACE_RECORDED}])
+                    insert(connection)
                     connection.commit()
                 except Exception as exc:
                     if not is_content_error(exc):
                         raise
                     connection.rollback()
-                    return self.spool.dead_letter([to_jsonable(record)], first_line(exc))
-        except Exception as exc:  # any database failure: keep the record locally, never fail the lookup
+                    return self.spool.dead_letter([to_jsonable(spooled)], first_line(exc))
+        except Exception as exc:  # any database failure: keep the record locally, never fail the caller
             self.mark_down(exc)
-            return self.spool.append(record)
+            return self.spool.append(spooled)
         self._mark_up()
         return TRACE_RECORDED
 
@@ -197,9 +234,9 @@ class TraceStore:
             self.ensure_schema()
             with self._calls.bound(), self.engine.connect() as connection:
                 return [dict(row._mapping) for row in connection.execute(statement)]
-        except TraceStoreError:
+        except (TraceStoreError, TraceSchemaError):
             raise
-        except Exception as exc:
+        except Exception as exc:  # the database is away (the caller may fall back to the spool)
             raise TraceStoreError(f"cannot read traces from {redact(self.db_url)}: {first_line(exc)}") from exc
 
     def latest(self, last: int | None = 20, status: str | None = None) -> list[dict[str, Any]]:
@@ -219,7 +256,9 @@ class TraceStore:
                 select(tool_invocation).where(tool_invocation.c.id.startswith(invocation_id, autoescape=True)).limit(2)
             )
             if len(rows) > 1:
-                raise TraceStoreError(f"invocation id prefix {invocation_id!r} is ambiguous: give more characters")
+                raise AmbiguousInvocationIdError(
+                    f"invocation id prefix {invocation_id!r} is ambiguous: give more characters"
+                )
         return rows[0] if rows else None
 
     def iter_all(self, status: str | None = None) -> list[dict[str, Any]]:
@@ -227,6 +266,13 @@ class TraceStore:
         statement = select(tool_invocation).order_by(tool_invocation.c.created_at, tool_invocation.c.id)
         if status:
             statement = statement.where(tool_invocation.c.status == status)
+        return self._read(statement)
+
+    def labels(self, invocation_id: str | None = None) -> list[dict[str, Any]]:
+        """Every label (of one invocation), oldest first: superseded ones too, nothing is ever deleted."""
+        statement = select(lookup_label).order_by(lookup_label.c.created_at, lookup_label.c.id)
+        if invocation_id is not None:
+            statement = statement.where(lookup_label.c.invocation_id == invocation_id)
         return self._read(statement)
 
     def count(self) -> int:

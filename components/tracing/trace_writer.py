@@ -10,6 +10,7 @@ from typing import Any
 from haystack import component, default_from_dict, default_to_dict
 
 from components.common.choices import check_at_least, check_unit_interval
+from components.common.masking import masked
 from components.contracts import STATUS_ERROR, LookupResult
 from components.tracing import stage_recorder
 from components.tracing.mlflow_sink import MlflowTraceSink, get_sink
@@ -53,7 +54,7 @@ def bounded_arguments(arguments: dict[str, Any], used_query: str | None = None) 
 def error_info(exc: BaseException, component_name: str | None = None) -> dict[str, Any]:
     """The `error` of a failed call, as recorded and returned: type, one-line message, component."""
     # Whole, on one line: a message cut at its first line can stop mid-sentence.
-    text = " ".join(str(exc).split())
+    text = " ".join(masked(str(exc)).split())
     return {
         "type": type(exc).__name__,
         "message": text or type(exc).__name__,
@@ -212,6 +213,10 @@ class TraceWriter:
     def defer_mlflow_setup(self) -> None:
         """Set MLflow up on the first sampled trace instead of at warm-up (a one-lookup process)."""
         self._mlflow_at_warm_up = False
+
+    def trace_every_call(self) -> None:
+        """Trace every call whatever `sample_rate`: a lookup someone typed is one they look for in MLflow."""
+        self.sample_rate = 1.0
 
     def warm_up(self) -> None:
         """

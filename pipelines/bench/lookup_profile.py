@@ -1,7 +1,9 @@
 """
 A filtered and a fallback lookup stage by stage (`knowledge bench lookup --profile N`): the
 median of each pipeline component's wall time (Haystack's component spans, through
-`stage_recorder`) and, inside the retriever, of each Milvus search it waits on, by leg and scope.
+`stage_recorder`) and, inside the retriever, of each Milvus search it waits on, by leg and scope
+(the one scan of an exact index too, and the chunks it fetches by key), with the searches per
+lookup (a scan counts one per leg; a fetch by key is no search).
 The retriever's wall time minus the sum of its searches is its own row: its own work (merging,
 scoring stored vectors) when the searches run one after another, negative when they overlap.
 """
@@ -16,6 +18,8 @@ from pipelines.bench.machine import call_ms
 
 # The retriever's Milvus calls, by method of `VectorSearch`, as the table names them.
 SEARCH_METHODS = {"search": "dense search", "bm25_search": "BM25 search", "top_similarity": "outscored check"}
+SCAN_LABEL, CHUNKS_LABEL = "retriever: scan (dense + BM25), unfiltered", "retriever: chunks fetched by key"
+SEARCHES = "searches per lookup (a scan: one per leg)"
 RETRIEVER = "retriever"
 TOTAL = "lookup (LookupService.lookup)"
 OWN = "retriever minus the sum of its searches (negative: searches overlapped)"
@@ -26,23 +30,37 @@ class SearchTimer:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, float]] = []
+        self.searches = 0
         self._lock = threading.Lock()
 
     def wrap(self, search) -> None:
         for method, label in SEARCH_METHODS.items():
             setattr(search, method, self._timed(getattr(search, method), label))
 
-    def _timed(self, method: Callable, label: str) -> Callable:
+    def wrap_light_scan(self) -> None:
+        """Time the light scans and chunk fetches of every `LightScan` (this process is the bench's own)."""
+        from components.stores.light_scan import LightScan
+
+        for method, label, searches in (
+            ("scan", SCAN_LABEL, lambda args: 1 + bool(args[-1])),
+            ("chunks", CHUNKS_LABEL, None),
+        ):
+            plain = getattr(getattr(LightScan, method), "__wrapped__", getattr(LightScan, method))
+            setattr(LightScan, method, self._timed(plain, label, searches or (lambda args: 0)))
+
+    def _timed(self, method: Callable, label: str, searches: Callable | None = None) -> Callable:
         def timed(*args, **kwargs):
             category = args[-1] if args else kwargs.get("category")
             started = time.perf_counter()
             try:
                 return method(*args, **kwargs)
             finally:
-                scope = "filtered" if category else "unfiltered"
+                name = label if searches else f"retriever: {label}, {'filtered' if category else 'unfiltered'}"
                 with self._lock:
-                    self.calls.append((f"retriever: {label}, {scope}", (time.perf_counter() - started) * 1000))
+                    self.calls.append((name, (time.perf_counter() - started) * 1000))
+                    self.searches += searches(args) if searches else 1
 
+        timed.__wrapped__ = method
         return timed
 
 
@@ -57,6 +75,7 @@ def instrument(service) -> SearchTimer:
     mode = retriever.vector_store_mode
     for path in ("sdk", "haystack") if mode == "auto" else (mode,):
         timer.wrap(retriever._search(path))
+    timer.wrap_light_scan()
     return timer
 
 
@@ -65,8 +84,9 @@ def profile_lookup(service, timer: SearchTimer, query: str) -> dict[str, float]:
     from components.tracing import stage_recorder
 
     timer.calls.clear()
+    timer.searches = 0
     _, total_ms = call_ms(lambda: service.lookup(query))
-    stages: dict[str, float] = {TOTAL: total_ms}
+    stages: dict[str, float] = {TOTAL: total_ms, SEARCHES: timer.searches}
     recording = stage_recorder.last_recording()
     for stage in recording.stages if recording else ():
         if stage.end_ns is not None:
@@ -107,6 +127,12 @@ def format_profile(table: dict[str, dict[str, float]], runs: int) -> str:
         "|---|" + "---:|" * len(paths),
     ]
     for stage in order:
-        cells = [f"{table[path][stage]:.2f}" if stage in table[path] else "-" for path in paths]
+        cells = [_cell(table[path], stage) for path in paths]
         lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cell(column: dict[str, float], stage: str) -> str:
+    if stage not in column:
+        return "-"
+    return f"{column[stage]:g}" if stage == SEARCHES else f"{column[stage]:.2f}"

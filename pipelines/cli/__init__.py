@@ -15,9 +15,11 @@ The `knowledge` command line: one thin entry point over the pipelines, one modul
     knowledge bench index|lookup|serve|backends|all [options] [key=value ...]
     knowledge traces list [--last N] [--status ok|error] [key=value ...]
     knowledge traces show ID [--json] [key=value ...]
+    knowledge traces label ID --source PATH [--source PATH] | --none | --off-topic [--reviewer NAME] [key=value ...]
     knowledge traces export [--format jsonl] [--output FILE] [key=value ...]
     knowledge traces replay [key=value ...]
     knowledge traces rerun [--since DATE] [--last N] [--json] [key=value ...]
+    knowledge labels list [--last N] | export --out DIR | pull [--since DATE] | import FILE [--reviewer NAME]
     knowledge dev milvus-server [--data-dir DIR] [--port P] [--engine standalone|lite]
 
 Hydra overrides go after the arguments. Exit status: 0 on success (found=false included),

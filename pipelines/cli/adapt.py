@@ -41,6 +41,17 @@ def add_parser(sub) -> None:
         "default eval/offtopic-alerts.jsonl)",
     )
     parser.add_argument(
+        "--labels",
+        metavar="FILE",
+        help="labelled queries (knowledge eval JSONL): the train split adds query -> document pairs, the check "
+        "split (a stable hash of the query) is held out and judges base against adapted model",
+    )
+    parser.add_argument(
+        "--labels-only",
+        action="store_true",
+        help="train on the labelled pairs alone, not on the knowledge base's own (minutes instead of an hour)",
+    )
+    parser.add_argument(
         "--calibration",
         choices=("packaged_decides", "score_map"),
         default="packaged_decides",
@@ -60,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} {value} must be 1 or more")
     cfg = load(args.overrides)  # a bad config fails before the slow imports below
 
-    from pipelines.adapt import AdaptOptions, adapt_model
+    from pipelines.adapt import AdaptOptions, adapt_model, default_output
+    from pipelines.adapt_verdict import NotRecommendedError
 
     options = AdaptOptions(
         kb_path=args.kb,
@@ -73,9 +85,17 @@ def run(args: argparse.Namespace) -> int:
         progress_bar=sys.stderr.isatty(),
         overrides=list(args.overrides),
         guard_sets=args.guard,
+        labels=args.labels,
+        labels_only=args.labels_only,
         calibrate=True,
         verdict=not args.no_verdict,
         calibration_method=args.calibration,
     )
-    adapt_model(cfg, options, say=lambda line: print(line, flush=True))
+    # Mining the pairs and loading the model take a while before the estimate can be measured: say so first.
+    print(f"Adapting to {args.kb or cfg.kb.path}: mining training pairs and loading the model to time a step ...")
+    try:
+        adapt_model(cfg, options, say=lambda line: print(line, flush=True))
+    except NotRecommendedError:  # a verdict, printed above with its reason: an answer, not a failure
+        output = args.output or default_output(cfg, args.kb or cfg.kb.path)
+        print(f"The adapted model stays in {output}, marked as not recommended in its card; keep the packaged model.")
     return EXIT_OK

@@ -60,7 +60,11 @@ def _add_lookup(bench_sub) -> argparse.ArgumentParser:
         "--tracing-lookups", type=int, default=60, help="timed lookups per mode for MLflow tracing off vs on (0: skip)"
     )
     parser.add_argument(
-        "--profile", type=int, default=0, metavar="N", help="then N lookups per path stage by stage (0: skip)"
+        "--profile",
+        type=int,
+        default=20,
+        metavar="N",
+        help="then N lookups per path stage by stage, with the searches per lookup (default 20; 0: skip)",
     )
     return parser
 

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compare_ab(args: argparse.Namespace) -> int:
-    from pipelines.evaluation import EvaluationInputError, load_queries
+    from pipelines.eval_queries import EvaluationInputError, load_queries
     from pipelines.tuning.ab import format_ab, run_ab, split_overrides
 
     if args.top_k is not None:
@@ -79,6 +79,7 @@ def _compare_ab(args: argparse.Namespace) -> int:
     if args.json:
         payload = {
             "verdict": report.verdict,
+            "guard": report.guard.to_dict(),
             "metrics": report.metrics,
             "changes": [change.__dict__ for change in report.changes],
             "report": report.report_path,

@@ -6,11 +6,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from pipelines.cli import adapt, bench, compare, dev, evaluate, index, lookup, serve, traces
+from components.common.masking import mask_handlers
+from pipelines.cli import adapt, bench, compare, dev, evaluate, guard, index, labels, lookup, serve, traces
 from pipelines.cli.common import EPILOG
 
 # In the order `knowledge --help` lists them.
-COMMAND_MODULES = (index, lookup, serve, evaluate, adapt, compare, bench, dev, traces)
+COMMAND_MODULES = (index, lookup, serve, evaluate, adapt, compare, guard, bench, dev, traces, labels)
 COMMANDS = {module.NAME: module.run for module in COMMAND_MODULES}
 
 # Loggers that write for errors we report ourselves in one line (pymilvus and milvus_lite log an
@@ -56,6 +57,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 def configure_logging(verbosity: int) -> None:
     level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    mask_handlers(logging.getLogger())  # every logger's records reach stderr through the root's handler
     if verbosity >= 2:
         return
     for name in QUIET_LOGGERS:

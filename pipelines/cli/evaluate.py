@@ -100,7 +100,10 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "off-topic queries) or 'answer_rate@prometheus-dev>=0.95' (SET: a query file's stem); adds to the "
         "guard's (conf/guard/, guard.constraints) and the space's constraints; 'none' drops those (repeatable)",
     )
-    parser.add_argument("--study", metavar="NAME", help="Optuna study name in paths.state_dir/optuna.db")
+    parser.add_argument("--study", metavar="NAME", help="Optuna study name in the study file")
+    parser.add_argument(
+        "--study-file", metavar="FILE", help="the search's Optuna study file (default paths.state_dir/optuna.db)"
+    )
     parser.add_argument(
         "--resume", action="store_true", help="continue the --study NAME (default: the latest study of the space)"
     )
@@ -114,7 +117,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.evaluation import EvaluationInputError
+    from pipelines.eval_queries import EvaluationInputError
 
     overrides = [o for o in args.overrides if not o.startswith("search=")]
     search = args.search or next((o.split("=", 1)[1] for o in args.overrides if o.startswith("search=")), None)
@@ -148,7 +151,12 @@ def _check_tuning_options(args: argparse.Namespace, search: str | None) -> None:
     """Options of a search or a sweep given to a command that would ignore them: say so rather than guard nothing."""
     search_only = [
         name
-        for name, value in (("--study", args.study), ("--resume", args.resume), ("--holdout", args.holdout))
+        for name, value in (
+            ("--study", args.study),
+            ("--study-file", args.study_file),
+            ("--resume", args.resume),
+            ("--holdout", args.holdout),
+        )
         if value
     ]
     tuning_only = [name for name, value in (("--guard", args.guard), ("--constraint", args.constraint)) if value]
@@ -192,6 +200,7 @@ def _eval_builtin(args: argparse.Namespace, cfg) -> int:
             details_path=args.details,
             record=args.record,
             append_details=number > 0,
+            progress=(lambda done, total, name=queries: _progress(name, done, total)) if sys.stderr.isatty() else None,
         )
         print(json.dumps(evaluation.report, indent=2) if args.json else format_metrics(evaluation.report))
         if not args.json and (evaluation.report.get("reliability") or {}).get("answerable"):
@@ -201,6 +210,15 @@ def _eval_builtin(args: argparse.Namespace, cfg) -> int:
         for line in runs.announce(run_id):
             print(line, file=sys.stderr if args.json else sys.stdout)
     return EXIT_OK
+
+
+def _progress(queries: str, done: int, total: int) -> None:
+    """
+    Lines on a terminal's stderr while an evaluation runs (a set of a hundred queries takes minutes on a loaded
+    machine); as `knowledge index` shows its bar, only to a terminal: a pipe or log keeps one line per error.
+    """
+    line = f"evaluating {queries}: {total} queries (the model loads first) ..." if done == 0 else f"  {done}/{total}"
+    print(line, file=sys.stderr, flush=True)
 
 
 def _eval_genai(args: argparse.Namespace, cfg) -> int:

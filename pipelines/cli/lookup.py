@@ -13,8 +13,11 @@ from pipelines.cli.common import (
     lookup_config,
     print_config,
 )
+from pipelines.cli.held_logs import held_logs
 
 NAME = "lookup"
+# The loggers of the trace store and its spool: what they say of a failed lookup joins its error line.
+TRACE_LOGGER = "components.tracing"
 
 
 def add_parser(sub) -> None:
@@ -22,7 +25,13 @@ def add_parser(sub) -> None:
         sub,
         NAME,
         help="look up one query (or a batch) and print the evidence-first result as JSON",
-        description="Run lookup_knowledge: print the result JSON (found, evidenceBlocks, contextPack, traces).",
+        description=(
+            "Run lookup_knowledge: print the result JSON (found, evidenceBlocks, contextPack, traces).\n\n"
+            "MLflow: a lookup typed at a terminal (or with --trace) is always traced; others (agents calling the\n"
+            "CLI, --batch, `knowledge serve`) trace a share, mlflow.sample_rate (default 0.05, one in twenty;\n"
+            "failed calls always).\n"
+            "Every lookup keeps its tool_invocation row (`knowledge traces show ID`); mlflow=off turns MLflow off."
+        ),
     )
     parser.add_argument("query", nargs="?", help="the question or alert text (omit with --batch)")
     parser.add_argument(
@@ -34,6 +43,11 @@ def add_parser(sub) -> None:
     )
     parser.add_argument(
         "--url", metavar="URL", help="ask a running `knowledge serve` (e.g. http://127.0.0.1:1416) instead"
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="trace this lookup in MLflow whatever mlflow.sample_rate (the default when typed at a terminal)",
     )
     add_print_config(parser)
     add_overrides(parser)
@@ -59,12 +73,16 @@ def _lookup_one(args: argparse.Namespace, overrides: list[str]) -> int:
     from components.contracts import STATUS_ERROR
     from pipelines.lookup import LookupService
 
-    # One lookup, then exit: MLflow is imported only if its trace is sampled.
-    result = LookupService(cfg, one_shot=True).lookup(args.query)
+    # One lookup, then exit: MLflow is imported only if its trace is sampled. A person at a terminal
+    # looks for the trace of what they typed; an agent calling the CLI on every step is sampled.
+    every_call = args.trace or sys.stdin.isatty()
+    with held_logs(TRACE_LOGGER) as held:
+        result = LookupService(cfg, one_shot=True, trace_every_call=every_call).lookup(args.query)
     print(json.dumps(_shown(result, args.view), ensure_ascii=False, indent=None if args.compact else 2))
     if result.evidence_status == STATUS_ERROR:
-        _report_failure(result)
+        _report_failure(result, held.fold())
         return EXIT_FAILURE
+    held.show()
     return EXIT_OK
 
 
@@ -143,7 +161,7 @@ def _lookup_remote(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from exc
         raise
     if args.view == "agent" and status == 200:
-        from pipelines.agent import agent_view
+        from pipelines.views import agent_view
 
         result = agent_view(result)
     print(json.dumps(result, ensure_ascii=False, indent=None if args.compact else 2))
@@ -155,11 +173,16 @@ def _lookup_remote(args: argparse.Namespace) -> int:
 
 def _shown(result, view: str) -> dict:
     """The result as `--view` shows it: the full result, or the agent view (packed context and citations)."""
-    from pipelines.agent import shown
+    from pipelines.views import shown
 
     return shown(result.to_dict(), view)
 
 
-def _report_failure(result) -> None:
-    """The one stderr line of a lookup that failed inside the pipeline (its JSON is on stdout)."""
-    print(f"knowledge: error: {result.message} (invocation {result.invocation_id})", file=sys.stderr)
+def _report_failure(result, trace_problems: list[str] = ()) -> None:
+    """
+    The one stderr line of a lookup that failed inside the pipeline (its JSON is on stdout), with
+    what went wrong recording it: a read-only state folder fails the lookup and its trace record
+    alike, and that is one fault, said once.
+    """
+    recorded = "".join(f"; {problem}" for problem in trace_problems)
+    print(f"knowledge: error: {result.message} (invocation {result.invocation_id}{recorded})", file=sys.stderr)

@@ -40,10 +40,13 @@ def run(args: argparse.Namespace) -> int:
     check_port(args.port)
     if args.cfg:
         return print_config(args.overrides)
-    cfg = lookup_config(args.overrides)
+    overrides = list(args.overrides)
+    if args.host:  # into the config: each worker rebuilds it from the overrides, and answers to the bound host
+        overrides.append(f"serve.host={args.host}")
+    cfg = lookup_config(overrides)
     from pipelines.serving.bind import check_bind, check_workers, resolve_api_key
 
-    host = args.host or cfg.serve.host
+    host = cfg.serve.host
     workers = args.workers if args.workers is not None else cfg.serve.workers
     check_bind(host, resolve_api_key(cfg))  # before the slow imports and long before binding
     check_workers(cfg, workers, args.mcp)
@@ -51,5 +54,5 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.serving.app import serve
 
     port = args.port if args.port is not None else cfg.serve.mcp_port if args.mcp else cfg.serve.port
-    serve(cfg, list(args.overrides), host=host, port=port, mcp=args.mcp, workers=workers)
+    serve(cfg, overrides, host=host, port=port, mcp=args.mcp, workers=workers)
     return EXIT_OK

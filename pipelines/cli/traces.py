@@ -1,4 +1,4 @@
-"""`knowledge traces list|show|export|replay|rerun`: review the recorded lookups (tool_invocation rows)."""
+"""`knowledge traces list|show|label|export|replay|rerun`: review the recorded lookups (tool_invocation rows)."""
 
 import argparse
 import json
@@ -14,12 +14,13 @@ def add_parser(sub) -> None:
     traces = command_parser(
         sub,
         NAME,
-        help="review recorded lookups (tool_invocation rows): list, show, export, replay the spool, rerun under a new config",
+        help="review recorded lookups (tool_invocation rows): list, show, label, export, replay the spool, rerun "
+        "under a new config",
         description="Every lookup leaves one tool_invocation row in trace.db_url (SQLite by default, "
         "trace=postgres for PostgreSQL). Records the database could not take wait in trace.spool_path.",
     )
     actions = traces.add_subparsers(dest="traces", metavar="ACTION", required=True)
-    for add in (_add_list, _add_show, _add_export, _add_replay, _add_rerun):
+    for add in (_add_list, _add_show, _add_label, _add_export, _add_replay, _add_rerun):
         add_overrides(add(actions))
 
 
@@ -34,6 +35,20 @@ def _add_show(actions) -> argparse.ArgumentParser:
     parser = actions.add_parser("show", help="one invocation: attempts, rerank trace, evidence summaries")
     parser.add_argument("id", metavar="ID", help="invocation id (or a unique prefix of 6+ characters)")
     parser.add_argument("--json", action="store_true", help="the row as JSON")
+    return parser
+
+
+def _add_label(actions) -> argparse.ArgumentParser:
+    parser = actions.add_parser(
+        "label", help="your verdict on one lookup: its right source(s), --none right, or --off-topic"
+    )
+    parser.add_argument("id", metavar="ID", help="invocation id (or a unique prefix of 6+ characters)")
+    parser.add_argument(
+        "--source", action="append", default=[], metavar="PATH", help="a right source, KB-relative (repeatable)"
+    )
+    parser.add_argument("--none", action="store_true", help="the answer was wrong (the right source not named)")
+    parser.add_argument("--off-topic", action="store_true", help="the knowledge base holds nothing for the query")
+    parser.add_argument("--reviewer", metavar="NAME", help="who says so (default: the OS user)")
     return parser
 
 
@@ -77,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = load(args.overrides)
     if args.traces == "rerun":
         return _rerun(args, cfg)
+    if args.traces == "label":
+        return _label(args, cfg)
     store = traces.open_store(cfg, reading=args.traces != "replay")  # reading never creates a database
     if args.traces == "list":
         print(traces.format_list(store.latest(last=args.last or None, status=args.status)))
@@ -99,6 +116,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise UsageError(f"--format {args.format!r} is not supported: use {', '.join(traces.EXPORT_FORMATS)}")
     if args.traces in ("list", "rerun") and args.last < 0:
         raise UsageError(f"--last {args.last} must be 0 (all) or more")
+    if args.traces == "label" and bool(args.source) + args.none + args.off_topic != 1:
+        raise UsageError("give one verdict: --source PATH (repeatable), --none or --off-topic")
 
 
 def _show(args: argparse.Namespace, cfg, store) -> None:
@@ -111,6 +130,28 @@ def _show(args: argparse.Namespace, cfg, store) -> None:
         print(json.dumps(traces.row_json(row), ensure_ascii=False, indent=2, default=str))
     else:
         print(traces.format_show(row))
+
+
+def _label(args: argparse.Namespace, cfg) -> int:
+    from components.tracing.label_records import OFF_TOPIC, RIGHT_SOURCES, WRONG
+    from pipelines import traces
+    from pipelines.cli.labels import default_reviewer
+    from pipelines.labels.record import label_invocation
+
+    verdict = RIGHT_SOURCES if args.source else OFF_TOPIC if args.off_topic else WRONG
+    store = traces.open_store(cfg)
+    outcome = label_invocation(
+        store, cfg.l0.index_path, args.id, verdict, args.source, args.reviewer or default_reviewer(), "cli"
+    )
+    label = outcome.label
+    print(f"{outcome.status} {label['verdict']} label {label['id']} of invocation {label['invocation_id']}")
+    if not outcome.invocation_checked:
+        print(
+            f"knowledge: warning: the trace database is unreachable, invocation {args.id!r} not checked: the label "
+            f"waits in {store.spool_path} (`knowledge traces replay`; refused then if no such invocation)",
+            file=sys.stderr,
+        )
+    return EXIT_OK
 
 
 def _export(args: argparse.Namespace, store) -> None:
@@ -135,15 +176,16 @@ def _rerun(args: argparse.Namespace, cfg) -> int:
     parse_since(args.since)  # a bad date is refused before any copy is made
 
     with snapshot_overrides(cfg, say=lambda line: print(line, file=sys.stderr, flush=True)) as snapshot:
-        return _rerun_with(args, load(args.overrides, snapshot))
+        return _rerun_with(args, load(args.overrides, snapshot), snapshot)
 
 
-def _rerun_with(args: argparse.Namespace, cfg) -> int:
+def _rerun_with(args: argparse.Namespace, cfg, snapshot: list[str]) -> int:
     from pipelines.tuning.guards import guard_constraints, guard_sets
-    from pipelines.tuning.rerun import format_rerun, parse_since, rerun_traces
+    from pipelines.tuning.rerun import format_rerun, is_setting, parse_since, rerun_traces
 
     since = parse_since(args.since)
     guards, constraints = guard_sets(cfg, [], []), guard_constraints(cfg, [], [], "guard.constraints")
+    current = load([o for o in args.overrides if not is_setting(o)], snapshot)
     report = rerun_traces(
         cfg,
         since=since,
@@ -151,11 +193,13 @@ def _rerun_with(args: argparse.Namespace, cfg) -> int:
         include_evaluation=args.include_evaluation,
         guards=guards,
         constraints=constraints,
+        current_cfg=current,
     )
     if args.json:
         payload = {
             "totals": report.totals,
             "guard": report.guard,
+            "guard_fit": report.fit.to_dict() if report.fit is not None else None,
             "run_id": report.run_id,
             "queries": [r.to_dict() for r in report.rows],
         }

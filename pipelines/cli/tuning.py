@@ -3,7 +3,7 @@
 import argparse
 import sys
 
-from components.errors import EXIT_FAILURE, EXIT_OK
+from components.errors import EXIT_OK
 from pipelines.cli.common import load
 
 
@@ -24,15 +24,13 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
     print(format_ranking(result))
     for line in result.runs.announce(result.parent_run_id, f"parent run of {len(result.trials)} child runs"):
         print(line)
-    if not any(trial.feasible for trial in result.trials):
-        print("knowledge: error: no combination met the constraints", file=sys.stderr)
-        return EXIT_FAILURE
-    return EXIT_OK
+    return EXIT_OK  # "keep the current settings" is a verdict, not a failure
 
 
 def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int:
     from pipelines.evaluation import index_first
-    from pipelines.tuning.guards import guard_constraints
+    from pipelines.tuning.guard_fit import fit_guard, measure_guard
+    from pipelines.tuning.guards import check_measurable, guard_constraints
     from pipelines.tuning.search import format_search, run_search
     from pipelines.tuning.space import SearchSpace
 
@@ -42,6 +40,12 @@ def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int
     tuning, guards, held_out = _search_sets(args, cfg)
     if args.kb:
         index_first(cfg, args.kb)
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    check_measurable(constraints, [*tuning, *guards])  # a constraint that guards nothing fails before any work
+    guard = fit_guard(cfg, guards, constraints, measure_guard(cfg, guards))
+    for line in guard.lines():
+        say(line)
+    guards, constraints = guard.guard_sets, guard.constraints
     result = run_search(
         space,
         overrides,
@@ -54,13 +58,15 @@ def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int
         study_name=args.study,
         resume=args.resume,
         experiment=args.experiment,
-        say=lambda line: print(line, file=sys.stderr, flush=True),
+        say=say,
+        study_file=args.study_file,
     )
+    result.guard = guard
     print(format_search(result))
     for line in result.runs.announce(result.parent_run_id, f"parent run of this run's {args.trials} trial runs"):
         print(line)
     print(f"  study {result.study_name}: optuna-dashboard {result.storage}")
-    return _search_status(result)
+    return EXIT_OK  # "keep the current settings" is a verdict, not a failure
 
 
 def _query_sets(args: argparse.Namespace, cfg):
@@ -82,11 +88,3 @@ def _search_sets(args: argparse.Namespace, cfg):
     else:
         tuning, held_out = split_sets(tuning, args.holdout_share, args.seed)
     return tuning, guards, held_out
-
-
-def _search_status(result) -> int:
-    """Exit 1, with the one line that says why, when no trial (the current settings included) met the constraints."""
-    if result.best is None:
-        print("knowledge: error: no trial met the constraints", file=sys.stderr)
-        return EXIT_FAILURE
-    return EXIT_OK

@@ -46,7 +46,11 @@ class LiteServerProcess(MilvusServerProcess):
         command += ["--host", "127.0.0.1", "--port", str(self.port)]
         with open(self.log_path, "ab") as log:
             return subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                process_group=self._watched_group(log),
             )
 
     @property

@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 
 from components.errors import BadInputError, first_line
+from pipelines.dev.watchdog import STOP_GRACE_S, Lifeline
 
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 180.0
-STOP_GRACE_S = 5.0
 
 
 LOCK_FILE = "knowledge-dev-server.lock"
@@ -70,6 +70,8 @@ class MilvusServerProcess:
         self.data_dir = Path(data_dir)
         self.port = port or free_port()
         self._process: subprocess.Popen | None = None
+        self._watchdog: subprocess.Popen | None = None  # the leader of the server's process group
+        self._lifeline: Lifeline | None = None
         self._lock: int | None = None
 
     @property
@@ -108,11 +110,20 @@ class MilvusServerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 pass_fds=(listener.fileno(),),
-                start_new_session=True,  # its own process group: stop() kills the server binary with it
+                process_group=self._watched_group(log),  # stop() kills the server binary with the group
             )
         finally:
             log.close()
             listener.close()  # the child's relay owns it now: the port closes when the server goes
+
+    def _watched_group(self, log) -> int:
+        """
+        A new process group led by a watchdog that ends it when this process ends, however it
+        ends (`watchdog.py`): the server joins it, so a SIGKILL of the caller leaves no server behind.
+        """
+        self._lifeline = Lifeline()
+        self._watchdog = self._lifeline.start_watchdog(log)
+        return self._watchdog.pid
 
     @property
     def log_path(self) -> Path:
@@ -150,9 +161,15 @@ class MilvusServerProcess:
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM to the group, SIGKILL after a grace period: the server binary ignores SIGTERM for long."""
         process, self._process = self._process, None
+        watchdog, self._watchdog = self._watchdog, None
         lock, self._lock = self._lock, None
-        if process is not None:
-            _stop_group(process, grace_s)
+        if watchdog is not None:
+            _stop_group(watchdog.pid, process, grace_s)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                watchdog.wait(timeout=10)
+        if self._lifeline is not None:
+            self._lifeline.cut()
+            self._lifeline = None
         if lock is not None:
             os.close(lock)  # the data folder is free again once the server is gone
 
@@ -172,15 +189,17 @@ class MilvusServerProcess:
         self.stop()
 
 
-def _stop_group(process: subprocess.Popen, grace_s: float) -> None:
+def _stop_group(group: int, process: subprocess.Popen | None, grace_s: float) -> None:
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=grace_s)
+        os.killpg(group, signal.SIGTERM)
+    if process is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace_s)
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=10)
+        os.killpg(group, signal.SIGKILL)
+    if process is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
 
 
 def lock_data_dir(data_dir: Path) -> int:

@@ -12,9 +12,11 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig
 
-from pipelines.agent import TOOL_NAME, agent_view
+from pipelines.agent import TOOL_NAME
 from pipelines.serving.bind import (
     ServeError,
+    allowed_origins,
+    check_allow_lists,
     check_bind,
     check_cors,
     check_port_free,
@@ -25,11 +27,13 @@ from pipelines.serving.bind import (
 )
 from pipelines.serving.docs_page import serve_docs_locally
 from pipelines.serving.service import OVERRIDES_ENV, overrides_from_env, served_config, shared_service
+from pipelines.views import agent_view
 
 logger = logging.getLogger(__name__)
 
 WRAPPERS_DIR = Path(__file__).resolve().parent / "wrappers"
 RUN_PATH = f"/{TOOL_NAME}/run"
+FEEDBACK_PATH = f"/{TOOL_NAME}/feedback"
 # hayhooks routes a lookup server does not offer: deploying code into the process, and routes that
 # cannot work for this wrapper (drawing and ReDoc need the internet; it has no chat, responses or files API).
 UNSERVED_PREFIXES = (
@@ -46,8 +50,10 @@ UNSERVED_PREFIXES = (
 )
 # uvicorn's protocol with a deadline on request headers (imported by name in each worker process).
 HTTP_PROTOCOL = "pipelines.serving.header_deadline:HeaderDeadlineProtocol"
+# The error codes of HTTP errors raised with a text detail (the routing's own, hayhooks').
+HTTP_ERROR_CODES = {404: "not_found", 405: "method_not_allowed"}
 # What OpenAPI lists: the routes that answer.
-SERVED_PATHS = (RUN_PATH, "/health", "/status", "/status/{pipeline_name}")
+SERVED_PATHS = (RUN_PATH, FEEDBACK_PATH, "/health", "/status", "/status/{pipeline_name}")
 
 
 def check_ready(report: dict[str, Any]) -> None:
@@ -90,16 +96,17 @@ def _health_route(health):
 
 def build_rest_app(cfg: DictConfig, health, api_key: str | None):
     """hayhooks' FastAPI app with the wrapper deployed at start-up, `/health`, and the guard in front."""
-    from fastapi import HTTPException
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
     from hayhooks import create_app
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from pipelines.serving.guard import RequestGuard
 
     app = create_app()
     app.add_api_route("/health", _health_route(health), methods=["GET"], tags=["status"], include_in_schema=True)
     _deploy_run_route(app, _load_wrapper(), cfg.serve.max_concurrent_lookups)
+    _deploy_feedback_route(app, shared_service(cfg))
 
     @app.exception_handler(RequestValidationError)
     async def documented_validation_error(_request, exc: RequestValidationError) -> JSONResponse:
@@ -109,12 +116,7 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
         detail = f"{where}: {first.get('msg', 'invalid request')}" if where else first.get("msg", "invalid request")
         return JSONResponse({"error": "invalid_request", "detail": detail}, status_code=422)
 
-    @app.exception_handler(HTTPException)
-    async def structured_http_error(_request, exc: HTTPException) -> JSONResponse:
-        # The wrapper raises with a dict: the refusal reason, or the failed lookup's result.
-        body = exc.detail if isinstance(exc.detail, dict) else {"error": "http_error", "detail": str(exc.detail)}
-        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
-
+    app.add_exception_handler(StarletteHTTPException, structured_http_error)
     _list_only_served_routes(app)
     serve_docs_locally(app)
     return RequestGuard(
@@ -125,6 +127,24 @@ def build_rest_app(cfg: DictConfig, health, api_key: str | None):
         blocked_prefixes=UNSERVED_PREFIXES,
         read_timeout_s=cfg.serve.read_timeout_s,
     )
+
+
+async def structured_http_error(request, exc):
+    """
+    An HTTP error as JSON of the one documented shape, `{"error": code, "detail": reason}`: the
+    routing's own 404 and 405 (FastAPI's `{"detail": ...}`, Starlette's plain text) and hayhooks'
+    (`/status/NAME` of no pipeline) alike. The wrapper raises with a dict: the refusal reason, or
+    the failed lookup's result, answered as it is.
+    """
+    from starlette.responses import JSONResponse
+
+    if isinstance(exc.detail, dict):
+        body = exc.detail
+    elif exc.status_code == 404 and exc.detail == "Not Found":  # no route: say which path
+        body = {"error": "not_found", "detail": f"{request.url.path} is not served here"}
+    else:
+        body = {"error": HTTP_ERROR_CODES.get(exc.status_code, "http_error"), "detail": str(exc.detail)}
+    return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
 def _list_only_served_routes(app) -> None:
@@ -184,6 +204,42 @@ def _deploy_run_route(app, wrapper, max_concurrent: int | None = None) -> None:
     )
 
 
+def _deploy_feedback_route(app, service) -> None:
+    """
+    `POST /lookup_knowledge/feedback`: an agent's verdict on a lookup it made becomes a label
+    (404 for an unknown invocationId, 422 for a bad body or a source not in the index).
+    """
+    import anyio
+    from fastapi import HTTPException
+
+    from pipelines.labels.record import UnknownInvocationError
+    from pipelines.serving.feedback import give_feedback
+    from pipelines.serving.models import FeedbackRequest, FeedbackResponse
+
+    # Threads of its own: a label never waits for a lookup slot.
+    limiter = anyio.CapacityLimiter(2)
+
+    async def feedback(request: FeedbackRequest) -> FeedbackResponse:
+        call = functools.partial(give_feedback, service, request.invocationId, request.useful, request.source, "rest")
+        try:
+            return FeedbackResponse(**await anyio.to_thread.run_sync(call, limiter=limiter))
+        except UnknownInvocationError as exc:
+            raise HTTPException(404, detail={"error": "unknown_invocation", "detail": str(exc)}) from exc
+        except ValueError as exc:  # a bad label (a source not in the index): the reason is the detail
+            raise HTTPException(422, detail={"error": "invalid_feedback", "detail": str(exc)}) from exc
+
+    app.add_api_route(
+        FEEDBACK_PATH,
+        feedback,
+        methods=["POST"],
+        name=f"{TOOL_NAME}_feedback",
+        response_model=FeedbackResponse,
+        tags=["pipelines"],
+        description="Tell whether a lookup's answer (or one of its sources) helped: it becomes a label.",
+        responses={404: {"description": "No such invocation"}, 422: {"description": "A refused request"}},
+    )
+
+
 def lookup_limiter(max_concurrent: int | None):
     """
     A limiter of `lookup_slots` pipeline threads. More pipeline threads than cores only fight over
@@ -207,6 +263,7 @@ def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
     tool of `pipelines/serving/mcp_tool.py`: no hayhooks status or deploy tools.
     """
     from hayhooks.server.utils.mcp_utils import create_starlette_app
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from pipelines.serving.guard import RequestGuard
     from pipelines.serving.mcp_tool import create_lookup_mcp_server
@@ -214,6 +271,7 @@ def build_mcp_app(cfg: DictConfig, health, api_key: str | None):
     server = create_lookup_mcp_server(shared_service(cfg), cfg.serve.max_concurrent_lookups)
     app = create_starlette_app(server)
     app.add_route("/health", _health_route(health), methods=["GET"])
+    app.add_exception_handler(StarletteHTTPException, structured_http_error)
     origins = cors_allowed(list(cfg.serve.cors_origins))
     if origins:  # hayhooks' MCP app grants no origin; the allow-list applies to it as to REST
         from starlette.middleware.cors import CORSMiddleware
@@ -245,7 +303,17 @@ def build_app(cfg: DictConfig, mcp: bool = False):
     health = HealthCheck(cfg, trace_store=None, auth=api_key is not None, timeout_s=cfg.serve.health_timeout_s)
     service = shared_service(cfg)  # the wrapper's setup() gets this same warmed service
     health.trace_store = service.trace_writer.store if service.trace_writer else None
-    return build_mcp_app(cfg, health, api_key) if mcp else build_rest_app(cfg, health, api_key)
+    app = build_mcp_app(cfg, health, api_key) if mcp else build_rest_app(cfg, health, api_key)
+    return with_origin_guard(app, cfg)
+
+
+def with_origin_guard(app, cfg: DictConfig):
+    """The `Host` and `Origin` allow-lists in front of everything else (`origin_guard.py`)."""
+    from pipelines.serving.origin_guard import OriginGuard
+
+    return OriginGuard(
+        app, allowed_hosts=cfg.serve.allowed_hosts, allowed_origins=allowed_origins(cfg), bound_host=cfg.serve.host
+    )
 
 
 def worker_app(cfg: DictConfig | None = None):
@@ -268,6 +336,7 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
     api_key = resolve_api_key(cfg)
     check_bind(host, api_key)
     check_cors(list(cfg.serve.cors_origins), api_key)
+    check_allow_lists(cfg)
     check_workers(cfg, workers, mcp)
     check_port_free(host, port)
     _configure_hayhooks(cfg, overrides)
@@ -283,7 +352,13 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
     )
     if workers == 1:
         uvicorn.run(
-            build_app(cfg, mcp), host=host, port=port, log_level="warning", access_log=False, http=HTTP_PROTOCOL
+            build_app(cfg, mcp),
+            host=host,
+            port=port,
+            log_level="warning",
+            log_config=masked_log_config(),
+            access_log=False,
+            http=HTTP_PROTOCOL,
         )
         return
     # uvicorn binds the port once and hands it to N spawned processes; each builds and warms its own
@@ -296,5 +371,19 @@ def serve(cfg: DictConfig, overrides: list[str], host: str, port: int, mcp: bool
         host=host,
         port=port,
         log_level="warning",
+        log_config=masked_log_config(),
         access_log=False,
     )
+
+
+def masked_log_config() -> dict[str, Any]:
+    """uvicorn's logging config with secrets masked in whatever its handlers write (an app's traceback included)."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["filters"] = {"masked": {"()": "components.common.masking.MaskingFilter"}}
+    for handler in config["handlers"].values():
+        handler["filters"] = ["masked"]
+    return config

@@ -2,12 +2,13 @@
 
 import ipaddress
 import os
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from omegaconf import DictConfig
-
 from components.errors import BadInputError
-from components.stores.milvus_collection import is_local_uri
+
+if TYPE_CHECKING:  # the `knowledge lookup --url` client reads API_KEY_ENV here: no config or Milvus imports
+    from omegaconf import DictConfig
 
 API_KEY_ENV = "KNOWLEDGE_API_KEY"
 
@@ -16,7 +17,7 @@ class ServeError(BadInputError):
     """A server that must not or cannot start (CLI exit status 2)."""
 
 
-def resolve_api_key(cfg: DictConfig) -> str | None:
+def resolve_api_key(cfg: "DictConfig") -> str | None:
     """
     The API key: `KNOWLEDGE_API_KEY`, else `serve.api_key`; None when neither is set. A key of
     only whitespace counts as none (it would guard nothing), so off loopback it is refused as such.
@@ -75,6 +76,28 @@ def check_cors(origins: list[str], api_key: str | None) -> None:
             )
 
 
+def check_allow_lists(cfg: DictConfig) -> None:
+    """Refuse an entry of `serve.allowed_hosts` or `serve.allowed_origins` that names no host or origin."""
+    from pipelines.serving.origin_guard import EVERY, origin_host, split_host
+
+    for host in cfg.serve.allowed_hosts:
+        try:
+            if host != EVERY:
+                split_host(host)
+        except ValueError as exc:
+            raise ServeError(f"serve.allowed_hosts: {exc}: give a host name or name:port, e.g. kb.internal") from exc
+    for origin in cfg.serve.allowed_origins:
+        if origin != EVERY and origin_host(origin) is None:
+            raise ServeError(
+                f"serve.allowed_origins: {origin!r} is not an origin: give scheme://host[:port], e.g. http://localhost:3000"
+            )
+
+
+def allowed_origins(cfg: DictConfig) -> list[str]:
+    """The web origins answered besides the server's own: `serve.allowed_origins` and the CORS allow-list."""
+    return [*cfg.serve.allowed_origins, *cors_allowed(list(cfg.serve.cors_origins))]
+
+
 def cors_allowed(origins: list[str]) -> list[str]:
     """The origins as the browser sends them (no trailing slash)."""
     return [origin.rstrip("/") for origin in origins]
@@ -85,7 +108,7 @@ def lookup_slots(max_concurrent_lookups: int | None) -> int:
     return max_concurrent_lookups or os.cpu_count() or 1
 
 
-def check_workers(cfg: DictConfig, workers: int, mcp: bool) -> None:
+def check_workers(cfg: "DictConfig", workers: int, mcp: bool) -> None:
     """Refuse several worker processes where they cannot share the stores (or the MCP sessions)."""
     if workers < 1:
         raise ServeError(f"--workers must be at least 1, not {workers}")
@@ -96,6 +119,8 @@ def check_workers(cfg: DictConfig, workers: int, mcp: bool) -> None:
         raise ServeError(f"serve.health_timeout_s must be above 0 (seconds), not {cfg.serve.health_timeout_s}")
     if workers == 1:
         return
+    from components.stores.milvus_collection import is_local_uri
+
     if is_local_uri(cfg.milvus.uri):
         raise ServeError(
             f"refusing --workers {workers} on Milvus Lite ({cfg.milvus.uri}): Milvus Lite is one process per db file; "

@@ -1,7 +1,10 @@
 """`knowledge lookup --url`: ask a running `knowledge serve` instead of opening the stores here."""
 
+import http.client
+import json
 import os
-from typing import Any
+import urllib.error
+import urllib.request
 
 from pipelines.serving.bind import API_KEY_ENV
 
@@ -18,28 +21,32 @@ def remote_lookup(url: str, query: str, api_key: str | None = None, timeout_s: f
     """
     POST the query to `<url>/lookup_knowledge/run`; returns (HTTP status, result dict). A 503 still
     carries the structured failure result. `KNOWLEDGE_API_KEY` is sent as the bearer key when set.
+    The standard library's HTTP client: an HTTP library's import would cost more than the lookup.
     """
-    import httpx
-
     key = api_key or os.environ.get(API_KEY_ENV)
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
     endpoint = url.rstrip("/") + "/lookup_knowledge/run"
     try:
-        response = httpx.post(endpoint, json={"query": query}, headers=headers, timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        raise RemoteLookupError(f"cannot reach {endpoint}: {exc}") from exc
-    body = _json(response)
-    if response.status_code == 200:
+        request = urllib.request.Request(endpoint, json.dumps({"query": query}).encode(), headers, method="POST")
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            status, text = response.status, response.read()
+    except urllib.error.HTTPError as exc:  # an answer all the same: 4xx/5xx with a body
+        status, text = exc.code, exc.read()
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise RemoteLookupError(f"cannot reach {endpoint}: {reason}") from exc
+    body = _json(text)
+    if status == 200:
         return 200, body
-    if response.status_code == 503 and "evidenceStatus" in body:
+    if status == 503 and "evidenceStatus" in body:
         return 503, body
-    reason = body.get("detail") or response.text[:200]
-    raise RemoteLookupError(f"server refused the query ({response.status_code}): {reason}", response.status_code < 500)
+    reason = body.get("detail") or text[:200].decode("utf-8", "replace")
+    raise RemoteLookupError(f"server refused the query ({status}): {reason}", status < 500)
 
 
-def _json(response: Any) -> dict:
+def _json(text: bytes) -> dict:
     try:
-        body = response.json()
+        body = json.loads(text)
     except ValueError:
         return {}
     return body if isinstance(body, dict) else {}

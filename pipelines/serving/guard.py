@@ -258,5 +258,7 @@ async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
+    if status == 408:  # the rest of the body is not coming: close now, not after uvicorn's keep-alive wait
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

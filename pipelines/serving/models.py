@@ -1,5 +1,6 @@
 """
-Pydantic models of the HTTP contract: the `lookup_knowledge` result as OpenAPI describes it.
+Pydantic models of the HTTP contract: the `lookup_knowledge` result as OpenAPI describes it, and
+the feedback an agent gives on it.
 
 Keys follow `LookupResult.to_dict()`; nested traces stay open objects. Keys a result does not
 carry (e.g. `message` on a found result) are left out of the JSON, as in `knowledge lookup`.
@@ -7,7 +8,7 @@ carry (e.g. `message` on a found result) are left out of the JSON, as in `knowle
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 
 def _absent(value: Any) -> bool:
@@ -76,3 +77,25 @@ class LookupResponse(BaseModel):
     def __str__(self) -> str:
         # hayhooks' MCP transport sends str(result) as the tool's text content: make that the JSON.
         return self.model_dump_json()
+
+
+class FeedbackRequest(BaseModel):
+    """An agent's verdict on one lookup it made (`POST /lookup_knowledge/feedback`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    invocationId: StrictStr = Field(description="The invocationId of the lookup's result")
+    useful: StrictBool = Field(description="Whether the answer (or the named source) helped")
+    source: StrictStr | None = Field(
+        default=None, description="The source that helped (or did not), KB-relative as cited; default: the best one"
+    )
+
+
+class FeedbackResponse(BaseModel):
+    """The label the feedback became."""
+
+    labelId: str
+    invocationId: str
+    verdict: str = Field(description="useful or not_useful")
+    sources: list[str] = Field(description="The source(s) the verdict is about")
+    traceStatus: str = Field(description="recorded, or spooled while the trace database is away")

@@ -33,7 +33,8 @@ from pipelines.evaluation import PipelineSystem, index_first
 from pipelines.evaluation_metrics import EvalQuery, Ranked
 from pipelines.manifest import indexed_kb
 from pipelines.settings import ConfigError, load_config
-from pipelines.tuning.guards import Constraint, QuerySet, evaluate_sets
+from pipelines.tuning.guard_fit import fit_guard, without_sets
+from pipelines.tuning.guards import Constraint, QuerySet, evaluate_sets, untested_guards
 from pipelines.tuning.recommend import (
     METRICS,
     Candidate,
@@ -106,6 +107,8 @@ class QueryChange:
     b_top: str | None
     a_found: bool
     b_found: bool
+    a_right: bool = False  # the top source is a relevant one (answerable), or nothing was found (off-topic)
+    b_right: bool = False
 
 
 @dataclass
@@ -119,6 +122,8 @@ class AbReport:
     run_id: str | None = None
     report_path: str | None = None
     runs: RunLogger | None = None
+    guard: Any = None  # pipelines/tuning/guard_fit.py's GuardFit, fitted on A
+    warnings: list[str] = field(default_factory=list)  # guards too small to decide
 
     @property
     def changed(self) -> bool:
@@ -161,19 +166,27 @@ def run_ab(
     answers = {side: evaluation.answers["pipeline"] for side, (evaluation, _) in evaluated.items()}
     metrics = _paired_metrics(sets, answers, seed)
     changes = [
-        QueryChange(q.id, q.query, q.kind, _top(ra), _top(rb), ra.answered, rb.answered)
+        QueryChange(q.id, q.query, q.kind, _top(ra), _top(rb), ra.answered, rb.answered, _right(q, ra), _right(q, rb))
         for q, ra, rb in zip(queries, answers["a"], answers["b"], strict=False)
         if _top(ra) != _top(rb) or ra.answered != rb.answered
     ]
     report = AbReport({"a": a, "b": b, "base": base}, queries_label, metrics, changes, configs)
+    # A is the current settings: the guard is fitted on what A rejects.
+    report.guard = fit_guard(configs["a"], sets, list(constraints), evaluated["a"][1])
     policy = Policy.from_config(configs["a"])
     candidates = {
         side: Candidate(
-            side.upper(), per_set, {main.name: metric_values(queries, answers[side][: len(queries)], policy.metric)}
+            side.upper(),
+            without_sets(per_set, report.guard.left_out),
+            {main.name: metric_values(queries, answers[side][: len(queries)], policy.metric)},
         )
         for side, (_, per_set) in evaluated.items()
     }
-    report.verdict = ab_verdict(candidates["a"], candidates["b"], list(constraints), policy, [main.name])
+    constraints = report.guard.constraints
+    report.warnings = untested_guards(
+        constraints, [c.sets for c in candidates.values()], int(configs["a"].guard.min_off_topic)
+    )
+    report.verdict = ab_verdict(candidates["a"], candidates["b"], constraints, policy, [main.name])
     path = Path(report_path) if report_path else Path(configs["a"].paths.state_dir) / AB_REPORT
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(html_report(report), encoding="utf-8")
@@ -202,6 +215,17 @@ def _paired_metrics(sets: list[QuerySet], answers: dict[str, list[Ranked]], seed
 
 def _top(answer: Ranked) -> str | None:
     return answer.sources[0] if answer.sources else None
+
+
+def _right(query: EvalQuery, answer: Ranked) -> bool:
+    """Hit@1 for an answerable query; no evidence for an off-topic one."""
+    if not query.answerable:
+        return not answer.answered
+    return answer.answered and _top(answer) in query.relevant
+
+
+def _mark(right: bool) -> str:
+    return "right" if right else "wrong"
 
 
 def _log_run(report: AbReport, html_path: Path) -> str | None:
@@ -261,7 +285,8 @@ def html_report(report: AbReport) -> str:
         )
     changes = "".join(
         f"<tr><td>{e(c.id)}</td><td>{e(c.query)}</td><td>{e(c.kind)}</td><td>{e(str(c.a_top))}</td>"
-        f"<td>{e(str(c.b_top))}</td><td>{c.a_found} &rarr; {c.b_found}</td></tr>"
+        f"<td>{e(str(c.b_top))}</td><td>{c.a_found} &rarr; {c.b_found}</td>"
+        f"<td>{_mark(c.a_right)} &rarr; {_mark(c.b_right)}</td></tr>"
         for c in report.changes
     )
     return (
@@ -271,15 +296,23 @@ def html_report(report: AbReport) -> str:
         f"B: <code>{e(' '.join(report.overrides['b']) or '(defaults)')}</code><br>"
         f"both: <code>{e(' '.join(report.overrides['base']) or '-')}</code></p>"
         f"<p><strong>{e(report.verdict)}</strong></p>"
-        "<p>Delta is B - A over the queries a metric applies to; the interval is a paired bootstrap 95% "
+        + "".join(f"<p>{e(line)}</p>" for line in _guard_lines(report))
+        + "<p>Delta is B - A over the queries a metric applies to; the interval is a paired bootstrap 95% "
         f"interval ({BOOTSTRAP_SAMPLES} resamples); p is an exact two-sided sign test over the queries "
         "whose value differs (1 when none does).</p>"
         "<table><tr><th>metric</th><th>queries</th><th>A</th><th>B</th><th>delta</th><th>95% interval</th>"
         f"<th>B better / worse</th><th>p</th></tr>{''.join(rows)}</table>"
         f"<h2>{len(report.changes)} queries whose top source or answer changed</h2>"
-        "<table><tr><th>id</th><th>query</th><th>kind</th><th>A top</th><th>B top</th><th>found A &rarr; B</th></tr>"
+        "<table><tr><th>id</th><th>query</th><th>kind</th><th>A top</th><th>B top</th><th>found A &rarr; B</th>"
+        "<th>A &rarr; B</th></tr>"
         f"{changes}</table></body></html>"
     )
+
+
+def _guard_lines(report: AbReport) -> list[str]:
+    """The guard in effect (fitted on A) and the warnings of a guard too small to decide."""
+    lines = [f"warning: {warning}" for warning in report.warnings]
+    return lines + (report.guard.lines() if report.guard is not None else [])
 
 
 def format_ab(report: AbReport, limit: int = 20) -> str:
@@ -294,11 +327,12 @@ def format_ab(report: AbReport, limit: int = 20) -> str:
             f"{name:<34}{m['n']:>5}{m['a']:>8.3f}{m['b']:>8.3f}{m['delta']:>+8.3f}{interval:>20}"
             f"{str(m['b_better']) + '/' + str(m['b_worse']):>9}{format_p(m['p_value']):>10}"
         )
+    lines += _guard_lines(report)
     lines.append(report.verdict)
-    lines.append(f"{len(report.changes)} queries changed their top source or answer")
+    lines.append(f"{len(report.changes)} queries changed their top source or answer (A -> B)")
     for change in report.changes[:limit]:
         lines.append(
-            f"  {change.id:<10} {change.a_top} -> {change.b_top}"
+            f"  {change.id:<10} {_mark(change.a_right)} -> {_mark(change.b_right)}: {change.a_top} -> {change.b_top}"
             + (f" (found {change.a_found} -> {change.b_found})" if change.a_found != change.b_found else "")
         )
     if len(report.changes) > limit:

@@ -222,13 +222,16 @@ def resolve_guard_path(path: str) -> str:
     from pipelines.settings import CONF_DIR
 
     given = Path(path)
-    if given.is_absolute() or given.exists():
+    if given.exists():
         return str(given)
     in_project = CONF_DIR.resolve().parent / given
-    if in_project.exists():
+    if not given.is_absolute() and in_project.exists():
         return str(in_project)
-    where = sorted({str(Path.cwd()), str(CONF_DIR.resolve().parent)})
-    raise ConfigError(f"guard.sets: {path} not found in {' nor in '.join(where)}; guard=none drops the guard sets")
+    where = [str(given.parent)] if given.is_absolute() else sorted({str(Path.cwd()), str(CONF_DIR.resolve().parent)})
+    raise ConfigError(
+        f"guard.sets: {path} not found in {' nor in '.join(where)}; guard=none drops the guard sets, "
+        "knowledge guard build --kb DIR writes the one guard=built reads"
+    )
 
 
 def guard_sets(cfg, given: list[str], taken: list[QuerySet]) -> list[QuerySet]:

@@ -204,13 +204,29 @@ def ab_verdict(
     stats = f"(n={test.n}, p={format_p(test.p_value)})"
     b_broken, a_broken = b.breaks(constraints), a.breaks(constraints)
     if b_broken and not a_broken:
-        return f"B is worse {stats}: B breaks {', '.join(b_broken)}"
+        # A broken guard decides, not the primary metric's test: quote what B broke, not that test's p.
+        return f"B is worse: B breaks {', '.join(b_broken)} ({_guard_values(a, b, constraints)})"
     if recommend(a, b, constraints, policy, paired_sets).recommended is not None:
         return f"B is better {stats} on {policy.metric}"
     if test.delta < 0 and test.p_value < policy.level:
         return f"B is worse {stats} on {policy.metric}"
     note = f"; A breaks {', '.join(a_broken)}" if a_broken else ""
     return f"no detectable difference {stats} on {policy.metric} at level {policy.level:g}{note}"
+
+
+def _guard_values(a: Candidate, b: Candidate, constraints: list[Constraint]) -> str:
+    """Each broken constraint's metric on its set, B against A, as the guard measured them."""
+    shown = []
+    for name, metrics in b.sets.items():
+        for constraint in constraints:
+            if constraint.label in set_violations(constraints, name, metrics):
+                ours, theirs = metrics.get(constraint.metric), a.sets.get(name, {}).get(constraint.metric)
+                shown.append(f"{constraint.metric} on {name}: B {_value(ours)} vs A {_value(theirs)}")
+    return "; ".join(shown)
+
+
+def _value(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.3f}"
 
 
 def set_values(sets: list[Any], answers: list[Ranked], metric: str) -> dict[str, list[float | None]]:

@@ -19,9 +19,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from components.common.masking import masked
 from components.contracts import InvalidQueryError
 from components.errors import BadInputError
-from pipelines.settings import url_without_password
 from pipelines.tuning.runs import RunLogger, flatten_params
 
 RERUN_EXPERIMENT = "lookup-knowledge-rerun"
@@ -94,6 +94,8 @@ class RerunReport:
     totals: dict[str, float] = field(default_factory=dict)
     guard: dict[str, dict[str, Any]] = field(default_factory=dict)  # each guard set's metrics under the config
     constraints: list[Any] = field(default_factory=list)
+    fit: Any = None  # pipelines/tuning/guard_fit.py's GuardFit, fitted on the current settings
+    warnings: list[str] = field(default_factory=list)  # guards too small to decide
 
     @property
     def changed(self) -> list[RerunRow]:
@@ -151,6 +153,16 @@ def _query_of(row: dict[str, Any]) -> str | None:
     return query if isinstance(query, str) and query.strip() else None
 
 
+# The keys a rerun tries; the rest (where the state, traces and runs live) are the same for the current settings.
+SETTING_PREFIXES = ("retrieval.", "rerank.", "competition.", "query.", "context.", "sidecar.", "pipeline.", "embedder.")
+
+
+def is_setting(override: str) -> bool:
+    """An override that changes what a lookup decides, as opposed to where its state lives."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key.startswith(SETTING_PREFIXES)
+
+
 def rerun_traces(
     cfg: DictConfig,
     since: datetime | None = None,
@@ -159,17 +171,18 @@ def rerun_traces(
     include_evaluation: bool = False,
     guards: list[Any] = (),
     constraints: list[Any] = (),
+    current_cfg: DictConfig | None = None,
 ) -> RerunReport:
     """
     Rerun the recorded queries under `cfg` (nothing recorded), compare, score the guard sets
-    (conf/guard/) under the same config, log one MLflow run.
+    (conf/guard/, fitted on `current_cfg`, the settings in force) under the same config, log one MLflow run.
     """
     from pipelines.lookup import LookupService, build_lookup_pipeline
 
     recorded = recorded_rows(cfg, since, last, include_evaluation)
     if not recorded:
         raise RerunInputError(
-            f"no recorded lookup to rerun in {url_without_password(cfg.trace.db_url)} (with --since/--last as given)"
+            f"no recorded lookup to rerun in {masked(cfg.trace.db_url)} (with --since/--last as given)"
         )
     service = LookupService(cfg, pipeline=build_lookup_pipeline(cfg, record=False))
     rows: list[RerunRow] = []
@@ -192,13 +205,23 @@ def rerun_traces(
         )
     report = RerunReport(rows, skipped, totals=totals(rows), constraints=list(constraints))
     if guards:
-        from pipelines.evaluation import PipelineSystem
-        from pipelines.tuning.guards import evaluate_sets
-
-        _, report.guard = evaluate_sets(cfg, list(guards), [PipelineSystem(cfg)])
+        _score_guard(report, cfg, current_cfg or cfg, list(guards))
     report.runs = RunLogger.from_config(cfg, experiment)
     report.run_id = _log_run(report, cfg, since, last)
     return report
+
+
+def _score_guard(report: RerunReport, cfg: DictConfig, current_cfg: DictConfig, guards: list[Any]) -> None:
+    """The guard fitted on the current settings, then its sets in effect scored under `cfg`."""
+    from pipelines.tuning.guard_fit import fit_guard, measure_guard
+    from pipelines.tuning.guards import untested_guards
+
+    current = measure_guard(current_cfg, guards)
+    report.fit = fit_guard(current_cfg, guards, report.constraints, current)
+    report.constraints = report.fit.constraints
+    report.guard = dict(current) if cfg == current_cfg else measure_guard(cfg, report.fit.sets)
+    report.guard = {name: report.guard[name] for name in (s.name for s in report.fit.sets)}
+    report.warnings = untested_guards(report.constraints, [report.guard], int(current_cfg.guard.min_off_topic))
 
 
 def _log_run(report: RerunReport, cfg: DictConfig, since: datetime | None, last: int | None) -> str | None:
@@ -249,7 +272,8 @@ def _guard_lines(report: RerunReport) -> list[str]:
     """Each guard set under the config replayed: its rejection and answer rates, and the constraints it breaks."""
     from pipelines.tuning.guards import set_violations
 
-    lines = []
+    lines = [f"  warning: {warning}" for warning in report.warnings]
+    lines += [f"  {line}" for line in (report.fit.lines() if report.fit is not None else [])]
     for name, metrics in report.guard.items():
         broken = set_violations(report.constraints, name, metrics)
         rates = ", ".join(

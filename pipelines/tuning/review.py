@@ -8,7 +8,7 @@ recommendation rule (pipelines/tuning/recommend.py), given from the runs as the 
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.tuning.guards import Constraint
@@ -22,6 +22,8 @@ class SweepReview:
     trials: list[Trial]
     constraints: list[Constraint]
     verdict: Verdict
+    guard: list[str] = field(default_factory=list)  # the guard in effect, as the sweep printed it
+    swept_keys: list[str] = field(default_factory=list)  # the keys the sweep swept, in its order
 
     @property
     def table(self) -> list[dict[str, Any]]:
@@ -30,7 +32,7 @@ class SweepReview:
         for trial in self.trials:
             row: dict[str, Any] = {"run_id": trial.run_id, "current": trial.current, "feasible": trial.feasible}
             row.update({o.split("=", 1)[0]: float(o.split("=", 1)[1]) for o in trial.swept})
-            for name in ("hit@1", "answer_rate", "fallback_rate"):
+            for name in ("hit@1", "answer_rate", "fallback_rate", "no_evidence_rate"):
                 row[name] = trial.value(name)
             row.update({c.label: c.value(trial.sets) for c in self.constraints})
             rows.append(row)
@@ -51,7 +53,9 @@ def read_sweep(tracking_uri: str, parent_run_id: str, experiment: str = EVAL_EXP
     result = SweepResult(trials, parent_run_id, tags.get("sweep.rank_by", "hit@1"), None, constraints)
     policy = Policy(tags["verdict.metric"], float(tags["verdict.level"]))
     verdict = sweep_verdict(result, policy, int(tags["verdict.min_off_topic"]), tags["verdict.tuning_sets"].split())
-    return SweepReview(trials, constraints, verdict)
+    guard = [line for line in tags.get("sweep.guard", "").splitlines() if line]
+    swept = list(dict.fromkeys(o.split("=", 1)[0] for trial in trials for o in trial.swept))
+    return SweepReview(trials, constraints, verdict, guard, swept)
 
 
 def _trial(client, run, constraints: list[Constraint], number: int) -> Trial:

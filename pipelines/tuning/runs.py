@@ -7,6 +7,7 @@ MLflow metric names cannot contain `@`, so `hit@1` is logged as `hit_at_1`.
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
@@ -208,3 +209,20 @@ def _artifact_uri(location: str | None) -> str | None:
     from pathlib import Path
 
     return Path(location).resolve().as_uri()
+
+
+def notebook_tracking_uri(root: Path, state_dir: Path, tracking_uri: str | None, run_given: bool) -> str:
+    """
+    The MLflow store a notebook reads: the one given; else, for a run id given alone, the store the CLI
+    logs to by default (`mlflow.tracking_uri`, relative to the project: where the run was most likely
+    made); else the notebook's own state folder's. A relative sqlite path is read from the project, as
+    the CLI printed it (the kernel runs in notebooks/).
+    """
+    from pipelines.settings import load_config
+
+    if tracking_uri is None and run_given:
+        tracking_uri = load_config(["mlflow=sqlite"]).mlflow.tracking_uri
+    tracking_uri = tracking_uri or f"sqlite:///{state_dir}/mlflow.db"
+    if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
+        tracking_uri = f"sqlite:///{root / tracking_uri.removeprefix('sqlite:///')}"
+    return tracking_uri

@@ -40,9 +40,11 @@ from pipelines.tuning.study import (
     evaluated_state,
     finish_trial,
     format_value,
+    interrupted_error,
     open_study,
     param_importances,
     progress_printer,
+    quiet_raised_trial_failures,
     study_storage,
 )
 from pipelines.tuning.sweep import Trial, metric_value
@@ -76,6 +78,7 @@ class SearchResult:
     roles: dict[str, str] = field(default_factory=dict)  # set name -> tuning, guard, held-out
     verdict: Any = None  # pipelines/tuning/recommend.py's Verdict
     repeats: int = 0  # trials that drew a setting already evaluated (not re-run)
+    guard: Any = None  # pipelines/tuning/guard_fit.py's GuardFit: the guard in effect
 
     @property
     def override_line(self) -> str:
@@ -100,6 +103,7 @@ def run_search(
     resume: bool = False,
     experiment: str | None = None,
     say=logger.info,
+    study_file: str | None = None,
 ) -> SearchResult:
     """Run `trials` constrained Optuna trials on the tuning and guard sets, then judge the best and the defaults."""
     import optuna
@@ -109,8 +113,9 @@ def run_search(
     constraints = list(constraints or [])
     check_measurable(constraints, [*tuning, *guards])
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet_raised_trial_failures()
     base_cfg = load_config(base_overrides)
-    storage = study_storage(base_cfg.paths.state_dir)
+    storage = study_storage(base_cfg.paths.state_dir, study_file)
     study = open_study(storage, space, study_name, resume, seed, constraints)
     runs = RunLogger.from_config(base_cfg, **({"experiment": experiment} if experiment else {}))
     label = ", ".join(s.path for s in tuning)
@@ -161,6 +166,7 @@ def run_search(
         evaluated[tuple(overrides)] = (trial.number, attrs)
         return finish_trial(trial, space.objective(metrics), attrs["constraint_values"])
 
+    finished_before = sum(evaluated_state(t) for t in study.trials)
     try:
         enqueue_current(study, space, base_cfg)
         study.optimize(objective, n_trials=trials, callbacks=[progress_printer(space, constraints, trials, say)])
@@ -169,6 +175,10 @@ def run_search(
         ]
         best = _best(space, done)
         judged = _judge(base_overrides, best, done, tuning, guards, held_out, policy.metric)
+    except KeyboardInterrupt as exc:
+        runs.finish(parent, "KILLED")
+        finished = sum(evaluated_state(t) for t in study.trials) - finished_before
+        raise interrupted_error(study, storage, finished, trials) from exc
     except BaseException:
         runs.finish(parent, "FAILED")
         raise
@@ -334,6 +344,7 @@ def format_search(result: SearchResult) -> str:
         lines.append(f"{result.repeats} trials drew a setting already evaluated and were not re-run")
     if result.best is None:
         lines.append("no trial met the constraints: no best setting (more --trials, a wider space or other bounds)")
+    lines += result.guard.lines() if result.guard is not None else []
     lines += result.verdict.lines()
     return "\n".join(lines)
 

@@ -6,12 +6,13 @@ parameter importances.
 """
 
 import logging
+import os
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from components.errors import first_line
+from components.errors import KnowledgeFailure, first_line
 from pipelines.settings import ConfigError
 from pipelines.tuning.guards import Constraint
 from pipelines.tuning.space import SearchSpace
@@ -24,14 +25,23 @@ IMPORTANCES_ARTIFACT = "param_importances.json"
 CURRENT_ATTR = "current_settings"
 
 
-def study_storage(state_dir: str) -> str:
-    folder = Path(state_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{folder.resolve() / STUDY_FILE}"
+# SQLite's result codes of a file another connection holds a lock on (it is healthy, only busy).
+_BUSY_CODES = ("SQLITE_BUSY", "SQLITE_LOCKED")
+
+
+class StudyFileBusyError(KnowledgeFailure):
+    """Another process holds a write lock on the study file: it is busy, not damaged."""
+
+
+def study_storage(state_dir: str, study_file: str | None = None) -> str:
+    """The Optuna storage URL: `study_file`, else `optuna.db` in the state dir."""
+    path = Path(study_file).expanduser() if study_file else Path(state_dir) / STUDY_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path.resolve()}"
 
 
 def _study_summaries(storage: str) -> list[Any]:
-    """The studies of the storage; a damaged study file is named with what to do, not as a bare sqlite error."""
+    """The studies of the storage; a busy or damaged study file is named with what to do, not as a bare sqlite error."""
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -39,10 +49,44 @@ def _study_summaries(storage: str) -> list[Any]:
         return optuna.get_all_study_summaries(storage)
     except SQLAlchemyError as exc:
         path = storage.removeprefix("sqlite:///")
+        if _is_busy(exc):
+            holders = _holders(path)
+            opened = f" ({', '.join(holders)} has it open: another search?)" if holders else ""
+            raise StudyFileBusyError(
+                f"the study file {path} is busy: another process holds a lock on it{opened}; wait for it to finish, "
+                "or give this search a study file of its own (--study-file FILE)"
+            ) from exc
         raise ConfigError(
             f"the study file {path} is damaged ({first_line(exc)}): move it away to start again (its studies are "
-            "lost), or give another paths.state_dir"
+            "lost), or give another --study-file"
         ) from exc
+
+
+def _is_busy(exc: BaseException) -> bool:
+    """A locked (healthy) database, by SQLite's own result code, not a file that is not one."""
+    return getattr(getattr(exc, "orig", None), "sqlite_errorname", None) in _BUSY_CODES
+
+
+def _holders(path: str) -> list[str]:
+    """The other processes that have the file open (from /proc, where there is one), as `pid N (command)`."""
+    target = os.path.realpath(path)
+    found = []
+    for pid in _other_pids():
+        try:
+            opened = any(os.path.realpath(f"/proc/{pid}/fd/{fd}") == target for fd in os.listdir(f"/proc/{pid}/fd"))
+            if opened:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"pid {pid} ({' '.join(command.split())[:120]})")  # one line, however it was started
+        except OSError:  # gone meanwhile, or not ours to look at
+            continue
+    return found
+
+
+def _other_pids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) != os.getpid()]
+    except OSError:
+        return []
 
 
 def open_study(storage: str, space: SearchSpace, study_name: str | None, resume: bool, seed: int, constraints):
@@ -136,7 +180,65 @@ def enqueue_current(study, space: SearchSpace, cfg) -> None:
     params = {key: OmegaConf.select(cfg, key) for key in space.space}
     if any("choices" in spec and params[key] not in spec["choices"] for key, spec in space.space.items()):
         return  # Optuna cannot draw a choice outside the list: the defaults are then scored apart (_judge)
-    study.enqueue_trial(params, user_attrs={CURRENT_ATTR: True}, skip_if_exists=True)
+    if not _tried(study, params):
+        study.enqueue_trial(params, user_attrs={CURRENT_ATTR: True})
+
+
+def _tried(study, params: dict[str, Any]) -> bool:
+    """
+    Whether a trial of the study has these settings, evaluated or waiting. Optuna's own check
+    (`skip_if_exists`) counts a failed trial too, so the current settings' trial interrupted by
+    Ctrl+C would never run again in the resumed study.
+    """
+    import optuna
+
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.WAITING)
+    return any(
+        frozen.system_attrs.get("fixed_params", frozen.params) == params
+        for frozen in study.get_trials(deepcopy=False, states=states)
+    )
+
+
+class SearchInterruptedError(KnowledgeFailure):
+    """Ctrl+C during a search: the trials that finished are in the study, which a resumed search continues."""
+
+    exit_code = 130  # as for any command stopped by SIGINT
+
+
+def interrupted_error(study, storage: str, finished: int, asked: int) -> SearchInterruptedError:
+    return SearchInterruptedError(
+        f"search interrupted: {finished} of {asked} trials finished (study {study.study_name} in "
+        f"{storage.removeprefix('sqlite:///')}); resume it with --study {study.study_name} --resume"
+    )
+
+
+class QuietRaisedTrialFailures(logging.Filter):
+    """
+    Optuna logs a trial whose objective raised, with the traceback (and then its value, None),
+    before it raises the error again; the command reports that error in one line, or for Ctrl+C
+    how to resume. A trial that failed without raising (a NaN value) is still logged.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raised: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        trial, _, rest = record.getMessage().partition(" failed with ")
+        if record.exc_info:
+            self.raised.add(trial)
+            return False
+        if rest.startswith("value") and trial in self.raised:
+            self.raised.discard(trial)
+            return False
+        return True
+
+
+def quiet_raised_trial_failures() -> None:
+    """Install the filter on Optuna's optimize logger once."""
+    noisy = logging.getLogger("optuna.study._optimize")
+    if not any(isinstance(f, QuietRaisedTrialFailures) for f in noisy.filters):
+        noisy.addFilter(QuietRaisedTrialFailures())
 
 
 def progress_printer(space: SearchSpace, constraints: list[Constraint], total: int, say):

@@ -128,6 +128,7 @@ class SweepResult:
     constraints: list[Any] = field(default_factory=list)
     verdict: Any = None  # pipelines/tuning/recommend.py's Verdict
     repeats: list[str] = field(default_factory=list)  # combinations that repeat an earlier setting
+    guard: Any = None  # pipelines/tuning/guard_fit.py's GuardFit: the guard in effect
 
     def ranked(self) -> list[Trial]:
         """Feasible combinations first, each group best first by the ranking metric."""
@@ -178,22 +179,30 @@ def run_sweep(
             "sweep.constraints": " ".join(c.label for c in constraints),
         },
     )
-    sweep = _Sweep(sets, list(constraints), sweep_keys, kb_path, baselines, runs, parent, say, base_cfg, rank_by)
+    current = [o for o in overrides if not parse_overrides([o])[0].is_sweep_override()]
+    try:
+        guard = _fit_guard(current, kb_path, sets, list(constraints), say)
+    except BaseException:
+        runs.finish(parent, "FAILED")
+        raise
+    sets, constraints = guard.sets, guard.constraints
+    sweep = _Sweep(sets, constraints, sweep_keys, kb_path, baselines, runs, parent, say, base_cfg, rank_by)
     try:
         for number, combination in enumerate(combinations):
             sweep.evaluate(combination, number, len(combinations))
-        current = [o for o in overrides if not parse_overrides([o])[0].is_sweep_override()]
         sweep.evaluate_current(current)
     except BaseException:
         runs.finish(parent, "FAILED")
         raise
-    result = SweepResult(sweep.trials, parent, rank_by, runs, list(constraints), repeats=sweep.repeats)
+    result = SweepResult(sweep.trials, parent, rank_by, runs, constraints, repeats=sweep.repeats, guard=guard)
     result.verdict = _verdict(result, base_cfg, sets)
     if parent is not None:
         from pipelines.tuning.recommend import Policy
 
         policy = Policy.from_config(base_cfg, rankable(rank_by))
         verdict_tags = {
+            "sweep.constraints": " ".join(c.label for c in constraints),
+            "sweep.guard": "\n".join(guard.lines()),
             "verdict.metric": policy.metric,
             "verdict.level": str(policy.level),
             "verdict.min_off_topic": str(base_cfg.guard.min_off_topic),
@@ -204,6 +213,17 @@ def run_sweep(
     _log_best(runs, parent, result)
     runs.finish(parent)
     return result
+
+
+def _fit_guard(current: list[str], kb_path: str | None, sets: list[Any], constraints: list[Any], say):
+    """The guard sets measured at the current settings (on the base index) and fitted to the knowledge base."""
+    from pipelines.tuning.guard_fit import fit_guard, measure_guard
+
+    cfg = load_config([*current, *([f"kb.path={kb_path}"] if kb_path else [])])
+    guard = fit_guard(cfg, sets, constraints, measure_guard(cfg, sets))
+    for line in guard.lines():
+        say(line)
+    return guard
 
 
 def run_guarded_sweep(
@@ -379,6 +399,8 @@ def format_ranking(result: SweepResult, columns: tuple[str, ...] = ()) -> str:
         lines.append(f"not re-run (the same setting as a row above): {'; '.join(result.repeats)}")
     if result.best is None and result.trials:
         lines.append(f"no combination met the constraints ({', '.join(guards)}): no best setting")
+    if result.guard is not None:
+        lines += result.guard.lines()
     if result.verdict is not None:
         lines += result.verdict.lines()
     return "\n".join(lines)

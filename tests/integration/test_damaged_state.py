@@ -86,6 +86,29 @@ def test_a_damaged_milvus_lite_collection_is_named_and_index_rebuild_recovers(sm
     assert again.returncode == 0 and '"found": true' in again.stdout, again.stderr
 
 
+def test_a_milvus_lite_db_replaced_by_a_file_is_named_and_index_rebuild_moves_it_aside(small_state):
+    kb, state = small_state
+    db = state / "milvus.db"
+    shutil.rmtree(db)
+    db.write_text("not a Milvus Lite database\n", encoding="utf-8")
+    overrides = [f"paths.state_dir={state}", "mlflow=off"]
+    for broken in (
+        run_cli("lookup", "--compact", "disk almost full", *overrides),
+        run_cli("index", "--kb", str(kb), *overrides),
+    ):
+        assert broken.returncode == 1
+        [line] = stderr_lines(broken)
+        assert f"the Milvus Lite database {db} is damaged (a file, not the folder" in line
+        assert "run `knowledge index --rebuild`" in line
+    rebuilt = run_cli("index", "--rebuild", "--kb", str(kb), *overrides)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    [aside] = state.glob("milvus.db.damaged-*")
+    assert aside.read_text(encoding="utf-8") == "not a Milvus Lite database\n"  # kept, not deleted
+    assert f"Moved the damaged Milvus Lite database {db} (a file, not a folder) aside to {aside}" in rebuilt.stderr
+    again = run_cli("lookup", "--compact", "disk almost full", *overrides)
+    assert again.returncode == 0 and '"found": true' in again.stdout, again.stderr
+
+
 def read_only_mount_command(folder, *args: str) -> list[str]:
     """`knowledge ARGS` in a mount namespace where `folder` is a read-only bind mount (root bypasses chmod)."""
     mount = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && exec "$@"'
@@ -96,13 +119,18 @@ def test_a_read_only_state_folder_is_named_as_read_only(small_state, tmp_path):
     kb, state = small_state
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is needed for a read-only mount")
-    overrides = [f"paths.state_dir={state}", "mlflow=off", f"trace.db_url=sqlite:///{tmp_path / 'traces.db'}"]
+    overrides = [f"paths.state_dir={state}", "mlflow=off"]
     probe = subprocess.run(read_only_mount_command(state, "--help"), capture_output=True, text=True, env=child_env())
     if probe.returncode != 0:
         pytest.skip(f"no mount namespace here: {probe.stderr.strip()[:200]}")
-    for args in (["lookup", "--compact", "disk almost full"], ["index", "--kb", str(kb)]):
+    beside = [f"trace.db_url=sqlite:///{tmp_path / 'traces.db'}"]  # a trace database elsewhere, or in the folder
+    for args, trace in (
+        (["lookup", "--compact", "disk almost full"], beside),
+        (["lookup", "--compact", "disk almost full"], []),
+        (["index", "--kb", str(kb)], beside),
+    ):
         done = subprocess.run(
-            read_only_mount_command(state, *args, *overrides),
+            read_only_mount_command(state, *args, *overrides, *trace),
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -110,7 +138,7 @@ def test_a_read_only_state_folder_is_named_as_read_only(small_state, tmp_path):
             timeout=300,
         )
         assert done.returncode == 1, done.stderr
-        [line] = stderr_lines(done)
+        [line] = stderr_lines(done)  # the trace record lost with it is said on the same line
         assert f"{state / 'milvus.db'} is read-only" in line and "give paths.state_dir a writable folder" in line
 
 

@@ -1,8 +1,8 @@
 """
 `knowledge dev milvus-server` as a real process: one server per data folder (a lock), bad
-arguments refused in one line, SIGTERM ending the whole process tree (also while it starts), and a
-health line when Milvus stops answering. The Lite engine starts in seconds; the 2.3 standalone is
-used where its slow start is the point.
+arguments refused in one line, SIGTERM ending the whole process tree (also while it starts), a
+SIGKILL of the command ending it too, and a health line when Milvus stops answering. The Lite
+engine starts in seconds; the 2.3 standalone is used where its slow start is the point.
 """
 
 import os
@@ -104,6 +104,26 @@ def test_sigterm_while_the_standalone_starts_leaves_nothing_running(tmp_path):
         assert all_gone(tree) == []
     finally:
         stop(process)
+
+
+@pytest.mark.parametrize("engine", ["lite", pytest.param("standalone", marks=pytest.mark.milvus_server)])
+def test_sigkill_leaves_nothing_running_and_a_restart_on_another_port_works(tmp_path, engine):
+    data_dir = tmp_path / "milvus"
+    process, port = start_dev_server(data_dir, engine=engine)
+    try:
+        wait_ready(process)
+        tree = process_tree(process.pid)
+        assert len(tree) >= 2  # the command and its server
+        os.kill(process.pid, signal.SIGKILL)  # the command only: nothing of it runs its clean-up
+        assert all_gone(tree, timeout_s=15.0) == []
+    finally:
+        stop(process)
+    again, other_port = start_dev_server(data_dir, engine=engine)
+    try:
+        assert other_port != port
+        wait_ready(again)
+    finally:
+        stop(again)
 
 
 def test_a_health_line_when_milvus_stops_answering_and_when_it_is_back(lite_dev_server):

@@ -32,8 +32,8 @@ def test_the_shipped_guard_keeps_a_sweep_from_recommending_a_setting_that_answer
     )
     assert code == 0, err
     loose = next(line for line in lines if "retrieval.uncovered_evidence_threshold=0.4" in line and line[:3].strip())
-    assert "NO: no_evidence_rate>=0.95" in loose
-    # Whatever is recommended keeps the alerts rejected (>= 0.95); here nothing beats the current settings.
+    assert "NO: no_evidence_rate@offtopic-alerts>=" in loose  # below the current settings minus guard.tolerance
+    # Whatever is recommended keeps the alerts rejected; here nothing beats the current settings.
     for line in _setting_lines(lines):
         assert "uncovered_evidence_threshold=0.4" not in line
     assert any(line.startswith("keep the current settings: ") for line in lines)
@@ -41,9 +41,15 @@ def test_the_shipped_guard_keeps_a_sweep_from_recommending_a_setting_that_answer
 
 def test_a_guard_that_cannot_fail_is_reported_and_the_best_line_says_unguarded(runbooks_cfg, capsys):
     # Without the alert set, the dev set's 20 generic off-topic queries are rejected at every setting:
-    # the constraint keeps nothing out. At level 1 any gain is taken, so a best line is printed.
+    # the absolute floor keeps nothing out. At level 1 any gain is taken, so a best line is printed.
+    floor = "guard.constraints=['no_evidence_rate>=0.95']"
     code, lines, err = _sweep(
-        capsys, runbooks_cfg, "retrieval.uncovered_evidence_threshold=0.4,0.52", "guard.sets=[]", "guard.level=1.0"
+        capsys,
+        runbooks_cfg,
+        "retrieval.uncovered_evidence_threshold=0.4,0.52",
+        "guard.sets=[]",
+        "guard.level=1.0",
+        floor,
     )
     assert code == 0, err
     warning = next(line for line in lines if line.startswith("warning: off-topic constraint"))

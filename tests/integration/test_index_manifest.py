@@ -104,6 +104,40 @@ def test_a_hand_edited_manifest_kb_path_is_refused_like_another_kb(tmp_path, ind
     assert not read_manifest(cfg).edited
 
 
+def test_a_manifest_without_its_checksum_is_refused_like_a_hand_edited_one(tmp_path, index_kb, capsys):
+    kb_a = _kb(tmp_path / "a", "disk/disk-full.md")
+    kb_b = _kb(tmp_path / "b", "cpu/runaway-process.md")
+    cfg, _ = index_kb(kb_a)
+    path = manifest_path(cfg)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    del data["checksum"]
+    path.write_text(json.dumps({**data, "kb_path": str(kb_b.resolve())}), encoding="utf-8")
+    state = [f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off"]
+
+    refused = run_main(capsys, "index", *state)
+    assert refused.returncode == 2
+    [line] = stderr_lines(refused)
+    assert str(path) in line and "edited after indexing (its checksum is missing)" in line and "--rebuild" in line
+    assert _sources(cfg) == {"disk/disk-full.md"}  # nothing indexed from the named folder, nothing removed
+    status = run_main(capsys, "index", "--status", "--json", *state)
+    assert json.loads(status.stdout)["edited"] is True
+
+
+def test_a_manifest_written_before_checksums_indexes_as_before_and_gets_one(tmp_path, index_kb, capsys):
+    kb_a = _kb(tmp_path / "a", "disk/disk-full.md")
+    cfg, _ = index_kb(kb_a)
+    path = manifest_path(cfg)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    del data["checksum"]
+    path.write_text(json.dumps({**data, "version": 1}), encoding="utf-8")  # the format before checksums
+
+    result = run_main(capsys, "index", "--json", f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["unchanged"] == ["disk/disk-full.md"]
+    rewritten = read_manifest(cfg)
+    assert rewritten.checksum and not rewritten.edited and rewritten.version > 1
+
+
 def test_a_state_dir_indexed_before_manifests_indexes_as_before_and_gets_one(tmp_path, index_kb, capsys):
     kb_a = _kb(tmp_path / "a", "disk/disk-full.md")
     cfg, _ = index_kb(kb_a)

@@ -1,9 +1,11 @@
 """
-A one-shot `knowledge lookup` with MLflow configured imports MLflow only when its trace is sampled
-(`LookupService(one_shot=True)`): an unsampled lookup exits without it, a sampled one still writes its trace.
+A one-shot `knowledge lookup` typed at a terminal (or given `--trace`) traces its lookup whatever
+`mlflow.sample_rate`; one an agent runs (no terminal) is sampled, and an unsampled one never imports
+MLflow. With MLflow off it never imports MLflow.
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -27,33 +29,50 @@ print(json.dumps({"code": code, "mlflow_imported": "mlflow" in sys.modules, "tra
 """
 
 
-def _child_lookup(state, tmp_path, sample_rate: float) -> dict:
-    overrides = [
-        f"paths.state_dir={state}",
-        f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db",
-        f"mlflow.artifact_location={tmp_path}/mlflow-artifacts",
-        f"mlflow.sample_rate={sample_rate}",
-    ]
+def _child_lookup(state, *overrides: str, at_a_terminal: bool = False) -> dict:
+    terminal, typed_on = os.openpty() if at_a_terminal else (None, None)
     done = subprocess.run(
-        [sys.executable, "-c", _LOOKUP_AND_REPORT, DISK_QUERY, *overrides],
+        [sys.executable, "-c", _LOOKUP_AND_REPORT, DISK_QUERY, f"paths.state_dir={state}", *overrides],
         cwd=REPO,
         env=child_env(),
+        stdin=typed_on if at_a_terminal else subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=300,
     )
+    for fd in (terminal, typed_on):
+        if fd is not None:
+            os.close(fd)
     assert done.returncode == 0, done.stderr[-2000:]
     result, report = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
     assert result["found"]
     return report
 
 
-def test_an_unsampled_one_shot_lookup_never_imports_mlflow(served_index, tmp_path):
-    assert _child_lookup(served_index, tmp_path, 0.0) == {"code": 0, "mlflow_imported": False, "traces": 0}
+def test_a_one_shot_lookup_with_mlflow_off_never_imports_mlflow(served_index):
+    assert _child_lookup(served_index, "mlflow=off") == {"code": 0, "mlflow_imported": False, "traces": 0}
 
 
-def test_a_sampled_one_shot_lookup_still_writes_its_trace(served_index, tmp_path):
-    assert _child_lookup(served_index, tmp_path, 1.0) == {"code": 0, "mlflow_imported": True, "traces": 1}
+def test_an_unsampled_lookup_an_agent_runs_never_imports_mlflow(served_index, tmp_path):
+    overrides = [f"mlflow.tracking_uri=sqlite:///{tmp_path}/mlflow.db", "mlflow.sample_rate=0.0"]
+    report = _child_lookup(served_index, *overrides, f"mlflow.artifact_location={tmp_path}/mlflow-artifacts")
+    assert report == {"code": 0, "mlflow_imported": False, "traces": 0}
+
+
+def test_lookups_typed_at_a_terminal_or_with_trace_are_each_traced(served_index, mlflow_store, tmp_path):
+    from mlflow import MlflowClient
+
+    experiment = f"one-shot-{tmp_path.name}"
+    overrides = [f"mlflow.tracking_uri={mlflow_store}", f"mlflow.experiment={experiment}", "mlflow.sample_rate=0.0"]
+    overrides.append(f"mlflow.artifact_location={tmp_path}/mlflow-artifacts")
+    reports = [
+        _child_lookup(served_index, *overrides, at_a_terminal=True),
+        _child_lookup(served_index, "--trace", *overrides),
+    ]
+    assert reports == [{"code": 0, "mlflow_imported": True, "traces": 1}] * 2
+    client = MlflowClient(mlflow_store)
+    found = client.get_experiment_by_name(experiment)
+    assert len(client.search_traces(locations=[found.experiment_id])) == 2
 
 
 def test_a_one_shot_service_defers_only_its_own_mlflow_setup(sample_cfg, tmp_path):

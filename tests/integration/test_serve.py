@@ -18,6 +18,8 @@ API_KEY = "test-key-5f1c9a"  # not a secret: a throwaway key of this test server
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 MAX_CONCURRENT = 2
 ALLOWED_ORIGIN = "http://tool.example"
+EXTRA_HOST = "kb.internal"  # answered on any port (a proxy in front)
+EXTRA_HOST_ON_PORT = "kb-direct.internal:8443"  # on that port only
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +32,7 @@ def server(served_index, tmp_path_factory):
     command = cli_command("serve", "--port", str(port))
     command += [f"paths.state_dir={state}", "mlflow=off", "query.on_overlong=error", "query.max_chars=300"]
     command += [f"serve.max_concurrent_lookups={MAX_CONCURRENT}", f"serve.cors_origins=[{ALLOWED_ORIGIN}]"]
+    command.append(f"serve.allowed_hosts=[{EXTRA_HOST},{EXTRA_HOST_ON_PORT}]")
     with running(command, f"{url}/health", log_path, child_env(KNOWLEDGE_API_KEY=API_KEY)):
         yield {"url": url, "state": state, "log": log_path}
 
@@ -146,7 +149,28 @@ def test_only_a_listed_origin_gets_a_cors_grant(server):
     refused = preflight("http://evil.example")
     assert "access-control-allow-origin" not in refused.headers
     posted = run(server, {"query": "disk full"}, headers={**AUTH, "Origin": "http://evil.example"})
-    assert posted.status_code == 200 and "access-control-allow-origin" not in posted.headers
+    assert posted.status_code == 403 and "access-control-allow-origin" not in posted.headers
+    listed = run(server, {"query": "disk full"}, headers={**AUTH, "Origin": ALLOWED_ORIGIN})
+    assert listed.status_code == 200 and listed.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        (EXTRA_HOST, 200),
+        (f"{EXTRA_HOST}:443", 200),
+        (EXTRA_HOST_ON_PORT, 200),
+        ("kb-direct.internal:9000", 403),
+        ("evil.example", 403),
+    ],
+)
+def test_a_configured_host_is_served_and_others_refused(server, host, status):
+    response = run(server, {"query": "disk full"}, headers={**AUTH, "Host": host})
+    assert response.status_code == status, response.text
+    if status == 403:
+        assert response.json()["error"] == "forbidden_host" and "serve.allowed_hosts" in response.json()["detail"]
+    from_its_page = run(server, {"query": "disk full"}, headers={**AUTH, "Host": host, "Origin": f"https://{host}"})
+    assert from_its_page.status_code == status  # the page of a configured host is that server's own
 
 
 def test_every_origin_together_with_a_key_is_refused_at_start_up(tmp_path):
@@ -176,6 +200,55 @@ def test_health_reports_the_stores_and_the_config_without_the_key(server):
     assert config["thresholds"]["evidence"] == 0.35 and config["auth"] is True
     assert config["maxConcurrentLookups"] == MAX_CONCURRENT
     assert API_KEY not in response.text
+
+
+def feedback(server, body, headers=AUTH) -> httpx.Response:
+    return httpx.post(f"{server['url']}/lookup_knowledge/feedback", json=body, headers=headers, timeout=60.0)
+
+
+def label_rows(state, invocation_id: str) -> list[tuple]:
+    with sqlite3.connect(state / "traces.db") as connection:
+        return connection.execute(
+            "SELECT verdict, sources, reviewer, origin FROM lookup_label WHERE invocation_id = ? ORDER BY created_at",
+            (invocation_id,),
+        ).fetchall()
+
+
+def test_feedback_on_a_lookup_is_one_label_each_call(server):
+    invocation_id = run(server, {"query": "disk almost full on a worker node"}).json()["invocationId"]
+    helped = feedback(server, {"invocationId": invocation_id, "useful": True})
+    assert helped.status_code == 200, helped.text
+    assert helped.json()["verdict"] == "useful" and helped.json()["traceStatus"] == "recorded"
+    top = helped.json()["sources"]
+    assert top and top[0].startswith("disk/")  # no source named: the lookup's best one helped
+    missed = feedback(server, {"invocationId": invocation_id, "useful": False, "source": "disk/inode-exhaustion.md"})
+    assert missed.status_code == 200 and missed.json()["sources"] == ["disk/inode-exhaustion.md"]
+    assert label_rows(server["state"], invocation_id) == [
+        ("useful", json.dumps(top), "agent", "rest"),
+        ("not_useful", json.dumps(["disk/inode-exhaustion.md"]), "agent", "rest"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "reason"),
+    [
+        ({"invocationId": "00000000-nope", "useful": True}, 404, "no invocation '00000000-nope'"),
+        ({"invocationId": "{id}", "useful": True, "source": "disk/nope.md"}, 422, "not in the index"),
+        ({"invocationId": "{id}"}, 422, "useful: Field required"),
+        ({"invocationId": "{id}", "useful": "yes"}, 422, "useful: Input should be a valid boolean"),
+        ({"invocationId": "{id}", "useful": True, "why": "x"}, 422, "why: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_feedback_gets_a_reason_and_stores_nothing(server, body, status, reason):
+    invocation_id = run(server, {"query": "pg replica lag"}).json()["invocationId"]
+    body = {key: value.format(id=invocation_id) if isinstance(value, str) else value for key, value in body.items()}
+    response = feedback(server, body)
+    assert response.status_code == status and reason in response.json()["detail"]
+    assert label_rows(server["state"], invocation_id) == []
+
+
+def test_feedback_without_the_key_gets_401(server):
+    assert feedback(server, {"invocationId": "x", "useful": True}, headers={}).status_code == 401
 
 
 def test_openapi_describes_request_and_response_models(server):

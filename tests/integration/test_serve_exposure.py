@@ -45,13 +45,38 @@ def test_a_preflight_from_another_origin_is_not_granted(default_server):
     assert "access-control-allow-origin" not in response.headers
 
 
-def test_a_lookup_posted_from_another_origin_carries_no_grant(default_server):
+def test_a_lookup_posted_from_another_origin_is_refused(default_server):
     response = httpx.post(
         f"{default_server}/lookup_knowledge/run", json={"query": "disk full"}, headers={"Origin": EVIL}, timeout=60.0
     )
-    assert response.status_code == 200  # answered, but a browser keeps the body from the page
+    assert response.status_code == 403
+    assert response.json()["error"] == "forbidden_origin" and "serve.allowed_origins" in response.json()["detail"]
     assert "access-control-allow-origin" not in response.headers
-    assert "access-control-allow-credentials" not in response.headers
+
+
+def test_a_rebinding_page_gets_403_for_its_host_and_its_origin(default_server):
+    """A page of evil.example re-pointed at 127.0.0.1 sends its own name in Host and Origin."""
+    port = default_server.rsplit(":", 1)[1]
+    url = f"{default_server}/lookup_knowledge/run"
+    rebound = {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"}
+    for headers in (rebound, {"Host": rebound["Host"]}, {"Origin": rebound["Origin"]}):
+        response = httpx.post(url, json={"query": "disk full"}, headers=headers, timeout=60.0)
+        assert response.status_code == 403, headers
+        assert response.json()["error"] in ("forbidden_host", "forbidden_origin")
+        assert "evidenceBlocks" not in response.text
+    health = httpx.get(f"{default_server}/health", headers={"Host": rebound["Host"]})
+    assert health.status_code == 403 and health.json()["error"] == "forbidden_host"
+
+
+@pytest.mark.parametrize("name", ["127.0.0.1", "localhost", "[::1]", "LocalHost"])
+def test_loopback_names_without_an_origin_or_with_the_servers_own_are_served(default_server, name):
+    port = default_server.rsplit(":", 1)[1]
+    url = f"{default_server}/lookup_knowledge/run"
+    for headers in ({"Host": f"{name}:{port}"}, {"Host": f"{name}:{port}", "Origin": f"http://{name}:{port}"}):
+        response = httpx.post(url, json={"query": "disk full"}, headers=headers, timeout=60.0)
+        assert response.status_code == 200, (headers, response.text)
+    other_port = httpx.get(f"{default_server}/health", headers={"Host": f"{name}:1"})
+    assert other_port.status_code == 403  # a loopback name on another port is another server
 
 
 @pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
@@ -78,23 +103,32 @@ def test_a_deeply_nested_body_gets_422_not_500(default_server):
 def test_a_client_that_stops_mid_body_gets_408(default_server):
     host, port = default_server.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=60) as client:
+        started = time.monotonic()
         client.sendall(
-            b"POST /lookup_knowledge/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b'Content-Length: 100\r\n\r\n{"query": '
+            f"POST /lookup_knowledge/run HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n".encode()
+            + b'Content-Length: 100\r\n\r\n{"query": '
         )
-        answer = b""
+        answer, answered_after = b"", None
         while chunk := client.recv(4096):  # until the server closes the connection
             answer += chunk
+            answered_after = answered_after or time.monotonic() - started
+        closed_after = time.monotonic() - started
         answer = answer.decode()
     assert answer.startswith("HTTP/1.1 408")
     assert '"error": "body_timeout"' in answer
+    # Closed with the answer, not after uvicorn's keep-alive wait (the next request's header deadline here).
+    assert "connection: close" in answer.lower().split("\r\n\r\n", 1)[0]
+    assert closed_after - answered_after < READ_TIMEOUT_S / 2, (answered_after, closed_after)
 
 
-@pytest.mark.parametrize("path", ["/draw/lookup_knowledge", "/v1/models", "/v1/chat/completions", "/traces"])
+@pytest.mark.parametrize(
+    "path", ["/draw/lookup_knowledge", "/v1/models", "/v1/chat/completions", "/traces", "/nosuch", "/status/nosuch"]
+)
 def test_routes_that_cannot_answer_are_not_served(default_server, path):
     response = httpx.request("POST" if "chat" in path else "GET", f"{default_server}{path}", json={})
     assert response.status_code == 404
-    assert response.json()["error"] == "not_found"
+    # One shape for every unknown path: the guard's, the routing's and hayhooks' own 404 alike.
+    assert set(response.json()) == {"error", "detail"} and response.json()["error"] == "not_found"
 
 
 def test_openapi_lists_only_the_routes_that_answer(default_server):
@@ -165,7 +199,7 @@ def test_a_slow_but_steady_body_is_served(default_server):
     pause = READ_TIMEOUT_S * 1.5 / len(pieces)  # the body takes 1.5 x the timeout, no pause near it
     with socket.create_connection((host, int(port)), timeout=120) as client:
         client.sendall(
-            b"POST /lookup_knowledge/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"POST /lookup_knowledge/run HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n".encode()
             + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         )
         for piece in pieces:
@@ -180,17 +214,38 @@ def test_a_slow_but_steady_body_is_served(default_server):
 def test_headers_that_never_finish_get_408_and_the_connection_closed(default_server):
     host, port = default_server.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=READ_TIMEOUT_S * 6) as client:
-        client.sendall(b"POST /lookup_knowledge/run HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+        client.sendall(f"POST /lookup_knowledge/run HTTP/1.1\r\nHost: {host}:{port}\r\n".encode())  # and nothing more
         answer = b""
         while chunk := client.recv(4096):  # until the server closes (a socket timeout fails the test)
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 408") and b'"error": "header_timeout"' in answer
 
 
-@pytest.mark.parametrize(("value", "shown"), [("0", "0.0"), ("-1", "-1.0"), ("nan", "nan")])
+@pytest.mark.parametrize(("value", "shown"), [("0", "0.0"), ("-1", "-1.0"), ("nan", "nan"), ("-inf", "-inf")])
 def test_a_read_timeout_that_is_not_positive_is_refused(value, shown, tmp_path):
     result = run_cli("serve", f"paths.state_dir={tmp_path}", "mlflow=off", f"serve.read_timeout_s={value}")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         f"knowledge: error: serve.read_timeout_s={shown} must be more than 0 (seconds)"
     ]
+
+
+@pytest.mark.parametrize("key", ["serve.read_timeout_s", "serve.health_timeout_s"])
+def test_an_endless_timeout_is_refused(key, tmp_path):
+    result = run_cli("serve", f"paths.state_dir={tmp_path}", "mlflow=off", f"{key}=inf")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"knowledge: error: {key}=inf must be a finite number of seconds"]
+
+
+@pytest.mark.parametrize(
+    ("override", "shown"),
+    [
+        ("serve.allowed_hosts=[http://kb.internal]", "serve.allowed_hosts"),
+        ("serve.allowed_origins=[kb]", "serve.allowed_origins"),
+    ],
+)
+def test_an_allow_list_entry_that_names_nothing_is_refused(override, shown, tmp_path):
+    result = run_cli("serve", f"paths.state_dir={tmp_path}", "mlflow=off", override)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"knowledge: error: {shown}: ")

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import sqlite3
 
 import httpx
 import pytest
@@ -15,14 +16,19 @@ API_KEY = "mcp-test-key-27b1"  # not a secret: a throwaway key of this test serv
 
 
 @pytest.fixture(scope="module")
-def mcp_server(served_index, tmp_path_factory):
+def mcp_served(served_index, tmp_path_factory):
     state = copy_state(served_index, tmp_path_factory, "mcp")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = cli_command("serve", "--mcp", "--port", str(port), f"paths.state_dir={state}")
     command.append("mlflow=off")
     with running(command, f"{url}/health", state.parent / "mcp.log", child_env(KNOWLEDGE_API_KEY=API_KEY)):
-        yield url
+        yield {"url": url, "state": state}
+
+
+@pytest.fixture(scope="module")
+def mcp_server(mcp_served):
+    return mcp_served["url"]
 
 
 async def _session(url: str, calls):
@@ -37,7 +43,8 @@ async def _session(url: str, calls):
 
 def test_list_tools_shows_lookup_knowledge_with_its_schema(mcp_server):
     tools = asyncio.run(_session(mcp_server, lambda s: s.list_tools())).tools
-    assert [tool.name for tool in tools] == ["lookup_knowledge"]  # no hayhooks status or deploy tools
+    # No hayhooks status or deploy tools.
+    assert [tool.name for tool in tools] == ["lookup_knowledge", "lookup_knowledge_feedback"]
     tool = next(tool for tool in tools if tool.name == "lookup_knowledge")
     assert tool.inputSchema["required"] == ["query"]
     assert tool.inputSchema["properties"]["query"]["type"] == "string"
@@ -117,7 +124,8 @@ def test_an_over_size_call_that_stalls_gets_408(mcp_server):
     host, port = mcp_server.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=120) as client:
         client.sendall(
-            b"POST /mcp/ HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: application/json\r\n"
+            f"POST /mcp/ HTTP/1.1\r\nHost: {host}:{port}\r\n".encode()
+            + b"Content-Type: application/json\r\nAccept: application/json\r\n"
             + f"Authorization: Bearer {API_KEY}\r\nContent-Length: 100000\r\n\r\n".encode()
             + b'{"method": "tools/call", "params": {"arguments": {"query": "'
             + b"x" * 20_000  # over the limit, then nothing more
@@ -126,3 +134,81 @@ def test_an_over_size_call_that_stalls_gets_408(mcp_server):
         while chunk := client.recv(4096):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 408") and b'"error": "body_timeout"' in answer
+
+
+def label_rows(state, invocation_id: str) -> list[tuple]:
+    with sqlite3.connect(state / "traces.db") as connection:
+        return connection.execute(
+            "SELECT verdict, sources, reviewer, origin FROM lookup_label WHERE invocation_id = ?", (invocation_id,)
+        ).fetchall()
+
+
+def test_feedback_through_the_tool_is_one_label(mcp_served):
+    async def calls(session):
+        found = await session.call_tool("lookup_knowledge", {"query": "disk almost full on a worker node"})
+        invocation_id = json.loads(found.content[0].text)["invocationId"]
+        return invocation_id, await session.call_tool(
+            "lookup_knowledge_feedback", {"invocationId": invocation_id, "useful": True}
+        )
+
+    invocation_id, outcome = asyncio.run(_session(mcp_served["url"], calls))
+    assert not outcome.isError, outcome.content[0].text
+    label = json.loads(outcome.content[0].text)
+    assert label["invocationId"] == invocation_id and label["verdict"] == "useful"
+    assert label["sources"][0].startswith("disk/") and label["traceStatus"] == "recorded"
+    assert label_rows(mcp_served["state"], invocation_id) == [("useful", json.dumps(label["sources"]), "agent", "mcp")]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ({"invocationId": "00000000-nope", "useful": True}, "no invocation '00000000-nope'"),
+        ({"useful": True}, "invocationId is missing"),
+        ({"invocationId": "00000000-nope", "useful": "yes"}, "useful must be true or false"),
+        ({"invocationId": "00000000-nope", "useful": True, "why": "x"}, "unknown argument(s) why"),
+    ],
+)
+def test_a_bad_feedback_call_is_a_tool_error_with_its_reason(mcp_server, arguments, reason):
+    async def call(session):
+        return await session.call_tool("lookup_knowledge_feedback", arguments)
+
+    outcome = asyncio.run(_session(mcp_server, call))
+    assert outcome.isError
+    assert reason in outcome.content[0].text and "General unhandled error" not in outcome.content[0].text
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
+}
+MCP_HEADERS = {"Authorization": f"Bearer {API_KEY}", "Accept": "application/json, text/event-stream"}
+
+
+def test_a_rebinding_host_or_a_foreign_origin_cannot_initialize(mcp_server):
+    port = mcp_server.rsplit(":", 1)[1]
+    for extra in (
+        {"Host": f"evil.example:{port}"},
+        {"Origin": f"http://evil.example:{port}"},
+        {"Host": f"evil.example:{port}", "Origin": f"http://evil.example:{port}"},
+    ):
+        response = httpx.post(f"{mcp_server}/mcp/", json=INITIALIZE, headers={**MCP_HEADERS, **extra})
+        assert response.status_code == 403, extra
+        assert response.json()["error"] in ("forbidden_host", "forbidden_origin")
+    sse = httpx.get(f"{mcp_server}/sse", headers={**MCP_HEADERS, "Host": f"evil.example:{port}"})
+    assert sse.status_code == 403  # the older SSE transport alike
+
+
+def test_initialize_from_loopback_with_or_without_its_own_origin(mcp_server):
+    port = mcp_server.rsplit(":", 1)[1]
+    for extra in ({}, {"Host": f"localhost:{port}"}, {"Origin": f"http://127.0.0.1:{port}"}):
+        response = httpx.post(f"{mcp_server}/mcp/", json=INITIALIZE, headers={**MCP_HEADERS, **extra})
+        assert response.status_code == 200, (extra, response.text)
+        assert '"serverInfo"' in response.text  # the initialize result (JSON or one event)
+
+
+def test_an_unknown_path_gets_the_documented_404(mcp_server):
+    response = httpx.get(f"{mcp_server}/nosuch", headers=MCP_HEADERS)
+    assert response.status_code == 404
+    assert response.json() == {"error": "not_found", "detail": "/nosuch is not served here"}

@@ -150,16 +150,25 @@ def test_bench_lookup_smoke(tiny_corpus):
 def test_bench_lookup_profiles_each_path_stage_by_stage(tiny_corpus):
     printed: list[str] = []
     figures = bench.bench_lookup(
-        ["mlflow=off"], corpus=tiny_corpus, min_chunks=50, queries=2, echo=printed.append, tracing_lookups=0, profile=2
+        ["mlflow=off", "retrieval.scan_depth=100"],
+        corpus=tiny_corpus,
+        min_chunks=50,
+        queries=2,
+        echo=printed.append,
+        tracing_lookups=0,
+        profile=2,
     )
     profile = figures["profile"]
     assert set(profile) == set(figures["paths"]) and profile
     for path, stages in profile.items():
         assert _positive(stages["lookup (LookupService.lookup)"]) and _positive(stages["retriever"]), path
         assert _positive(stages["query_embedder"]) and "trace_writer" in stages, path
-        assert any(stage.startswith("retriever: dense search, filtered") for stage in stages), path
+        # Milvus Lite's index is exact: one scan (a dense and a BM25 search) serves every attempt.
+        assert stages["retriever: scan (dense + BM25), unfiltered"] > 0, path
+        assert stages["searches per lookup (a scan: one per leg)"] == 2, path
+        assert not any(stage.startswith("retriever: dense search") for stage in stages), path
     table = next(line for line in printed if line.startswith("| stage (p50 of 2 lookups, ms)"))
-    assert "| retriever |" in table
+    assert "| retriever |" in table and "| searches per lookup (a scan: one per leg) | 2 |" in table
 
 
 def test_time_lookups_takes_any_service():

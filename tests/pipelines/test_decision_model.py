@@ -12,7 +12,7 @@ from components.common.decision_scale import DecisionVectors
 from pipelines.calibration import calibration_in_force
 from pipelines.manifest import format_manifest, manifest_status
 from pipelines.settings import load_config
-from tests.conftest import SAMPLE_KB, state_overrides
+from tests.conftest import EVAL_DIR, SAMPLE_KB, state_overrides
 from tests.helpers import collection_rows, lookup_with, shifted_model
 
 PACKAGED = "packaged:all-MiniLM-L6-v2"
@@ -48,7 +48,7 @@ def test_the_calibration_names_the_deciding_model_and_where_it_came_from(decided
 def test_the_packaged_model_decides_no_evidence_where_the_shifted_scale_would_answer(decided):
     cfg, model = decided
     uses_model = f"embedder.model={model}"
-    result, outputs = lookup_with(cfg, OFF_TOPIC, uses_model, include=("retriever",))
+    result, outputs = lookup_with(cfg, OFF_TOPIC, uses_model, "embedder.decision_scope=all", include=("retriever",))
     assert not result.found
     candidates = outputs["retriever"]["candidates"]
     assert candidates and all(c.rank_similarity is not None for c in candidates)
@@ -59,6 +59,45 @@ def test_the_packaged_model_decides_no_evidence_where_the_shifted_scale_would_an
     assert on_its_own_scale.found  # the same model deciding for itself answers the off-topic query
     answerable, _ = lookup_with(cfg, "disk almost full", uses_model)
     assert answerable.found
+
+
+def test_answer_only_gating_refuses_with_the_packaged_model_and_ranks_on_the_adapted_scale(decided):
+    cfg, model = decided
+    uses_model = f"embedder.model={model}"
+    refused, outputs = lookup_with(cfg, OFF_TOPIC, uses_model, include=("retriever",))
+    trace = outputs["retriever"]["retrieval_trace"]
+    assert not refused.found and outputs["retriever"]["candidates"] == []
+    assert trace.gate_similarity is not None and trace.gate_similarity < cfg.retrieval.evidence_threshold
+    assert f"the deciding model's best similarity to any chunk is {trace.gate_similarity:.3f}" in refused.message
+    answered, outputs = lookup_with(cfg, "disk almost full", uses_model, include=("retriever",))
+    candidates = outputs["retriever"]["candidates"]
+    assert answered.found and outputs["retriever"]["retrieval_trace"].gate_similarity is None
+    assert all(c.rank_similarity is None for c in candidates)  # evidence and relevanceLevel read the ranking model's
+    assert max(c.similarity for c in candidates) > cfg.retrieval.uncovered_evidence_threshold  # the shifted scale
+
+
+def test_answer_only_gating_changes_no_decision_of_the_packaged_model(tmp_path_factory):
+    """The packaged model as both ranking and decision model gives exactly the packaged model's results."""
+    from pipelines.evaluation import load_queries
+    from pipelines.indexing import run_indexing
+
+    root = tmp_path_factory.mktemp("gated")
+    cfg = load_config(state_overrides(root / "state", f"kb.path={SAMPLE_KB}", f"embedder.decision_model={PACKAGED}"))
+    run_indexing(cfg, rebuild=True)
+    queries = [q.query for q in load_queries(EVAL_DIR / "sample-kb.jsonl")]
+    queries += [q.query for q in load_queries(EVAL_DIR / "offtopic-alerts.jsonl")[:12]] + [OFF_TOPIC]
+    refused = 0
+    for query in queries:
+        gated, _ = lookup_with(cfg, query)
+        alone, _ = lookup_with(cfg, query, "embedder.decision_model=null")
+        assert _decisions(gated) == _decisions(alone), query
+        refused += not alone.found
+    assert refused >= 5 and refused < len(queries)  # the set holds both decisions
+
+
+def _decisions(result) -> tuple:
+    blocks = [(b.evidence_key, b.score) for b in result.evidence_blocks]
+    return result.found, result.evidence_status, result.relevance_level, result.message, blocks
 
 
 def test_a_user_threshold_wins_and_applies_on_the_packaged_scale(decided):

@@ -113,12 +113,13 @@ def test_the_printed_best_keeps_the_guard_and_infeasible_trials_are_marked(sampl
     assert set(importances) == {"retrieval.evidence_threshold"}
 
 
-def test_no_feasible_trial_prints_no_best_and_exits_1(sample_cfg, tmp_path, capsys):
+def test_no_feasible_trial_prints_no_best_and_keeps_the_current_settings_as_a_verdict(sample_cfg, tmp_path, capsys):
     code, out, err = _search(
         capsys, sample_cfg, tmp_path, "--trials", "2", "--constraint", "answer_rate>=0.99", "mlflow=off"
     )
-    assert code == 1
-    assert "no trial met the constraints" in out and "no trial met the constraints" in err
+    assert code == 0 and "error:" not in err  # "keep the current settings" is an answer, not a failure
+    assert "no trial met the constraints" in out
+    assert "keep the current settings: no setting tried met the constraints" in out.splitlines()
     assert not any(line.startswith("best setting:") for line in out.splitlines())
     assert all(" NO: " in row for row in _trial_rows(out))
 
@@ -144,7 +145,9 @@ def test_resume_continues_a_persisted_study(sample_cfg, tmp_path, capsys):
     code, out, _ = _search(capsys, sample_cfg, tmp_path, "--trials", "1", "--resume", "mlflow=off")
     assert code == 0 and out.startswith("3 trials of search=guarded-space (study s1")
     study = optuna.load_study(study_name="s1", storage=f"sqlite:///{tmp_path / STUDY_FILE}")
-    assert len(study.trials) == 3 and study.user_attrs["constraints"] == ["no_evidence_rate>=0.95"]
+    constraints = study.user_attrs["constraints"]
+    assert len(study.trials) == 3 and constraints[0] == "no_evidence_rate>=0.95"
+    assert [c.split(">=")[0] for c in constraints[1:]] == ["no_evidence_rate@offtopic-sample"]  # the fitted guard
 
 
 def test_a_sweep_ranks_feasible_combinations_first(sample_cfg, tmp_path, capsys):
@@ -158,7 +161,7 @@ def test_a_sweep_ranks_feasible_combinations_first(sample_cfg, tmp_path, capsys)
     # The current settings (0.35) are always evaluated; here they rank first, feasible.
     assert "retrieval.evidence_threshold=0.35" in ranking[0] and ranking[0].rstrip().endswith("yes  (current)")
     assert "retrieval.evidence_threshold=0.5" in ranking[1] and ranking[1].rstrip().endswith("yes")
-    assert "retrieval.evidence_threshold=0.1" in ranking[2] and "NO: no_evidence_rate>=0.95" in ranking[2]
+    assert "retrieval.evidence_threshold=0.1" in ranking[2] and "NO: no_evidence_rate@offtopic-sample>=" in ranking[2]
     assert "keep the current settings: the current settings are the best setting tried" in out.splitlines()
     assert not any(line.startswith("best setting") for line in out.splitlines())
 

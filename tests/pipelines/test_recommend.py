@@ -52,7 +52,18 @@ def test_an_unguarded_best_says_so_and_an_ab_gives_one_verdict():
     assert ab_verdict(a, b, GUARD, POLICY, ["dev"]) == "B is better (n=10, p=0.00195) on hit@1"
     assert ab_verdict(b, a, GUARD, POLICY, ["dev"]) == "B is worse (n=10, p=0.00195) on hit@1"
     broken = _candidate("B", [0.0] * 10, BROKEN)
-    assert ab_verdict(a, broken, GUARD, POLICY, ["dev"]).endswith("B breaks no_evidence_rate>=0.95 on dev")
+    assert ab_verdict(a, broken, GUARD, POLICY, ["dev"]).startswith(
+        "B is worse: B breaks no_evidence_rate>=0.95 on dev"
+    )
+
+
+def test_a_guard_that_decides_is_quoted_not_the_p_of_a_metric_where_b_is_better():
+    a, better_but_broken = _candidate("A", [0.0] * 10), _candidate("B", [1.0] * 2 + [0.0] * 8, BROKEN)
+    verdict = ab_verdict(a, better_but_broken, GUARD, POLICY, ["dev"])
+    assert verdict == (
+        "B is worse: B breaks no_evidence_rate>=0.95 on dev (no_evidence_rate on dev: B 0.500 vs A 1.000)"
+    )
+    assert "p=" not in verdict  # the hit@1 test (B better, p=0.5) did not decide
 
 
 def test_p_values_below_0_001_print_as_such():

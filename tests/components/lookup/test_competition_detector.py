@@ -108,6 +108,16 @@ def test_a_runner_up_the_leaders_best_block_names_competes_beyond_the_margins(l0
     assert out["competition"].reasons[0] == "the leader's best block names NodeFilesystemSpaceFillingUp (margin 0.300)"
 
 
+def test_a_runner_up_further_down_that_the_leaders_best_block_names_competes(l0_path):
+    text = "This alert is similar to the NodeFilesystemSpaceFillingUp alert, but predicts inodes running out."
+    other = "general/Watchdog.md"  # not a sibling, and beyond the margin
+    ranked = [ranked_pair(text)[0], candidate(other, 0.68, final_score=1.9), candidate(SPACE, 0.66, final_score=1.6)]
+    out = CompetitionDetector(l0_index_path=l0_path).run(candidates=ranked, evidence_bar=BAR)
+    assert out["competition"].competitor == SPACE and out["competition"].margin == 0.4
+    assert out["competition"].reasons[0] == "the leader's best block names NodeFilesystemSpaceFillingUp (margin 0.400)"
+    assert out["runner_up_margin"] == 0.1  # the second document's, as before
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -2,7 +2,8 @@
 FallbackRetriever's searches side by side on a Milvus server (the Lite gRPC server), once the
 collection is open: an attempt's BM25 leg runs in the retriever's leg threads beside its dense
 leg, and the unfiltered retry's legs start beside the outscored check. Results are those of the
-serial order, which Milvus Lite keeps.
+serial order, which Milvus Lite keeps. These are the searches of an approximate index; on this
+exact (FLAT) one they run with `scan_depth=0` (the default), without the one scan of an exact index.
 """
 
 import threading
@@ -13,6 +14,7 @@ from components.contracts import FALLBACK_OUTSCORED, L0Hints, QueryTransform
 from components.lookup.fallback_retriever import FallbackRetriever
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
 from components.stores.knowledge_store import KnowledgeStore
+from components.stores.light_scan import LightScan
 from tests.components.lookup.test_fallback_retriever import WATERING, _outcome
 from tests.helpers import MODEL
 
@@ -80,12 +82,17 @@ def make(cfg, **params) -> FallbackRetriever:
     return FallbackRetriever(store=KnowledgeStore(cfg.milvus.uri, cfg.milvus.collection), bm25_top_k=20, **params)
 
 
+def searching_apart(cfg, **params) -> FallbackRetriever:
+    """A retriever whose attempts search apart, as on an approximate index."""
+    return make(cfg, scan_depth=0, **params)
+
+
 @pytest.mark.parametrize("mode", ["sdk", "haystack"])
 def test_on_a_server_a_warm_attempt_runs_its_bm25_leg_beside_the_dense_leg_with_the_same_result(
     lite_server_topics, watering, mode
 ):
     transform, vector = watering
-    retriever = make(lite_server_topics, vector_store_mode=mode)
+    retriever = searching_apart(lite_server_topics, vector_store_mode=mode)
 
     def run():
         return retriever.run(query_transform=transform, hints=L0Hints(domains=["gardening"]), query_embedding=vector)
@@ -99,27 +106,33 @@ def test_on_a_server_a_warm_attempt_runs_its_bm25_leg_beside_the_dense_leg_with_
     assert side_by_side["retrieval_trace"].attempts[0].legs == ["dense", "bm25"]
 
 
-def test_on_milvus_lite_every_search_runs_in_the_lookups_thread(topics_cfg, watering):
+def test_on_milvus_lite_a_fallback_lookup_is_one_scan_in_the_lookups_thread(topics_cfg, watering, monkeypatch):
     transform, vector = watering
-    retriever = make(topics_cfg, **OUTSCORED)
+    retriever = make(topics_cfg, scan_depth=100, **OUTSCORED)
 
     def run():
         return retriever.run(query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector)
 
     run()
     spy = SearchSpy(retriever._search("sdk"))
+    scans = []
+    for method in ("scan", "chunks"):
+        call = getattr(LightScan, method)
+        noted = lambda *args, m=method, c=call: scans.append((m, threading.current_thread().name)) or c(*args)  # noqa: E731
+        monkeypatch.setattr(LightScan, method, noted)
     assert run()["retrieval_trace"].fallback_reason == FALLBACK_OUTSCORED
     settled(retriever)
+    # The filtered attempt, the check and the retry all read the scan: no other search runs.
+    assert spy.calls == [] and [name for name, _ in scans if name != "chunks"] == ["scan"]
     # Lite searches hold this process's interpreter: side by side they only slow each other.
-    assert {thread for _, _, thread in spy.calls} == {threading.current_thread().name}
-    assert len(spy.calls) == 5  # dense + BM25 filtered, the check, dense + BM25 unfiltered
+    assert {thread for _, thread in scans} == {threading.current_thread().name}
 
 
 def test_on_a_server_the_retry_starts_beside_the_outscored_check_with_the_same_result(
     lite_server_topics, topics_cfg, watering
 ):
     transform, vector = watering
-    retriever = make(lite_server_topics, **OUTSCORED)
+    retriever = searching_apart(lite_server_topics, **OUTSCORED)
 
     def run():
         return retriever.run(query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector)
@@ -141,7 +154,7 @@ def test_on_a_server_a_filtered_attempt_that_stands_after_the_check_drops_the_st
     lite_server_topics, watering
 ):
     transform, vector = watering
-    retriever = make(lite_server_topics, outscored_margin=0.05, outscored_check_below=1.0)
+    retriever = searching_apart(lite_server_topics, outscored_margin=0.05, outscored_check_below=1.0)
 
     def run():
         return retriever.run(query_transform=transform, hints=L0Hints(domains=["gardening"]), query_embedding=vector)

@@ -51,7 +51,7 @@ def db_url(request, tmp_path):
 def test_schema_is_created_at_head_with_version_recorded(db_url, tmp_path):
     store = TraceStore(db_url, str(tmp_path / "spool.jsonl"))
     assert store.write(record()) == TRACE_RECORDED
-    assert schema_revision(store.engine) == head_revision() == "0002_trace_status_and_indexes"
+    assert schema_revision(store.engine) == head_revision() == "0003_lookup_label"
     inspector = sa.inspect(store.engine)
     columns = {c["name"] for c in inspector.get_columns("tool_invocation")}
     assert {
@@ -70,6 +70,9 @@ def test_schema_is_created_at_head_with_version_recorded(db_url, tmp_path):
     assert inspector.has_table(VERSION_TABLE)
     assert {"ix_tool_invocation_created_at", "ix_tool_invocation_status"} <= {
         i["name"] for i in inspector.get_indexes("tool_invocation")
+    }
+    assert {"invocation_id", "query", "verdict", "sources", "reviewer", "origin", "created_at"} <= {
+        c["name"] for c in inspector.get_columns("lookup_label")
     }
 
 

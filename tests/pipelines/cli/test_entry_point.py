@@ -6,7 +6,7 @@ import sys
 from pipelines.cli import entry_point as cli
 from tests.helpers import REPO, child_env, run_cli
 
-COMMANDS_IN_HELP_ORDER = ["index", "lookup", "serve", "eval", "adapt", "compare", "bench", "dev", "traces"]
+COMMANDS_IN_HELP_ORDER = ["index", "lookup", "serve", "eval", "adapt", "compare", "bench", "dev", "traces", "labels"]
 HEAVY_MODULES = ("haystack", "torch", "pymilvus", "omegaconf", "hydra", "mlflow")
 
 
@@ -29,7 +29,8 @@ def test_parsing_every_command_imports_no_pipeline():
     script = (
         "import sys\n"
         "from pipelines.cli.entry_point import parse\n"
-        "for argv in (['lookup', 'q'], ['eval', '--queries', 'f'], ['bench', 'all'], ['traces', 'show', 'x']):\n"
+        "for argv in (['lookup', 'q'], ['eval', '--queries', 'f'], ['bench', 'all'], ['traces', 'show', 'x'],\n"
+        "             ['traces', 'label', 'x', '--none'], ['labels', 'list']):\n"
         "    parse(argv)\n"
         f"print(' '.join(m for m in {HEAVY_MODULES!r} if m in sys.modules))\n"
     )

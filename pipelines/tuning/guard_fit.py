@@ -1,0 +1,143 @@
+"""
+The guard in effect on this knowledge base: each guard set measured at the current settings, the
+sets the knowledge base answers left out, and the constraints a candidate must keep on the others.
+
+A guard set is off-topic for one knowledge base only: the shipped alerts about MySQL or Kafka are
+on-topic for a knowledge base that covers them. So the default constraint is relative: on each guard
+set a candidate may not reject less than the current settings do, minus `guard.tolerance`. A guard
+set the current settings reject less than `guard.min_fit` of does not fit this knowledge base: it is
+left out, with its counts and how to build one that fits (`knowledge guard build`), rather than
+making every setting infeasible. `guard.constraints` stays the absolute floor, when one is wanted.
+
+    fit = fit_guard(cfg, sets, constraints, current_per_set)
+    print("\n".join(fit.lines()))
+    sweep over fit.sets under fit.constraints
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.tuning.guards import OFF_TOPIC_METRICS, Constraint, QuerySet, evaluate_sets
+
+REJECTION = OFF_TOPIC_METRICS[0]
+BUILD_HINT = "build one that fits: knowledge guard build --kb DIR, then guard=built (docs/tuning.md#guard-sets)"
+
+
+@dataclass(frozen=True)
+class GuardPolicy:
+    """How a guard set is fitted: the relative tolerance (None: no relative constraint) and the fit floor."""
+
+    tolerance: float | None
+    min_fit: float
+
+    @classmethod
+    def from_config(cls, cfg) -> "GuardPolicy":
+        tolerance = cfg.guard.tolerance
+        return cls(None if tolerance is None else float(tolerance), float(cfg.guard.min_fit))
+
+
+@dataclass
+class GuardFit:
+    """The sets and constraints in effect, each guard set's rejection at the current settings, and what was left out."""
+
+    sets: list[QuerySet]
+    constraints: list[Constraint]
+    policy: GuardPolicy
+    current: dict[str, dict[str, Any]] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def guard_sets(self) -> list[QuerySet]:
+        return [s for s in self.sets if s.role == "guard"]
+
+    def lines(self) -> list[str]:
+        """One line per guard set: in effect (with its bound) or left out and why; `none` when there is none."""
+        lines = [f"guard {name} left out: {why}" for name, why in self.left_out.items()]
+        for query_set in self.guard_sets:
+            lines.append(f"guard in effect: {query_set.name} ({query_set.path}): {self._holds(query_set.name)}")
+        if not self.guard_sets:
+            floors = ", ".join(c.label for c in self.constraints)
+            lines.append(f"guard in effect: no guard set{f' (constraints {floors})' if floors else ''}; {BUILD_HINT}")
+        return lines
+
+    def _holds(self, name: str) -> str:
+        metrics = self.current.get(name, {})
+        rejected = _rejected_count(metrics)
+        measured = f"the current settings reject {rejected} of {metrics.get('off_topic', 0)} ({_rate(metrics)})"
+        bounds = [c.label for c in self.constraints if c.set_name == name or c.set_name is None]
+        if not bounds:
+            return measured
+        return f"{measured}; a setting must keep {', '.join(bounds)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "in_effect": {s.name: s.path for s in self.guard_sets},
+            "left_out": dict(self.left_out),
+            "constraints": [c.label for c in self.constraints],
+            "tolerance": self.policy.tolerance,
+            "min_fit": self.policy.min_fit,
+        }
+
+
+def fit_guard(cfg, sets: list[QuerySet], constraints: list[Constraint], current: dict[str, dict[str, Any]]) -> GuardFit:
+    """
+    Fit the guard sets among `sets` to the knowledge base from `current` (each set's metrics at the current
+    settings): keep the fitting ones with a relative constraint each, leave out the others; other sets pass.
+    """
+    policy = GuardPolicy.from_config(cfg)
+    kept, left_out, relative = [], {}, []
+    for query_set in sets:
+        metrics = current.get(query_set.name, {})
+        if query_set.role != "guard" or not metrics.get("off_topic"):
+            kept.append(query_set)
+            continue
+        rate = float(metrics[REJECTION])
+        if rate < policy.min_fit:
+            left_out[query_set.name] = _not_fitting(query_set, metrics, policy)
+            continue
+        kept.append(query_set)
+        if policy.tolerance is not None:
+            relative.append(_relative(query_set.name, rate, policy.tolerance))
+    floors = [c for c in constraints if c.set_name not in left_out]
+    return GuardFit(kept, [*floors, *relative], policy, current, left_out)
+
+
+def measure_guard(cfg, sets: list[QuerySet]) -> dict[str, dict[str, Any]]:
+    """The guard sets' metrics at `cfg` (the current settings): what `fit_guard` needs when nothing measured them."""
+    from pipelines.evaluation import PipelineSystem
+
+    guards = [s for s in sets if s.role == "guard"]
+    if not guards:
+        return {}
+    _, per_set = evaluate_sets(cfg, guards, [PipelineSystem(cfg)])
+    return per_set
+
+
+def without_sets(per_set: dict[str, Any], names) -> dict[str, Any]:
+    """A per-set mapping without the sets left out."""
+    return {name: value for name, value in per_set.items() if name not in names}
+
+
+def _relative(name: str, rate: float, tolerance: float) -> Constraint:
+    # Floored to 3 decimals so the label reads as the rate is printed and the current settings always keep it.
+    bound = max(0.0, math.floor((rate - tolerance) * 1000 + 1e-9) / 1000)
+    return Constraint(REJECTION, ">=", bound, name, f"guard.tolerance={tolerance:g} below the current settings")
+
+
+def _not_fitting(query_set: QuerySet, metrics: dict[str, Any], policy: GuardPolicy) -> str:
+    rejected, total = _rejected_count(metrics), int(metrics.get("off_topic") or 0)
+    return (
+        f"the knowledge base answers its texts at the current settings (rejects {rejected} of {total}, "
+        f"{_rate(metrics)} < guard.min_fit={policy.min_fit:g}): {query_set.path} does not fit this knowledge base; "
+        f"{BUILD_HINT}"
+    )
+
+
+def _rejected_count(metrics: dict[str, Any]) -> int:
+    return round(float(metrics.get(REJECTION) or 0.0) * int(metrics.get("off_topic") or 0))
+
+
+def _rate(metrics: dict[str, Any]) -> str:
+    value = metrics.get(REJECTION)
+    return "-" if value is None else f"{float(value):.3f}"
