@@ -4,10 +4,11 @@
 Pairs come from `pipelines.adapt_pairs` (title -> section, heading path -> section, first
 sentence -> rest, each with a sibling's hard negative); the model is trained with
 sentence-transformers' `SentenceTransformerTrainer` and `MultipleNegativesRankingLoss` (in-batch
-negatives plus the hard one), batches without duplicate texts. Checkpoints go to
-`OUTPUT/checkpoints/`, so an interrupted run resumes where it stopped; the finished model is saved
-in `OUTPUT` with a model card (`README.md`) and `adapt.json` saying what it was trained on, and is
-used with `embedder.model=OUTPUT`. Design notes: docs/adapt.md.
+negatives plus the hard one), batches without duplicate texts. A run writes into
+`OUTPUT.partial/` (checkpoints in `OUTPUT.partial/checkpoints/`, so an interrupted run resumes where
+it stopped); the finished model, its model card (`README.md`), `adapt.json` saying what it was
+trained on and its calibration are moved to `OUTPUT` only at the end, so `embedder.model=OUTPUT`
+never names a half-written folder. Design notes: docs/adapt.md.
 
 Usage example:
 
@@ -31,22 +32,26 @@ from typing import Any
 from omegaconf import DictConfig
 from transformers import TrainerCallback
 
-from components.common.embedding_models import resolve_model
+from components.common.embedding_models import model_revision, resolve_model
 from components.common.model_folder import ADAPT_RECORD, CALIBRATION_FILE
 from components.errors import BadInputError
+from pipelines.adapt_folder import (
+    CHECKPOINTS,
+    MODEL_CARD_TITLE,
+    AdaptOutputError,
+    check_output_folder,
+    check_resumable,
+    finished_record,
+    publish,
+    trained_record,
+    work_folder,
+)
 from pipelines.adapt_labels import LabelSplit, chosen_labels, label_pairs_note, trained_on, with_label_pairs
 from pipelines.adapt_pairs import MinedPairs, check_training_source, pairs_from, read_kb
 from pipelines.adapt_split import HeldOutSplit, split_held_out
 from pipelines.adapt_verdict import checked_guard_sets
 
-CHECKPOINTS = "checkpoints"
-RUN_FILE = "run.json"
 LOSS_NAME = "MultipleNegativesRankingLoss"
-MODEL_CARD_TITLE = "# Knowledge-base adapted embedding model"  # the card's first line marks a folder adapt wrote
-
-
-class AdaptOutputError(BadInputError):
-    """The output folder holds another run's model or checkpoints."""
 
 
 @dataclass
@@ -112,7 +117,7 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
     if labels is not None:
         mined = with_label_pairs(cfg, mined, labels, chunks, documents, options.labels_only)
         settings = {**settings, "pairs": mined.counts(), "labels": labels.settings(options.labels_only)}
-    done = _finished_record(output)
+    done = finished_record(output)
     if done is not None and not (options.overwrite and done.get("settings") != settings):
         if done.get("settings") != settings:
             raise AdaptOutputError(
@@ -120,13 +125,17 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
                 "give another --output, or --overwrite to replace it"
             )
         say(f"{output} already holds this adapted model (same knowledge base and settings): nothing to do")
-        if options.calibrate and _calibration_method(output) != options.calibration_method:  # none yet, or another
-            calibrate_and_judge(cfg, options, output, split, kb_path, say, labels)
+        if options.calibrate and not _calibrated_for(output, options.calibration_method):
+            _refuse_not_recommended(calibrate_and_judge(cfg, options, output, split, kb_path, say, labels), output)
         return AdaptResult(str(output), done, already_done=True)
-    result = _train(cfg, options, output, mined, settings, say)
-    if options.calibrate:
-        calibrate_and_judge(cfg, options, output, split, kb_path, say, labels)
-    return result
+    work = work_folder(output)
+    record = trained_record(work, settings, options.overwrite) or _train(cfg, options, work, mined, settings, say)
+    verdict = calibrate_and_judge(cfg, options, work, split, kb_path, say, labels) if options.calibrate else None
+    publish(work, output)
+    say(f"Adapted model written to {output}")
+    say(f"  use it with: embedder.model={output}  (then `knowledge index` re-embeds the knowledge base)")
+    _refuse_not_recommended(verdict, output)
+    return AdaptResult(str(output), record)
 
 
 def calibrate_and_judge(
@@ -140,20 +149,20 @@ def calibrate_and_judge(
 ):
     """
     Write the model's calibration (docs/adapt.md#calibration), then judge it against the base model
-    (on the labels' check split when given, else on the KB's held-out anchors) and mark its card; a
-    model that is not recommended stays, and the run ends with NotRecommendedError.
+    (on the labels' check split when given, else on the KB's held-out anchors) and record the verdict
+    in its card and calibration; returns the verdict (None without one).
     """
     from pipelines.adapt_calibration import calibration_lines, fit_calibration, packaged_decides, write_calibration
-    from pipelines.adapt_verdict import NotRecommendedError, guard_texts, judge, judged_queries
+    from pipelines.adapt_verdict import guard_texts, judge, judged_queries
 
     guard_sets = checked_guard_sets(cfg, options.guard_sets)
     names = [query_set.path for query_set in guard_sets]
     if options.calibration_method == "score_map":
         calibration = fit_calibration(cfg, str(output), split.training, guard_texts(guard_sets), names)
     else:
-        calibration = packaged_decides(cfg, names)
-    path = write_calibration(output, calibration)
-    say(f"Calibration ({calibration['method']}) written to {path}: {calibration_lines(calibration)}")
+        calibration = packaged_decides(cfg, str(output), names)
+    write_calibration(output, calibration)
+    say(f"Calibration ({calibration['method']}): {calibration_lines(calibration)}")
     if not options.verdict:
         return None
     sets = {**judged_queries(split, labels), **{s.name: s.queries for s in guard_sets}}
@@ -167,12 +176,18 @@ def calibrate_and_judge(
         card.read_text(encoding="utf-8").split(VERDICT_HEADING, 1)[0].rstrip("\n") + "\n"
     )  # a new verdict replaces the last
     card.write_text(head + verdict_section(verdict.lines()), encoding="utf-8")
-    if not verdict.recommended:
+    return verdict
+
+
+def _refuse_not_recommended(verdict, output: Path) -> None:
+    """A model that is not recommended stays in its folder, and the run ends with NotRecommendedError."""
+    from pipelines.adapt_verdict import NotRecommendedError
+
+    if verdict is not None and not verdict.recommended:
         raise NotRecommendedError(
             f"the adapted model is not recommended: {verdict.reason} "
             f"(it stays in {output}, marked as not recommended in its model card)"
         )
-    return verdict
 
 
 VERDICT_HEADING = "\n## Verdict\n"
@@ -199,77 +214,18 @@ def _settings(cfg: DictConfig, options: AdaptOptions, kb_path: str, mined: Mined
     }
 
 
-def check_output_folder(output: Path, overwrite: bool) -> None:
-    """
-    Refuse, before any work, an output that is a file, or a folder holding files adapt did not
-    write (a user's README.md or config.json would be overwritten by the model's), unless
-    `overwrite`. A `checkpoints` folder adapt did not start is refused even then: it is removed at
-    the end of a run.
-    """
-    if output.exists() and not output.is_dir():
-        raise AdaptOutputError(f"--output {output} is a file, not a folder: give a new or empty folder")
-    if not output.is_dir() or _written_by_adapt(output):
-        return
-    checkpoints = output / CHECKPOINTS
-    if checkpoints.exists() and not (checkpoints / RUN_FILE).is_file():
-        raise AdaptOutputError(
-            f"{checkpoints} was not written by adapt (adapt removes it after training): move it away"
-        )
-    if not overwrite:
-        raise AdaptOutputError(
-            f"--output {output} holds files adapt did not write: give a new or empty folder, "
-            "or --overwrite to write the model's files there (other files are left alone)"
-        )
-
-
-def _written_by_adapt(folder: Path) -> bool:
-    """Empty, a model folder whose card adapt wrote, or an interrupted run's checkpoints alone."""
-    entries = {entry.name for entry in folder.iterdir()}
-    if not entries:
-        return True
-    if entries == {CHECKPOINTS}:
-        return (folder / CHECKPOINTS / RUN_FILE).is_file()
+def _calibrated_for(output: Path, method: str) -> bool:
+    """The folder's calibration is of `method` and fitted for its model (none yet, another or a stale one: no)."""
     try:
-        with (folder / "README.md").open(encoding="utf-8") as card:
-            return card.readline().rstrip("\n") == MODEL_CARD_TITLE
-    except (OSError, UnicodeDecodeError):
-        return False
-
-
-def _finished_record(output: Path) -> dict[str, Any] | None:
-    record = output / ADAPT_RECORD
-    if not record.is_file():
-        return None
-    try:
-        return json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _calibration_method(output: Path) -> str | None:
-    try:
-        return json.loads((output / CALIBRATION_FILE).read_text(encoding="utf-8")).get("method")
+        data = json.loads((output / CALIBRATION_FILE).read_text(encoding="utf-8"))
+        return data.get("method") == method and data.get("model_revision") == model_revision(str(output))
     except (OSError, ValueError, AttributeError):
-        return None
-
-
-def _check_resumable(checkpoints: Path, settings: dict[str, Any], overwrite: bool) -> None:
-    """Checkpoints of another run (other data or settings) must not be resumed into this one."""
-    run_file = checkpoints / RUN_FILE
-    if run_file.is_file() and json.loads(run_file.read_text(encoding="utf-8")) != settings:
-        if not overwrite:
-            raise AdaptOutputError(
-                f"{checkpoints} holds checkpoints of a run with other settings or another knowledge base: "
-                "give another --output, or --overwrite to start again"
-            )
-        shutil.rmtree(checkpoints)  # adapt's own checkpoints (run.json says so) of the run being replaced
-    checkpoints.mkdir(parents=True, exist_ok=True)
-    run_file.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+        return False
 
 
 def _train(
     cfg: DictConfig, options: AdaptOptions, output: Path, mined: MinedPairs, settings: dict[str, Any], say
-) -> AdaptResult:
+) -> dict[str, Any]:
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
@@ -281,7 +237,7 @@ def _train(
     from transformers.trainer_utils import get_last_checkpoint
 
     checkpoints = output / CHECKPOINTS
-    _check_resumable(checkpoints, settings, options.overwrite)
+    check_resumable(checkpoints, settings, options.overwrite)
     set_seed(options.seed)  # before the model loads: anything it initialises draws from the seeded generators
     model = SentenceTransformer(resolve_model(cfg.embedder.model), device=cfg.embedder.device)
     dataset = Dataset.from_dict(
@@ -348,9 +304,8 @@ def _train(
     (output / "README.md").write_text(model_card(record), encoding="utf-8")
     (output / ADAPT_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(checkpoints, ignore_errors=True)  # the model is complete: checkpoints only served a resume
-    say(f"Adapted model written to {output} in {_format_duration(seconds)} ({record['steps']} steps)")
-    say(f"  use it with: embedder.model={output}  (then `knowledge index` re-embeds the knowledge base)")
-    return AdaptResult(str(output), record)
+    say(f"Trained in {_format_duration(seconds)} ({record['steps']} steps)")
+    return record
 
 
 def _quiet(trainer) -> None:

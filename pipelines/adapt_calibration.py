@@ -19,6 +19,7 @@ which `load_config` applies (pipelines/calibration.py). Design notes: docs/adapt
 """
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,12 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from components.common.embedding_models import load_onnx_encoder
+from components.common.embedding_models import load_onnx_encoder, model_revision
 from components.common.model_folder import CALIBRATION_FILE
 from pipelines.adapt_pairs import MinedPairs
 from pipelines.calibration import CALIBRATED_KEYS, PACKAGED_DECIDES, SCORE_MAP
 
 METHOD = SCORE_MAP  # the score map's
-METHODS = (PACKAGED_DECIDES, SCORE_MAP)
 
 
 def best_similarities(spec: str, texts: list[str], chunks: list[str], cfg: DictConfig) -> np.ndarray:
@@ -77,6 +77,7 @@ def fit_calibration(
     base_thresholds = {key: float(OmegaConf.select(cfg, key)) for key in CALIBRATED_KEYS}
     return {
         "method": METHOD,
+        "model_revision": model_revision(model_dir),
         "base_model": cfg.embedder.model,
         "base_thresholds": base_thresholds,
         "thresholds": {key: map_threshold(base, adapted, weights, value) for key, value in base_thresholds.items()},
@@ -90,11 +91,12 @@ def fit_calibration(
     }
 
 
-def packaged_decides(cfg: DictConfig, guard_sets: list[str]) -> dict[str, Any]:
+def packaged_decides(cfg: DictConfig, model_dir: str, guard_sets: list[str]) -> dict[str, Any]:
     """The base model decides with the configured thresholds (no bar moves); the adapted model ranks."""
     base_thresholds = {key: float(OmegaConf.select(cfg, key)) for key in CALIBRATED_KEYS}
     return {
         "method": PACKAGED_DECIDES,
+        "model_revision": model_revision(model_dir),
         "base_model": cfg.embedder.model,
         "decision_model": cfg.embedder.model,
         "base_thresholds": base_thresholds,
@@ -118,6 +120,9 @@ def calibration_lines(calibration: dict[str, Any]) -> str:
 
 
 def write_calibration(model_dir: str | Path, calibration: dict[str, Any]) -> Path:
+    """Write the file whole, then move it in place: a lookup never reads half a calibration."""
     path = Path(model_dir) / CALIBRATION_FILE
-    path.write_text(json.dumps(calibration, indent=2) + "\n", encoding="utf-8")
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(calibration, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)
     return path

@@ -3,10 +3,14 @@ The indexing pipeline: markdown -> frontmatter -> heading-aware chunks -> embedd
 plus the L0 index, as one Haystack pipeline wired in pipelines/yaml/indexing.yml and resolved
 against the Hydra config.
 
-    reader -> planner -> chunker -> embedder -> writer
+    reader -> planner -> chunker -> embedder -> decision_writer -> writer
     reader, embedder -> l0_writer   (a document's summary vector is its first chunk's vector)
     writer -> l0_writer             (the L0 index is written after the vector store)
-    embedder, planner, writer -> decision_writer   (the decision model's vectors, with embedder.decision_model)
+    embedder, planner, writer -> decision_pruner
+
+With embedder.decision_model, the decision model's vectors of the new chunks are added before the
+collection changes and the removed chunks' rows dropped after it, so a serving process always
+finds a vector for every chunk the collection holds.
 """
 
 import time

@@ -86,6 +86,7 @@ class IndexManifest:
         return isinstance(version, int) and not isinstance(version, bool) and 0 < version < FIRST_CHECKSUMMED_VERSION
 
 
+DECISION_MARK = ";decision="  # in the index fingerprint, last: the decision model follows it
 # Bump when chunk text or embedded text changes shape, so every document is re-embedded once.
 CHUNK_FORMAT_VERSION = 4
 
@@ -96,7 +97,7 @@ def index_fingerprint(cfg: DictConfig) -> str:
     revision = model_revision(cfg.embedder.model)
     model = f"{cfg.embedder.model}@{revision}" if revision else cfg.embedder.model
     # A decision model has vectors of its own beside the index: turning it on or changing it re-embeds.
-    decision = f";decision={cfg.embedder.decision_model}" if cfg.embedder.decision_model else ""
+    decision = f"{DECISION_MARK}{cfg.embedder.decision_model}" if cfg.embedder.decision_model else ""
     return (
         f"model={vector_space(model, cfg.embedder.backend)};chunks={chunking.max_tokens}/{chunking.overlap_tokens}/{chunking.min_tokens};"
         f"format={CHUNK_FORMAT_VERSION}{decision}"
@@ -166,6 +167,15 @@ def read_manifest(cfg: DictConfig) -> IndexManifest | None:
         # An unreadable manifest must not block the index it describes: treat it as absent.
         logger.warning("Ignoring the unreadable index manifest %s: %s", path, exc)
         return None
+
+
+def manifest_decision_model(cfg: DictConfig) -> str | None:
+    """The decision model the configured index was built for with the configured model, None if none."""
+    manifest = read_manifest(cfg)
+    if manifest is None or manifest.index_config.get("embedder.model") != cfg.embedder.model:
+        return None
+    _, found, decision = str(manifest.index_config.get("index_fingerprint", "")).partition(DECISION_MARK)
+    return decision if found and decision else None
 
 
 def indexed_kb(cfg: DictConfig) -> str:

@@ -104,11 +104,14 @@ def pipeline_path(cfg: DictConfig, name: str) -> Path:
 def derived_values(cfg: DictConfig, **overrides: Any) -> dict[str, Any]:
     """
     Values the code computes for a call, reachable in the YAML as `${derived.<key>}`: the index
-    fingerprint and whether the embedder shows a progress bar (`progress_bar=True` overrides).
+    fingerprint, whether the embedder shows a progress bar (`progress_bar=True` overrides) and
+    adapt's verdict when it did not recommend the model (None otherwise).
     """
+    from pipelines.calibration import adapt_verdict
     from pipelines.manifest import index_fingerprint
 
-    return {"index_fingerprint": index_fingerprint(cfg), "progress_bar": False, **overrides}
+    derived = {"index_fingerprint": index_fingerprint(cfg), "progress_bar": False, "model_verdict": adapt_verdict(cfg)}
+    return {**derived, **overrides}
 
 
 def resolve_pipeline_data(

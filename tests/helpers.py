@@ -166,6 +166,7 @@ def shifted_model(folder: Path, shift: float = 10.0) -> Path:
     direction = np.random.default_rng(0).normal(size=weights[SHIFTED_BIAS].shape).astype(np.float32)
     weights[SHIFTED_BIAS] = weights[SHIFTED_BIAS] + shift * direction / np.linalg.norm(direction)
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    calibration = {"method": "packaged_decides", "decision_model": MODEL, "thresholds": {}}
+    # No adapt.json: the folder's revision is "" (components/common/embedding_models.py's model_revision).
+    calibration = {"method": "packaged_decides", "decision_model": MODEL, "thresholds": {}, "model_revision": ""}
     (folder / "calibration.json").write_text(json.dumps(calibration), encoding="utf-8")
     return folder

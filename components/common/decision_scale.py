@@ -32,6 +32,7 @@ Usage example:
 """
 
 import os
+import zipfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -41,6 +42,8 @@ from components.contracts import Candidate
 from components.errors import BadInputError
 
 REBUILD = "run `knowledge index --rebuild`"
+WRITE_AGAIN = "run `knowledge index --rebuild` to write them again"
+UNIT_TOLERANCE = 1e-3  # of a float32 row's length: the embedders write unit rows
 # Where the default config keeps the file (`embedder.decision_vectors`), for components built without config.
 DEFAULT_DECISION_VECTORS = ".knowledge/knowledge.decision-vectors.npz"
 
@@ -83,11 +86,16 @@ class DecisionVectors:
             with np.load(path, allow_pickle=False) as data:
                 stored = str(data["model"])
                 loaded = cls(stored, tuple(str(key) for key in data["ids"]), data["vectors"].astype(np.float32))
-        except (OSError, KeyError, ValueError) as exc:
-            raise DecisionVectorsError(f"cannot read the decision vectors {path}: {exc}: {REBUILD}") from exc
+        # A cut file is no zip (BadZipFile) or ends early (EOFError): numpy's message names no file.
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise DecisionVectorsError(f"the decision vectors {path} are damaged ({exc}): {WRITE_AGAIN}") from exc
         if stored != model:
             raise DecisionVectorsError(
                 f"the decision vectors {path} are of {stored}, not of the decision model {model}: {REBUILD}"
+            )
+        if not _unit_rows(loaded.vectors):
+            raise DecisionVectorsError(
+                f"the decision vectors {path} are damaged (rows that are not unit vectors, e.g. zeros): {WRITE_AGAIN}"
             )
         return loaded
 
@@ -123,14 +131,29 @@ class DecisionVectors:
                 f"the decision vectors do not cover the index ({len(missing)} chunks missing, e.g. {missing[0]}): "
                 f"{REBUILD}"
             )
+        query = self._checked_query(query)
         rows = self.vectors[[self.positions[key] for key in keys]] if keys else self.vectors[:0]
-        return np.clip(rows @ np.asarray(query, dtype=np.float32), 0.0, 1.0)
+        return np.clip(rows @ query, 0.0, 1.0)
+
+    def _checked_query(self, query: np.ndarray) -> np.ndarray:
+        """The query as float32; one of another dimension than the file's is the decision model's mismatch."""
+        query = np.asarray(query, dtype=np.float32)
+        if len(self.ids) and query.shape != (self.vectors.shape[1],):
+            raise DecisionVectorsError(
+                f"the decision vectors hold {self.vectors.shape[1]}-d vectors, the decision model gives "
+                f"{query.shape[-1]}-d ones: {REBUILD}"
+            )
+        return query
 
     def best(self, query: np.ndarray) -> float:
         """The best decision similarity over every chunk (an unfiltered search on the decision scale)."""
         if not len(self.ids):
             return 0.0
-        return float(np.clip(np.max(self.vectors @ np.asarray(query, dtype=np.float32)), 0.0, 1.0))
+        return float(np.clip(np.max(self.vectors @ self._checked_query(query)), 0.0, 1.0))
+
+
+def _unit_rows(vectors: np.ndarray) -> bool:
+    return bool(np.all(np.abs(np.linalg.norm(vectors, axis=1) - 1.0) <= UNIT_TOLERANCE)) if len(vectors) else True
 
 
 def on_decision_scale(candidates: list[Candidate], query: np.ndarray, vectors: DecisionVectors) -> list[Candidate]:
@@ -156,20 +179,27 @@ def ranking_similarity(candidate: Candidate) -> float:
 
 class DecisionVectorsFile:
     """
-    The decision vectors file of a collection, read on first use and again when `knowledge index`
-    rewrote it (its modification time changed), so a running server follows the index.
+    The decision vectors file of a collection, read once per version of the file: on first use and
+    again when `knowledge index` replaced it (another inode, modification time or size), so a
+    running server follows the index. Each version is whole (written beside, then renamed).
     """
 
     def __init__(self, path: str | Path, model: str) -> None:
         self.path = Path(path)
         self.model = model
-        self._loaded: tuple[float, DecisionVectors] | None = None
+        self._loaded: tuple[tuple[int, int, int] | None, DecisionVectors] | None = None
 
     def get(self) -> DecisionVectors:
-        try:
-            stamp = self.path.stat().st_mtime_ns
-        except OSError:
-            stamp = None
-        if self._loaded is None or self._loaded[0] != stamp:
-            self._loaded = (stamp, DecisionVectors.load(self.path, self.model))
+        version = self._version()
+        if self._loaded is None or version is None or self._loaded[0] != version:
+            loaded = DecisionVectors.load(self.path, self.model)
+            # Replaced while being read: the next call reads the newer version.
+            self._loaded = (version if self._version() == version else None, loaded)
         return self._loaded[1]
+
+    def _version(self) -> tuple[int, int, int] | None:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return None
+        return stat.st_ino, stat.st_mtime_ns, stat.st_size

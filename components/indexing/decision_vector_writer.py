@@ -17,10 +17,12 @@ logger = logging.getLogger(__name__)
 @component
 class DecisionVectorWriter:
     """
-    Keeps the decision model's vectors of the indexed chunks (components/common/decision_scale.py)
-    in step with the Milvus collection: the chunks the writer inserted are embedded with the
-    decision model, the ids the plan removes leave the file, a rebuild starts it again. Without a
-    decision model it does nothing (and leaves any file alone).
+    Adds the decision model's vectors of the chunks about to be indexed (components/common/decision_scale.py)
+    to the file beside the collection, before the collection writer runs: the file then covers the
+    collection before, during and after its change, so a serving process never meets a chunk
+    without its vector. Rows of the same id are replaced; the rows of removed chunks stay until
+    `DecisionVectorPruner` drops them once the collection writer has run. The chunks pass through
+    to the collection writer unchanged. Without a decision model it does nothing (and leaves any file alone).
 
     The file is `<collection>.decision-vectors.npz` beside the index (`embedder.decision_vectors`);
     the chunks are embedded exactly as the collection's are (embed header first, unit length).
@@ -35,6 +37,8 @@ class DecisionVectorWriter:
     >>> writer = DecisionVectorWriter(model="packaged:all-MiniLM-L6-v2", path=path)
     >>> chunk = Document(content="rm old logs", meta={"evidence_key": "disk.md#0", "embed_header": "Disk full"})
     >>> writer.run(documents=[chunk], plan=IndexPlan(rebuild=True))["count"]
+    1
+    >>> writer.run(documents=[], plan=IndexPlan(stale_ids=["disk.md#0"]))["count"]  # the pruner drops it
     1
     >>> DecisionVectors.load(path, "packaged:all-MiniLM-L6-v2").ids
     ('disk.md#0',)
@@ -80,27 +84,27 @@ class DecisionVectorWriter:
         if self._embedder is not None:
             self._embedder.warm_up()
 
-    @component.output_types(count=int)
-    def run(self, documents: list[Document], plan: IndexPlan, written: int | None = None) -> dict[str, Any]:
+    @component.output_types(documents=list[Document], count=int)
+    def run(self, documents: list[Document], plan: IndexPlan) -> dict[str, Any]:
         """
-        :param documents: The chunks written to the collection (embedded by the ranking model).
-        :param plan: The ids removed, and whether the index was rebuilt.
-        :param written: The collection writer's count: connected so that this runs after it.
-        :returns: `count`, the chunks the file holds (0 without a decision model).
+        :param documents: The chunks to write to the collection (embedded by the ranking model).
+        :param plan: Whether the index is rebuilt (the rows of the collection being dropped stay until pruned).
+        :returns: `documents`, the same chunks for the collection writer, and `count`, the rows the
+            file holds (0 without a decision model).
         """
         if self._embedder is None:
-            return {"count": 0}
-        current = DecisionVectors.empty(self.model) if plan.rebuild else self._existing()
+            return {"documents": documents, "count": 0}
+        current = self._existing()
         embedded = self._embedder.run(documents=documents)["documents"]
         ids = [document.meta["evidence_key"] for document in embedded]
         vectors = np.array([document.embedding for document in embedded], dtype=np.float32)
-        updated = current.updated(plan.stale_ids, ids, vectors)
+        updated = current.updated([], ids, vectors)
         updated.save(self.path)
-        logger.info("Decision vectors %s: %d written, %d chunks", self.path, len(ids), len(updated.ids))
-        return {"count": len(updated.ids)}
+        logger.info("Decision vectors %s: %d written, %d rows", self.path, len(ids), len(updated.ids))
+        return {"documents": documents, "count": len(updated.ids)}
 
     def _existing(self) -> DecisionVectors:
-        """The file as it is; none, or another model's, starts empty (a lookup then names the rebuild)."""
+        """The file as it is; none, a damaged one or another model's starts empty (a lookup then names the rebuild)."""
         if not Path(self.path).is_file():
             return DecisionVectors.empty(self.model)
         try:

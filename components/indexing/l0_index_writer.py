@@ -107,7 +107,7 @@ class L0IndexWriter:
         vectors: dict[str, Any] = {
             c.meta["source"]: c.embedding for c in chunks if c.meta.get("chunk_index") == 0 and c.embedding is not None
         }
-        previous = self._previous_vectors()
+        previous = self._previous_vectors(entries, vectors)
         for entry in entries:
             kept = previous.get((entry.source, entry.doc_hash))
             if entry.source not in vectors and kept is not None:
@@ -120,7 +120,7 @@ class L0IndexWriter:
                 vectors[source] = document.embedding
         return np.asarray([vectors[e.source] for e in entries], dtype=np.float32), len(missing)
 
-    def _previous_vectors(self) -> dict[tuple[str, str], np.ndarray]:
+    def _previous_vectors(self, entries: list[L0Entry], fresh: dict[str, Any]) -> dict[tuple[str, str], np.ndarray]:
         """(source, doc_hash) -> summary vector of the index saved before, when it is usable."""
         try:
             previous = load_l0_index(self.index_path)
@@ -128,11 +128,20 @@ class L0IndexWriter:
             return {}
         if previous.model != vector_space(self.model, self.backend) or previous.summary_vectors is None:
             return {}
+        if previous.summary_vectors.shape[1] != self._dimension(entries, fresh):  # another model's file
+            return {}
         return {
             (entry.source, entry.doc_hash): vector
             for entry, vector in zip(previous.entries, previous.summary_vectors, strict=True)
             if entry.doc_hash
         }
+
+    def _dimension(self, entries: list[L0Entry], fresh: dict[str, Any]) -> int:
+        """The model's vector dimension: a fresh vector's, else one short text embedded to learn it."""
+        if fresh:
+            return len(next(iter(fresh.values())))
+        [probe] = self._embedder.run(documents=[Document(content=entries[0].title or "dimension")])["documents"]
+        return len(probe.embedding)
 
 
 SUMMARY_CHARS = 800

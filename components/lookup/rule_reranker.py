@@ -156,6 +156,7 @@ class RuleReranker:
         query_term_set = set(terms(query_transform.normalized, drop_noise=True))
         query_terms = self._weighted_query_terms(index, query_term_set)
         intents = query_intents(query_transform.normalized)
+        self._l0.check_dimension(index, len(query_embedding))
         document_scores = self._document_similarities(index, candidates, query_embedding)
         support = Counter(
             c.source

@@ -73,6 +73,11 @@ def load_l0_index(path: str | Path) -> L0Index:
             f"the L0 summary vectors {vectors_path} are damaged (not a readable NumPy array): "
             "run `knowledge index` to write them again"
         ) from exc
+    if vectors is not None and vectors.ndim != 2:
+        raise L0IndexDamagedError(
+            f"the L0 summary vectors {vectors_path} are damaged (an array of shape {vectors.shape}, not one row "
+            "per document): run `knowledge index --rebuild` to write them again"
+        )
     if vectors is not None and len(vectors) != len(entries):
         logger.warning("L0 summary vectors at %s do not match the entries; ignoring them", vectors_path)
         vectors = None
@@ -123,3 +128,15 @@ class L0IndexHandle:
             self._index = _shared_l0_index(self.path.resolve(), stamp)
             self._stamp = stamp
         return self._index
+
+    def check_dimension(self, index: L0Index, dimension: int) -> None:
+        """
+        Summary vectors of another dimension than the query embedding's (another model's file, or
+        one replaced by hand) cannot be compared with it: refuse them, naming the file.
+        """
+        vectors = index.summary_vectors
+        if vectors is not None and vectors.shape[1] != dimension:
+            raise L0IndexDamagedError(
+                f"the L0 summary vectors {summary_vectors_path(self.path)} are {vectors.shape[1]}-d, the query "
+                f"embedding {dimension}-d: run `knowledge index` to write them again"
+            )

@@ -175,6 +175,7 @@ class TraceWriter:
         retry_interval: float = 5.0,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         sample_rate: float = 0.05,
+        model_verdict: str | None = None,
     ) -> None:
         """
         :param db_url: SQLAlchemy URL of the `tool_invocation` database (SQLite file, PostgreSQL ...).
@@ -188,6 +189,8 @@ class TraceWriter:
         :param retry_interval: Seconds to spool without retrying after the database failed.
         :param timeout_s: Longest wait on a server trace database per call before spooling.
         :param sample_rate: Share of lookups that get an MLflow trace (0 to 1); failed calls always do.
+        :param model_verdict: `knowledge adapt`'s verdict when it did not recommend the model in use
+            (the `model_verdict` tag of every MLflow trace); None: nothing to say.
         """
         check_at_least(0, summary_chars=summary_chars, retry_interval=retry_interval, timeout_s=timeout_s)
         check_unit_interval(sample_rate=sample_rate)
@@ -201,6 +204,7 @@ class TraceWriter:
         self.retry_interval = retry_interval
         self.timeout_s = timeout_s
         self.sample_rate = sample_rate
+        self.model_verdict = model_verdict
         self.store = TraceStore(db_url, spool_path, retry_interval=retry_interval, timeout_s=timeout_s)
         self._sink: MlflowTraceSink | None = None
         self._mlflow_at_warm_up = True
@@ -248,6 +252,7 @@ class TraceWriter:
             retry_interval=self.retry_interval,
             timeout_s=self.timeout_s,
             sample_rate=self.sample_rate,
+            model_verdict=self.model_verdict,
         )
 
     @classmethod
@@ -424,6 +429,7 @@ class TraceWriter:
             "fallback_reason": str(fallback) if fallback else "none",
             "trace_status": trace_status,
             **sidecar_tags(details.get("sidecar")),
+            **({"model_verdict": self.model_verdict} if self.model_verdict else {}),
         }
         job = TraceJob(
             invocation_id=invocation_id,

@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
         help="fine-tune the embedding model on the knowledge base alone (no labels), for embedder.model=DIR",
         description="Fine-tune embedder.model (the packaged all-MiniLM-L6-v2) on pairs made from the knowledge base "
         "alone: title -> section, heading path -> section, first sentence -> rest, with in-batch negatives and "
-        "a sibling document's hard negative. Resumable (checkpoints in DIR/checkpoints), deterministic with "
+        "a sibling document's hard negative. Resumable (a run writes DIR.partial, moved to DIR once complete), deterministic with "
         "--seed; writes a model folder with a model card. Use it with embedder.model=DIR.",
     )
     parser.add_argument("--kb", metavar="DIR", help="knowledge base folder (default: kb.path)")

@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,7 +52,23 @@ def load(overrides: Sequence[str], extra: Sequence[str] = ()):
     from pipelines.settings import load_config
 
     check_overrides(overrides)
-    return load_config([*extra, *overrides])
+    cfg = load_config([*extra, *overrides])
+    note_model_verdict(cfg)
+    return cfg
+
+
+_noted: set[str] = set()
+
+
+def note_model_verdict(cfg) -> None:
+    """One stderr line per process for a model folder adapt did not recommend: it is used, as asked, but not silently."""
+    from pipelines.calibration import adapt_verdict
+
+    verdict = adapt_verdict(cfg)
+    model = str(cfg.embedder.model)
+    if verdict and model not in _noted:
+        _noted.add(model)
+        print(f"note: embedder.model {model} was judged by `knowledge adapt`: {verdict}", file=sys.stderr)
 
 
 def lookup_config(overrides: Sequence[str]):
@@ -67,9 +84,14 @@ def print_config(overrides: Sequence[str]) -> int:
     """The composed config as YAML, secrets masked (`--cfg`)."""
     from omegaconf import OmegaConf
 
+    from pipelines.calibration import adapt_verdict
     from pipelines.settings import mask_secrets
 
-    print(OmegaConf.to_yaml(mask_secrets(load(overrides))), end="")
+    cfg = load(overrides)
+    print(OmegaConf.to_yaml(mask_secrets(cfg)), end="")
+    verdict = adapt_verdict(cfg)
+    if verdict:
+        print(f"# embedder.model {cfg.embedder.model}: {verdict} (knowledge adapt's verdict)")
     return EXIT_OK
 
 

@@ -76,7 +76,7 @@ def check_cors(origins: list[str], api_key: str | None) -> None:
             )
 
 
-def check_allow_lists(cfg: DictConfig) -> None:
+def check_allow_lists(cfg: "DictConfig") -> None:
     """Refuse an entry of `serve.allowed_hosts` or `serve.allowed_origins` that names no host or origin."""
     from pipelines.serving.origin_guard import EVERY, origin_host, split_host
 
@@ -93,7 +93,7 @@ def check_allow_lists(cfg: DictConfig) -> None:
             )
 
 
-def allowed_origins(cfg: DictConfig) -> list[str]:
+def allowed_origins(cfg: "DictConfig") -> list[str]:
     """The web origins answered besides the server's own: `serve.allowed_origins` and the CORS allow-list."""
     return [*cfg.serve.allowed_origins, *cors_allowed(list(cfg.serve.cors_origins))]
 

@@ -74,13 +74,20 @@ def affects_index(override: str) -> bool:
 
 
 def index_redirect(combination: list[str], state_dir: str) -> list[str]:
-    """Overrides that point a combination with its own chunking or model at its own collection files."""
+    """
+    Overrides that point a combination with its own chunking or model at its own collection files:
+    the Milvus db, the L0 index and the decision vectors (an adapted model's side writes them too).
+    """
     index_keys = sorted(o for o in combination if affects_index(o))
     if not index_keys:
         return []
     slug = hashlib.sha256("\n".join(index_keys).encode()).hexdigest()[:12]
     folder = Path(state_dir) / "sweep-index" / slug
-    return [f"milvus.uri={folder}/milvus.db", f"l0.index_path={folder}/l0.json"]
+    return [
+        f"milvus.uri={folder}/milvus.db",
+        f"l0.index_path={folder}/l0.json",
+        f"embedder.decision_vectors={folder}/decision-vectors.npz",
+    ]
 
 
 @dataclass

@@ -178,3 +178,25 @@ def test_traces_list_on_a_read_only_state_folder_names_it_read_only(small_state)
     assert done.returncode == 1, done.stderr
     [line] = stderr_lines(done)
     assert f"the trace database {state / 'traces.db'} cannot be opened: its folder {state} is read-only" in line
+
+
+def test_l0_summary_vectors_of_another_dimension_are_named_and_knowledge_index_repairs_them(small_state):
+    """Another model's summaries (768-d) beside a 384-d index: one line with both dimensions, not numpy's shape error."""
+    import numpy as np
+
+    kb, state = small_state
+    vectors = state / "knowledge.l0.summaries.npy"
+    rows = len(np.load(vectors))
+    wide = np.random.default_rng(0).normal(size=(rows, 768)).astype(np.float32)
+    np.save(vectors, wide / np.linalg.norm(wide, axis=1, keepdims=True))
+    overrides = [f"paths.state_dir={state}", "mlflow=off"]
+    broken = run_cli("lookup", "--compact", "disk almost full", *overrides)
+    assert broken.returncode == 1, broken.stderr  # found while looking up: a failed call, with its trace row
+    [line] = stderr_lines(broken)
+    assert f"the L0 summary vectors {vectors} are 768-d, the query embedding 384-d" in line, line
+    assert "run `knowledge index" in line
+    repaired = run_cli("index", "--kb", str(kb), *overrides)
+    assert repaired.returncode == 0, repaired.stderr
+    assert np.load(vectors).shape == (rows, 384)
+    again = run_cli("lookup", "--compact", "disk almost full", *overrides)
+    assert again.returncode == 0 and '"found": true' in again.stdout, again.stderr

@@ -393,3 +393,31 @@ def test_drain_waits_for_the_traces_and_leaves_mlflows_writer_running(traced, ml
         assert len(found) == 1
     assert _export_queues() and all(queue.is_active() for queue in _export_queues())
     assert _get_trace_exporter() is not None
+
+
+def test_a_model_adapt_did_not_recommend_tags_every_trace(mlflow_store, small_kb, tmp_path):
+    import json
+
+    from pipelines.indexing import run_indexing
+    from tests.helpers import shifted_model
+
+    model = shifted_model(tmp_path / "model")
+    calibration = json.loads((model / "calibration.json").read_text(encoding="utf-8"))
+    verdict = {"recommended": False, "reason": "not better at level 0.05"}
+    (model / "calibration.json").write_text(json.dumps({**calibration, "verdict": verdict}), encoding="utf-8")
+    state = tmp_path / "state"
+    cfg = load_config(
+        state_overrides(
+            state,
+            f"kb.path={small_kb}",
+            f"embedder.model={model}",
+            f"mlflow.tracking_uri='{mlflow_store}'",
+            f"mlflow.experiment={EXPERIMENT}",
+            f"mlflow.artifact_location={state}/artifacts",
+            "mlflow.sample_rate=1.0",
+        )
+    )
+    run_indexing(cfg)
+    result = LookupService(cfg).lookup("disk almost full")
+    _, trace = read_trace(mlflow_store, result.invocation_id)
+    assert trace.info.tags["model_verdict"] == "not recommended: not better at level 0.05"

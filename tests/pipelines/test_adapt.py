@@ -152,12 +152,13 @@ def test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model(sma
 
     with pytest.raises(RuntimeError, match="killed"):
         adapt_model(cfg, options(tmp_path / "b", callbacks=[Crash()]), say=lines.append)
-    assert (tmp_path / "b" / CHECKPOINTS / "checkpoint-1").is_dir()
+    assert not (tmp_path / "b").exists()  # nothing at the announced folder until the model is complete
+    assert (tmp_path / "b.partial" / CHECKPOINTS / "checkpoint-1").is_dir()
     lines.clear()
     resumed = adapt_model(cfg, options(tmp_path / "b"), say=lines.append)
     assert any("resuming from" in line and "checkpoint-1" in line for line in lines), lines
     assert resumed.record["resumed_from"] == "checkpoint-1"
-    assert not (tmp_path / "b" / CHECKPOINTS).exists()
+    assert not (tmp_path / "b" / CHECKPOINTS).exists() and not (tmp_path / "b.partial").exists()
     assert _same_weights(tmp_path / "a", tmp_path / "b")  # same seed, resumed or not: the same model
 
     again = adapt_model(cfg, options(tmp_path / "a"), say=lines.append)

@@ -74,3 +74,28 @@ def test_empty_folder_adapts_own_folder_and_overwrite_train(small_kb, make_confi
     assert (mine / "README.md").read_text(encoding="utf-8").startswith(MODEL_CARD_TITLE)
     assert (mine / "notes.txt").read_text(encoding="utf-8") == "mine"  # a file adapt does not write is left alone
     assert (mine / "model.safetensors").is_file() and not (mine / "checkpoints").exists()
+
+
+def test_an_adapt_stopped_after_training_leaves_no_usable_folder_and_the_next_run_finishes_it(
+    small_kb, make_config, tmp_path
+):
+    """Ctrl+C once training ended, before the calibration: the announced folder must not exist yet."""
+    from pipelines.calibration import read_calibration
+
+    output = tmp_path / "model"
+    options = _smallest(small_kb, output, calibrate=True)
+
+    def stop_once_trained(line: str) -> None:
+        if line.endswith(" steps)"):  # the line that says how long training took
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        adapt_model(make_config(), options, say=stop_once_trained)
+    assert not output.exists()
+    assert (tmp_path / "model.partial" / "adapt.json").is_file()
+    lines: list[str] = []
+    adapt_model(make_config(), options, say=lines.append)
+    assert not any(line.startswith("Adapting") for line in lines), lines  # trained already: only calibrated
+    assert read_calibration(output / "calibration.json")["method"] == "packaged_decides"
+    assert not (tmp_path / "model.partial").exists()
+    assert f"  use it with: embedder.model={output}" in lines[-1]

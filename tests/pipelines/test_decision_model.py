@@ -171,7 +171,7 @@ def test_adapts_default_calibration_is_packaged_decides_and_loads(tmp_path):
     from pipelines.calibration import read_calibration
 
     assert AdaptOptions().calibration_method == "packaged_decides"
-    calibration = packaged_decides(load_config(), ["eval/offtopic-alerts.jsonl"])
+    calibration = packaged_decides(load_config(), str(tmp_path), ["eval/offtopic-alerts.jsonl"])
     path = write_calibration(tmp_path, calibration)
     data = read_calibration(path)
     assert data["method"] == "packaged_decides" and data["decision_model"] == PACKAGED and data["thresholds"] == {}
@@ -181,3 +181,105 @@ def test_adapts_default_calibration_is_packaged_decides_and_loads(tmp_path):
     assert (
         load_config([f"retrieval.calibration={path}", "embedder.decision_model=null"]).embedder.decision_model is None
     )
+
+
+def test_a_model_folder_without_the_calibration_its_index_needs_is_refused_in_one_line(decided):
+    """The index was built for the packaged model to decide: without calibration.json the shifted model would."""
+    from pipelines.calibration import CalibrationError
+    from tests.helpers import run_cli, stderr_lines
+
+    cfg, model = decided
+    calibration = model / "calibration.json"
+    kept = calibration.read_bytes()
+    calibration.unlink()
+    try:
+        overrides = [f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off", f"embedder.model={model}"]
+        with pytest.raises(CalibrationError, match=f"model folder {model} has no calibration.json"):
+            load_config(overrides)
+        for command in (["lookup", "redis primary down"], ["index"], ["serve", "--port", "65431"]):
+            result = run_cli(*command, *overrides, timeout=120)  # a served folder would never end: refused first
+            lines = stderr_lines(result)
+            assert result.returncode == 2 and len(lines) == 1, (command, result.stderr)
+            assert "has no calibration.json" in lines[0] and "knowledge adapt" in lines[0], lines
+        explicit = load_config([*overrides, f"embedder.decision_model={PACKAGED}"])  # the user says who decides
+        assert explicit.embedder.decision_model == PACKAGED
+    finally:
+        calibration.write_bytes(kept)
+
+
+def test_a_sweep_or_compare_side_keeps_its_decision_vectors_in_its_own_folder(tmp_path):
+    from pipelines.tuning.sweep import index_redirect
+
+    side = [f"embedder.model={shifted_model(tmp_path / 'model')}"]
+    redirect = index_redirect(side, str(tmp_path / "state"))
+    cfg = load_config([f"paths.state_dir={tmp_path / 'state'}", *side, *redirect])
+    own = Path(cfg.l0.index_path).parent
+    assert cfg.embedder.decision_model == PACKAGED
+    assert Path(cfg.embedder.decision_vectors).parent == own != tmp_path / "state"
+
+
+def test_decision_vectors_cover_the_collection_at_every_step_of_a_reindex(small_kb, make_config):
+    """A server answering while `knowledge index` runs must find a decision vector for every chunk it finds."""
+    import contextlib
+
+    from haystack import tracing
+    from haystack.tracing.tracer import NullSpan, Tracer
+
+    from pipelines.indexing import run_indexing
+
+    cfg = make_config(f"kb.path={small_kb}", f"embedder.decision_model={PACKAGED}")
+    run_indexing(cfg)
+    uncovered: dict[str, int] = {}
+
+    class CoverageCheck(Tracer):
+        """Before each component runs: the chunks the collection holds that the file has no vector for."""
+
+        @contextlib.contextmanager
+        def trace(self, operation_name, tags=None, parent_span=None):
+            if operation_name == "haystack.component.run":
+                indexed = {row["id"] for row in collection_rows(cfg, ("id",))}
+                missing = indexed - set(DecisionVectors.load(cfg.embedder.decision_vectors, PACKAGED).ids)
+                uncovered[str((tags or {}).get("haystack.component.name"))] = len(missing)
+            yield NullSpan()
+
+        def current_span(self):
+            return None
+
+    for path in small_kb.rglob("*.md"):  # every document changes: every chunk is written again
+        path.write_text(path.read_text(encoding="utf-8") + "\n\n## Also\n\nWrite down what you did.\n")
+    previous = tracing.tracer.actual_tracer
+    tracing.enable_tracing(CoverageCheck())
+    try:
+        run_indexing(cfg)
+    finally:
+        tracing.enable_tracing(previous)
+    assert not any(uncovered.values()), uncovered
+    assert {"writer", "decision_writer", "decision_pruner", "l0_writer"} <= set(uncovered)
+
+
+def test_a_cut_or_zeroed_decision_vectors_file_is_named_as_damaged(decided):
+    import numpy as np
+
+    from components.common.decision_scale import DecisionVectorsError
+    from tests.helpers import run_cli
+
+    cfg, model = decided
+    path = Path(cfg.embedder.decision_vectors)
+    kept = path.read_bytes()
+    overrides = [f"paths.state_dir={cfg.paths.state_dir}", "mlflow=off", f"embedder.model={model}"]
+    try:
+        path.write_bytes(kept[: len(kept) // 2])  # cut, as a full disk or a killed copy leaves it
+        with pytest.raises(DecisionVectorsError, match=rf"^the decision vectors {path} are damaged .*`knowledge index"):
+            DecisionVectors.load(path, PACKAGED)
+        status = run_cli("index", "--status", *overrides, timeout=120)
+        assert status.returncode == 0, status.stderr
+        assert f"NOT IN STEP: the decision vectors {path} are damaged" in status.stdout
+        with pytest.raises(Exception, match=f"the decision vectors {path} are damaged"):  # this process holds the db
+            lookup_with(cfg, "disk almost full", f"embedder.model={model}")
+        path.write_bytes(kept)
+        vectors = DecisionVectors.load(path, PACKAGED)
+        DecisionVectors(PACKAGED, vectors.ids, np.zeros_like(vectors.vectors)).save(path)
+        with pytest.raises(DecisionVectorsError, match="damaged .*not unit vectors"):
+            DecisionVectors.load(path, PACKAGED)
+    finally:
+        path.write_bytes(kept)

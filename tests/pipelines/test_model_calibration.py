@@ -15,6 +15,7 @@ from tests.helpers import lookup_with, run_cli, stderr_lines
 
 PACKAGED = "packaged:all-MiniLM-L6-v2"
 QUERY = "disk almost full"
+THRESHOLD = "retrieval.evidence_threshold"
 
 
 def _model_with_calibration(folder: Path, thresholds: dict[str, float]) -> Path:
@@ -25,7 +26,8 @@ def _model_with_calibration(folder: Path, thresholds: dict[str, float]) -> Path:
             link = folder / path.relative_to(source)
             link.parent.mkdir(parents=True, exist_ok=True)
             os.symlink(path, link)
-    (folder / "calibration.json").write_text(json.dumps({"method": "score_map", "thresholds": thresholds}))
+    calibration = {"method": "score_map", "thresholds": thresholds, "model_revision": ""}  # no adapt.json: ""
+    (folder / "calibration.json").write_text(json.dumps(calibration))
     return folder
 
 
@@ -182,3 +184,73 @@ def test_adapt_writes_a_calibration_judges_the_model_and_its_onnx_export_loads(s
     vectors = load_onnx_encoder(str(output), "onnx").encode(["disk almost full"])
     assert vectors.shape == (1, 384)
     assert load_config([f"embedder.model={output}"]).retrieval.calibration == str(output / "calibration.json")
+
+
+def _calibration(path: Path, **fields) -> Path:
+    path.write_text(json.dumps({"method": "score_map", "thresholds": {}, "model_revision": "", **fields}))
+    return path
+
+
+def test_a_calibration_is_refused_for_a_boolean_an_unknown_method_or_another_model(tmp_path):
+    with pytest.raises(CalibrationError, match=r"evidence_threshold=True, not a number in \[0, 1\]"):
+        load_config([f"retrieval.calibration={_calibration(tmp_path / 'c.json', thresholds={THRESHOLD: True})}"])
+    with pytest.raises(CalibrationError, match="method 'magic'; known methods: packaged_decides, score_map"):
+        load_config([f"retrieval.calibration={_calibration(tmp_path / 'c.json', method='magic')}"])
+    unnamed = tmp_path / "unnamed.json"
+    unnamed.write_text(json.dumps({"method": "score_map", "thresholds": {}}))
+    with pytest.raises(CalibrationError, match="names no model_revision"):
+        load_config([f"retrieval.calibration={unnamed}"])
+    adapted = _model_with_calibration(tmp_path / "adapted", {THRESHOLD: 0.9})
+    (adapted / "adapt.json").write_text('{"train_seconds": 1}')  # a model adapt trained: a revision of its own
+    with pytest.raises(CalibrationError, match=f"was fitted for the model of revision none, not for {adapted}"):
+        load_config([f"embedder.model={adapted}"])
+    from components.common.embedding_models import model_revision
+
+    _calibration(adapted / "calibration.json", model_revision=model_revision(str(adapted)))
+    assert load_config([f"embedder.model={adapted}"]).retrieval.calibration == str(adapted / "calibration.json")
+    with pytest.raises(CalibrationError, match="not for packaged:all-MiniLM-L6-v2"):  # its file, another model
+        load_config([f"retrieval.calibration={adapted / 'calibration.json'}"])
+
+
+def test_a_missing_decision_model_is_named_by_the_key_or_file_that_set_it(tmp_path):
+    decides = _calibration(tmp_path / "c.json", method="packaged_decides", decision_model="/no/such/model")
+    with pytest.raises(CalibrationError, match=rf"^{decides}'s decision_model: no model folder at /no/such/model"):
+        load_config([f"retrieval.calibration={decides}"])
+    with pytest.raises(CalibrationError, match=r"^embedder.decision_model: no model folder at /no/such/model"):
+        load_config(["embedder.decision_model=/no/such/model"])
+    result = run_cli("lookup", "disk full", f"retrieval.calibration={decides}")
+    assert result.returncode == 2 and stderr_lines(result) == [
+        f"knowledge: error: {decides}'s decision_model: no model folder at /no/such/model (a sentence-transformers "
+        "folder, e.g. what `knowledge adapt` wrote, or packaged:NAME)"
+    ], result.stderr
+
+
+def test_health_compares_the_config_with_the_calibration_it_applied_not_a_later_file(tmp_path):
+    from pipelines.serving.health import HealthCheck
+
+    model = _model_with_calibration(tmp_path / "model", {THRESHOLD: 0.9, "retrieval.high_relevance": 0.95})
+    cfg = load_config([f"embedder.model={model}", f"paths.state_dir={tmp_path / 'state'}"])
+    _calibration(model / "calibration.json", thresholds={THRESHOLD: 0.5})  # changed on disk while serving
+    assert HealthCheck(cfg, trace_store=None, auth=False).config()["calibration"]["overridden"] == []
+
+
+def test_a_model_adapt_did_not_recommend_is_said_so_everywhere_it_is_loaded(tmp_path):
+    from pipelines.serving.health import HealthCheck
+
+    model = _model_with_calibration(tmp_path / "model", {})
+    verdict = {"recommended": False, "reason": "no_evidence_rate@offtopic>=0.99 fails"}
+    _calibration(model / "calibration.json", verdict=verdict)
+    cfg = load_config([f"embedder.model={model}", f"paths.state_dir={tmp_path / 'state'}"])
+    shown = HealthCheck(cfg, trace_store=None, auth=False).config()["calibration"]
+    assert shown["verdict"] == "not recommended: no_evidence_rate@offtopic>=0.99 fails"
+    printed = run_cli("lookup", "--cfg", f"embedder.model={model}")
+    assert printed.returncode == 0, printed.stderr
+    assert f"# embedder.model {model}: not recommended: no_evidence_rate@offtopic>=0.99 fails" in printed.stdout
+    assert stderr_lines(printed) == [
+        f"note: embedder.model {model} was judged by `knowledge adapt`: not recommended: "
+        "no_evidence_rate@offtopic>=0.99 fails"
+    ]
+    from pipelines.lookup import build_lookup_pipeline
+
+    writer = build_lookup_pipeline(cfg).get_component("trace_writer")
+    assert writer.model_verdict == shown["verdict"]  # the `model_verdict` tag of every MLflow trace

@@ -5,6 +5,7 @@ import yaml
 from haystack import Pipeline
 from haystack.core.errors import DeserializationError
 
+from components.indexing.decision_vector_pruner import DecisionVectorPruner
 from components.indexing.decision_vector_writer import DecisionVectorWriter
 from components.indexing.document_embedder import KnowledgeDocumentEmbedder
 from components.indexing.index_planner import IndexPlanner
@@ -27,6 +28,7 @@ COMPONENT_TYPES = {
     "writer": MilvusChunkWriter,
     "l0_writer": L0IndexWriter,
     "decision_writer": DecisionVectorWriter,
+    "decision_pruner": DecisionVectorPruner,
 }
 
 
@@ -64,8 +66,9 @@ def test_rendered_yaml_loads_with_the_allowlist(rendered):
     pipeline = Pipeline.loads(rendered, allowed_modules=["components"])
     assert {name: type(pipeline.get_component(name)) for name in COMPONENT_TYPES} == COMPONENT_TYPES
     assert normalized(pipeline.dumps()) == normalized(rendered)  # loads -> dumps is lossless
-    # writer -> l0_writer and writer -> decision_writer order the L0 index and the decision vectors last
-    assert len(normalized(rendered)["connections"]) == 11
+    # decision_writer -> writer adds decision vectors before the collection changes; writer -> l0_writer and
+    # writer -> decision_pruner write the L0 index and drop removed decision vectors after it
+    assert len(normalized(rendered)["connections"]) == 13
 
 
 def test_rendered_yaml_names_the_credentials_environment_variables(rendered, monkeypatch):

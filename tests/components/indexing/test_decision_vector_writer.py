@@ -6,6 +6,7 @@ from haystack import Document
 
 from components.common.decision_scale import DecisionVectors
 from components.contracts import IndexPlan
+from components.indexing.decision_vector_pruner import DecisionVectorPruner
 from components.indexing.decision_vector_writer import DecisionVectorWriter
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
 from tests.helpers import MODEL, assert_round_trips
@@ -17,16 +18,21 @@ def _chunk(key: str, text: str) -> Document:
 
 def test_vectors_follow_the_plan_and_match_the_query_embedders_scale(tmp_path):
     path = tmp_path / "knowledge.decision-vectors.npz"
-    writer = DecisionVectorWriter(model=MODEL, path=str(path))
+    writer, pruner = DecisionVectorWriter(model=MODEL, path=str(path)), DecisionVectorPruner(MODEL, str(path))
     first = [_chunk("a#0", "rm old logs"), _chunk("b#0", "grow the volume")]
     assert writer.run(documents=first, plan=IndexPlan(rebuild=True))["count"] == 2
-    assert writer.run(documents=[_chunk("c#0", "rotate logs")], plan=IndexPlan(stale_ids=["a#0"]))["count"] == 2
+    second, plan = [_chunk("c#0", "rotate logs")], IndexPlan(stale_ids=["a#0"])
+    # While the collection changes, the file covers it before and after: a#0 leaves only once it is gone.
+    assert writer.run(documents=second, plan=plan)["count"] == 3
+    assert pruner.run(documents=second, plan=plan, written=1)["count"] == 2
     vectors = DecisionVectors.load(path, MODEL)
     assert vectors.ids == ("b#0", "c#0")
     assert np.linalg.norm(vectors.vectors, axis=1) == pytest.approx([1.0, 1.0], abs=1e-5)
     query = KnowledgeQueryEmbedder(model=MODEL).run(query="Disk full > Fix\nrotate logs")["query_embedding"]
     assert vectors.similarities(query, ["c#0"])[0] == pytest.approx(1.0, abs=1e-4)  # the embedded text as indexed
-    assert writer.run(documents=first, plan=IndexPlan(rebuild=True))["count"] == 2  # a rebuild starts again
+    assert writer.run(documents=first, plan=IndexPlan(rebuild=True))["count"] == 3
+    assert pruner.run(documents=first, plan=IndexPlan(rebuild=True))["count"] == 2  # a rebuild keeps what it wrote
+    assert set(DecisionVectors.load(path, MODEL).ids) == {"a#0", "b#0"}
 
 
 def test_without_a_decision_model_nothing_is_written(tmp_path):
@@ -38,6 +44,8 @@ def test_without_a_decision_model_nothing_is_written(tmp_path):
 def test_round_trips_and_checks_its_arguments():
     assert_round_trips(DecisionVectorWriter(model=MODEL, path="/data/v.npz", batch_size=8, onnx_cache_dir="/tmp/c"))
     assert_round_trips(DecisionVectorWriter(model=None, path="/data/v.npz"))
+    assert_round_trips(DecisionVectorPruner(model=MODEL, path="/data/v.npz"))
+    assert DecisionVectorPruner(model=None, path="/data/v.npz").run(documents=[], plan=IndexPlan())["count"] == 0
     with pytest.raises(ValueError, match="batch_size"):
         DecisionVectorWriter(model=MODEL, path="/data/v.npz", batch_size=0)
     with pytest.raises(ValueError, match="decision model"):

@@ -24,6 +24,7 @@ def test_trace_writer_serializes_with_plain_init_parameters(tmp_path):
         retry_interval=1.5,
         timeout_s=2.5,
         sample_rate=0.25,
+        model_verdict="not recommended: no gain",
     )
     data = writer.to_dict()
     assert data["type"] == "components.tracing.trace_writer.TraceWriter"
@@ -38,6 +39,7 @@ def test_trace_writer_serializes_with_plain_init_parameters(tmp_path):
         "retry_interval": 1.5,
         "timeout_s": 2.5,
         "sample_rate": 0.25,
+        "model_verdict": "not recommended: no gain",
     }
     assert TraceWriter.from_dict(data).to_dict() == data
 
