@@ -33,6 +33,7 @@ def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int
     from pipelines.tuning.guards import check_measurable, guard_constraints
     from pipelines.tuning.search import format_search, run_search
     from pipelines.tuning.space import SearchSpace
+    from pipelines.tuning.study import check_study_file, study_storage
 
     space = SearchSpace.load(name)
     cfg = load(overrides)
@@ -42,6 +43,7 @@ def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int
         index_first(cfg, args.kb)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     check_measurable(constraints, [*tuning, *guards])  # a constraint that guards nothing fails before any work
+    check_study_file(study_storage(cfg.paths.state_dir, args.study_file))  # so does a damaged or busy study file
     guard = fit_guard(cfg, guards, constraints, measure_guard(cfg, guards))
     for line in guard.lines():
         say(line)

@@ -40,6 +40,11 @@ def study_storage(state_dir: str, study_file: str | None = None) -> str:
     return f"sqlite:///{path.resolve()}"
 
 
+def check_study_file(storage: str) -> None:
+    """Fail now on a damaged or busy study file, with what to do, before any set is measured."""
+    _study_summaries(storage)
+
+
 def _study_summaries(storage: str) -> list[Any]:
     """The studies of the storage; a busy or damaged study file is named with what to do, not as a bare sqlite error."""
     import optuna
