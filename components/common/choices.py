@@ -5,6 +5,7 @@ and the components check their init parameters against the same sets.
 """
 
 import math
+import re
 from collections.abc import Mapping
 from enum import StrEnum
 
@@ -148,6 +149,18 @@ def check_milvus_uri(uri: str, name: str = "uri") -> None:
         raise ValueError(
             f"{name}={uri!r} is neither a Milvus Lite file ending in .db nor a server URI "
             f"({', '.join(s + '://' for s in MILVUS_URI_SCHEMES)})"
+        )
+
+
+# Milvus's rule for a collection name: checked here, or a bad one fails only at the first search.
+COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
+
+
+def check_collection_name(collection: str, name: str = "collection") -> None:
+    """The rule for a Milvus collection name, for `KnowledgeStore` (`name`: the config key)."""
+    if not (isinstance(collection, str) and COLLECTION_NAME.fullmatch(collection)):
+        raise ValueError(
+            f"{name}={collection!r} must be 1-255 letters, digits or underscores, not starting with a digit"
         )
 
 

@@ -4,7 +4,7 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.common.choices import EmbeddingBackend
+from components.common.choices import EmbeddingBackend, check_at_least
 from components.common.embedding_models import (
     DEFAULT_BACKEND,
     DEFAULT_MODEL,
@@ -64,6 +64,7 @@ class KnowledgeDocumentEmbedder:
         :param onnx_cache_dir: Where ONNX exports are cached (default: the user cache folder).
         """
         check_backend(backend)
+        check_at_least(1, batch_size=batch_size)
         self.model = model
         self.device = device
         self.batch_size = batch_size

@@ -4,7 +4,7 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.common.choices import check_chunk_sizes
+from components.common.choices import check_at_least, check_chunk_sizes
 from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.markdown_sections import Section, section_kind, split_sections
 from components.common.text import is_cjk, terms
@@ -67,6 +67,8 @@ class MarkdownChunker:
             one unknown token; such a window is cut into pieces of at most this many characters.
         """
         check_chunk_sizes(max_tokens, overlap_tokens)
+        check_at_least(0, min_tokens=min_tokens)
+        check_at_least(1, max_chars=max_chars)
         self.max_tokens = max_tokens
         self.overlap_tokens = overlap_tokens
         self.min_tokens = min_tokens

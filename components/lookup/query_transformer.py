@@ -2,7 +2,7 @@ from typing import Any
 
 from haystack import component
 
-from components.common.choices import OnOverlong
+from components.common.choices import OnOverlong, check_at_least
 from components.common.text import clean, printable, template_actions_as_words
 from components.contracts import InvalidQueryError, QueryTransform
 from components.stores.l0_index_file import L0IndexHandle
@@ -61,6 +61,7 @@ class QueryTransformer:
         """
         if on_overlong not in OnOverlong.values():
             raise ValueError(f"on_overlong must be one of {', '.join(OnOverlong.values())}, not {on_overlong!r}")
+        check_at_least(1, max_chars=max_chars)
         self.l0_index_path = l0_index_path
         self.max_chars = max_chars
         self.on_overlong = on_overlong

@@ -4,6 +4,7 @@ from typing import Any
 
 from haystack import component
 
+from components.common.choices import check_at_least
 from components.common.decision_scale import ranking_similarity
 from components.contracts import Candidate, RetrievalTrace, SidecarReport
 from components.stores.knowledge_store import KnowledgeStore
@@ -156,6 +157,7 @@ class SidecarComparator:
         """
         if path not in (OTHER_PATH, *PATHS):
             raise ValueError(f"sidecar path must be one of {OTHER_PATH}, {', '.join(PATHS)}, not {path!r}")
+        check_at_least(1, top_k=top_k)
         self.store = store
         self.enabled = enabled
         self.path = path

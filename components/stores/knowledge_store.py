@@ -16,7 +16,7 @@ from typing import Any
 from haystack.core.serialization import default_from_dict, default_to_dict
 from pymilvus import MilvusClient
 
-from components.common.choices import check_milvus_uri
+from components.common.choices import IndexType, check_at_least, check_collection_name, check_milvus_uri
 from components.stores.lite_db import damaged_error
 from components.stores.milvus_auth import MilvusAuth
 from components.stores.milvus_collection import (
@@ -64,6 +64,11 @@ class KnowledgeStore:
     def __post_init__(self) -> None:
         # Any other form would fail only at the first search, as a failure rather than bad input.
         check_milvus_uri(self.uri)
+        check_collection_name(self.collection)
+        if self.timeout_ms is not None:
+            check_at_least(0, timeout_ms=self.timeout_ms)
+        if self.index_type not in IndexType.values():
+            raise ValueError(f"index_type must be one of {', '.join(IndexType.values())}, not {self.index_type!r}")
         # Copies, so that a caller's dict changed later cannot change a frozen store.
         object.__setattr__(self, "index_params", dict(self.index_params or {}))
         object.__setattr__(self, "search_params", dict(self.search_params or {}))

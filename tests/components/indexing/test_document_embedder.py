@@ -97,3 +97,10 @@ def test_an_unknown_backend_is_refused():
 
 def test_onnx_round_trips():
     assert_round_trips(KnowledgeDocumentEmbedder(model=MODEL, backend="onnx", onnx_cache_dir="/tmp/cache"))
+
+
+class TestKnowledgeDocumentEmbedderInit:
+    @pytest.mark.parametrize("batch_size", [0, -3])
+    def test_refuses_a_batch_size_under_one(self, batch_size):
+        with pytest.raises(ValueError, match=f"^batch_size={batch_size} must be at least 1$"):
+            KnowledgeDocumentEmbedder(model=MODEL, batch_size=batch_size)

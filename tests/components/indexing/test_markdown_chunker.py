@@ -311,3 +311,12 @@ def test_chunker_cuts_a_window_over_max_chars():
     chunker = MarkdownChunker(tokenizer_model=MODEL, max_chars=1000)
     windows = chunker.split_text_with_counts(" ".join("y" * 300 for _ in range(10)))
     assert len(windows) >= 3 and all(len(text) <= 1000 for text, _ in windows)
+
+
+class TestMarkdownChunkerInit:
+    @pytest.mark.parametrize(
+        ("parameter", "value", "bound"), [("min_tokens", -1, 0), ("max_chars", 0, 1), ("max_chars", -3, 1)]
+    )
+    def test_refuses_a_size_under_its_bound(self, parameter, value, bound):
+        with pytest.raises(ValueError, match=f"^{parameter}={value} must be at least {bound}$"):
+            MarkdownChunker(**{parameter: value})

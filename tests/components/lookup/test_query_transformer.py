@@ -60,3 +60,10 @@ def test_expansion_can_be_turned_off(l0_path):
 
 def test_round_trips(l0_path):
     assert_round_trips(QueryTransformer(l0_path, max_chars=99, on_overlong="error", expand_entities=False))
+
+
+class TestQueryTransformerInit:
+    @pytest.mark.parametrize("max_chars", [0, -3])
+    def test_refuses_a_max_chars_under_one(self, l0_path, max_chars):
+        with pytest.raises(ValueError, match=f"^max_chars={max_chars} must be at least 1$"):
+            QueryTransformer(l0_path, max_chars=max_chars)

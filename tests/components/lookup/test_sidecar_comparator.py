@@ -107,3 +107,11 @@ def test_round_trips():
             enabled=True,
         )
     )
+
+
+class TestSidecarComparatorInit:
+    @pytest.mark.parametrize("top_k", [0, -3])
+    def test_refuses_a_top_k_under_one(self, top_k):
+        store = KnowledgeStore(uri="unused.db", collection="kb")
+        with pytest.raises(ValueError, match=f"^top_k={top_k} must be at least 1$"):
+            SidecarComparator(store=store, top_k=top_k)

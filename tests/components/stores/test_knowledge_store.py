@@ -106,3 +106,20 @@ def test_vector_search_gives_each_path_on_this_store(store):
 def test_a_uri_pymilvus_would_not_take_is_refused_naming_the_forms():
     with pytest.raises(ValueError, match=r"uri='kb' is neither a Milvus Lite file ending in \.db nor a server URI"):
         KnowledgeStore(uri="kb")
+
+
+class TestKnowledgeStoreInit:
+    @pytest.mark.parametrize("collection", ["", "9lives", "my-kb", "a" * 256])
+    def test_refuses_a_collection_name_milvus_would_refuse(self, collection):
+        with pytest.raises(ValueError, match="^collection=.* must be 1-255 letters, digits or underscores"):
+            KnowledgeStore(uri="unused.db", collection=collection)
+
+    @pytest.mark.parametrize("timeout_ms", [-1, -3000])
+    def test_refuses_a_negative_timeout(self, timeout_ms):
+        with pytest.raises(ValueError, match=f"^timeout_ms={timeout_ms} must be at least 0$"):
+            KnowledgeStore(uri="unused.db", timeout_ms=timeout_ms)
+
+    @pytest.mark.parametrize("index_type", ["", "IVF_PQ", "flat"])
+    def test_refuses_an_index_type_it_cannot_create(self, index_type):
+        with pytest.raises(ValueError, match="^index_type must be one of FLAT, IVF_FLAT, HNSW, AUTOINDEX"):
+            KnowledgeStore(uri="unused.db", index_type=index_type)
