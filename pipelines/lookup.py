@@ -2,8 +2,8 @@
 The `lookup_knowledge` query pipeline (wired in pipelines/yaml/lookup_knowledge.yml), in the spec's order:
 
     query -> QueryTransformer -> L0HintExtractor -> KnowledgeQueryEmbedder -> FallbackRetriever
-          -> (SidecarComparator, when enabled) -> RuleReranker -> EvidenceDeduper -> ContextPacker -> ResultAssembler
-          -> TraceWriter
+          -> (SidecarComparator, when enabled) -> RuleReranker -> CompetitionDetector -> EvidenceDeduper
+          -> ContextPacker -> ResultAssembler -> TraceWriter
 
 loaded from the YAML file the Hydra config names, and `LookupService`, which runs it for one query or many.
 """

@@ -12,12 +12,14 @@ _import_structure = {
     "fallback_retriever": ["FallbackRetriever"],
     "sidecar_comparator": ["SidecarComparator"],
     "rule_reranker": ["RuleReranker"],
+    "competition_detector": ["CompetitionDetector"],
     "evidence_deduper": ["EvidenceDeduper"],
     "context_packer": ["ContextPacker"],
     "result_assembler": ["ResultAssembler"],
 }
 
 if TYPE_CHECKING:
+    from .competition_detector import CompetitionDetector as CompetitionDetector
     from .context_packer import ContextPacker as ContextPacker
     from .evidence_deduper import EvidenceDeduper as EvidenceDeduper
     from .fallback_retriever import FallbackRetriever as FallbackRetriever

@@ -3,11 +3,14 @@
 import re
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from components.common.evidence import EvidenceBar
 from components.contracts import Candidate
 from components.lookup.competition_detector import CompetitionDetector, shared_name_stem
+from components.stores.l0_index import L0Entry, L0Index
+from components.stores.l0_index_file import save_l0_index
 
 
 @pytest.mark.parametrize(
@@ -135,3 +138,30 @@ def test_cross_reference_off_ignores_the_naming(l0_path):
     detector = CompetitionDetector(l0_index_path=l0_path, cross_reference=False)
     assert detector.run(candidates=ranked_pair(text), evidence_bar=BAR)["competition"] is None
     assert CompetitionDetector(l0_index_path=l0_path).run(candidates=ranked_pair(text), evidence_bar=BAR)["competition"]
+
+
+class TestSummaryVectorSiblings:
+    """Two documents of unrelated names whose summary vectors are alike are siblings all the same."""
+
+    LEADER, RUNNER_UP = "disk/DiskAlmostFull.md", "storage/VolumeNearlyExhausted.md"
+
+    def l0_with_vectors(self, tmp_path, runner_up_vector: list[float]) -> str:
+        entries = [L0Entry(source=source, title=source, category="ops") for source in (self.LEADER, self.RUNNER_UP)]
+        vectors = np.array([[1.0, 0.0], runner_up_vector], dtype=np.float32)
+        path = str(tmp_path / "kb.l0.json")
+        save_l0_index(L0Index(entries, summary_vectors=vectors, model="test"), path)
+        return path
+
+    def run(self, l0_path: str) -> dict:
+        # a margin of 0.1: beyond `margin` (0.05), within `sibling_margin` (0.2)
+        ranked = [candidate(self.LEADER, 0.8, final_score=0.8), candidate(self.RUNNER_UP, 0.7, final_score=0.7)]
+        return CompetitionDetector(l0_index_path=l0_path).run(candidates=ranked, evidence_bar=BAR)
+
+    def test_alike_summary_vectors_make_a_runner_up_within_the_sibling_margin_compete(self, tmp_path):
+        out = self.run(self.l0_with_vectors(tmp_path, [0.96, 0.28]))  # cosine 0.96 >= 0.85
+        assert out["competition"].competitor == self.RUNNER_UP
+        assert out["competition"].reasons == ["score margin 0.100 < 0.2", "document similarity 0.960 >= 0.85"]
+
+    def test_unlike_summary_vectors_leave_the_leader_alone(self, tmp_path):
+        out = self.run(self.l0_with_vectors(tmp_path, [0.6, 0.8]))  # cosine 0.6 < 0.85
+        assert out["competition"] is None
