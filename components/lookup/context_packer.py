@@ -1,4 +1,5 @@
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from haystack import component
@@ -73,63 +74,66 @@ class ContextPacker:
         :returns: `context_pack`.
         """
         self.warm_up()
-        parts: list[str] = []
-        packed: list[PackedBlock] = []
-        omitted: list[str] = []
-        omitted_keys: list[str] = []
-        used = 0
-        truncated_any = False
-        separator_tokens = self._separator_tokens
+        packing = _Packing()
         kept_number, reserve = self._reserved(evidence_blocks, competition)
         for number, block in enumerate(evidence_blocks, start=1):
-            header = _header(number, block)
-            header_tokens = self._count_header(header)
-            room = self.budget_tokens - used - header_tokens - (separator_tokens if parts else 0)
-            room -= reserve if number < kept_number else 0
-            encoding = None
-            if number == 1 and room < _MIN_CONTENT_TOKENS:
-                # The top-ranked block is always packed, its content cut to what fits.
-                # Room held for a competing block counts only when the top block's header still fits.
-                held = reserve if kept_number and self.budget_tokens - reserve > header_tokens else 0
-                text, truncated, tokens = self._fit_top_block(header, block, room, self.budget_tokens - held)
-                used += tokens
-                parts.append(text)
-                truncated_any = truncated_any or truncated
-                packed.append(_packed(block, tokens, truncated))
-                continue
-            # Omitted when room < min(_MIN_CONTENT_TOKENS, content tokens): only possible, and
-            # only worth counting, when room < _MIN_CONTENT_TOKENS.
-            if room < _MIN_CONTENT_TOKENS and not (number == kept_number and room > 0):
-                if block.tokens is None:
-                    encoding = self._encode(block.content)
-                if room < (block.tokens if block.tokens is not None else len(encoding.ids)):
-                    omitted.append(block.source)
-                    omitted_keys.append(block.evidence_key)
-                    continue
-            content, truncated, content_tokens = self._fit(block.content, room, encoding, block.tokens)
-            text = f"{header}\n{content}"
-            if self._additive and content_tokens is not None:
-                tokens = header_tokens + content_tokens  # = self._count(text), see splits_at_whitespace
-            else:
-                tokens = self._count(text)
-            used += tokens + (separator_tokens if parts else 0)
-            parts.append(text)
-            truncated_any = truncated_any or truncated
-            packed.append(_packed(block, tokens, truncated))
-        text = "\n\n".join(parts)
-        included = unique(b.source for b in packed)
-        pack = ContextPack(
+            held = reserve if number < kept_number else 0
+            self._pack_block(packing, number, block, held, kept_number, reserve)
+        return {"context_pack": self._context_pack(packing)}
+
+    def _pack_block(
+        self, packing: "_Packing", number: int, block: EvidenceBlock, held: int, kept_number: int, reserve: int
+    ) -> None:
+        """Pack block `number` whole, cut or not at all, leaving `held` tokens for a competing block further down."""
+        header = _header(number, block)
+        header_tokens = self._count_header(header)
+        room = self.budget_tokens - packing.used - header_tokens - self._separator_before(packing) - held
+        if number == 1 and room < _MIN_CONTENT_TOKENS:
+            # The top-ranked block is always packed, its content cut to what fits.
+            limit = self.budget_tokens - self._held_from_top_block(header_tokens, kept_number, reserve)
+            text, truncated, tokens = self._fit_top_block(header, block, room, limit)
+            packing.add(block, text, tokens, truncated, separator=0)
+            return
+        encoding = None
+        # Omitted when room < min(_MIN_CONTENT_TOKENS, content tokens): only possible, and
+        # only worth counting, when room < _MIN_CONTENT_TOKENS.
+        if room < _MIN_CONTENT_TOKENS and not (number == kept_number and room > 0):
+            if block.tokens is None:
+                encoding = self._encode(block.content)
+            if room < (block.tokens if block.tokens is not None else len(encoding.ids)):
+                packing.omit(block)
+                return
+        content, truncated, content_tokens = self._fit(block.content, room, encoding, block.tokens)
+        text = f"{header}\n{content}"
+        tokens = self._block_tokens(text, header_tokens, content_tokens)
+        packing.add(block, text, tokens, truncated, separator=self._separator_before(packing))
+
+    def _held_from_top_block(self, header_tokens: int, kept_number: int, reserve: int) -> int:
+        """Room held for a competing block counts only when the top block's header still fits."""
+        return reserve if kept_number and self.budget_tokens - reserve > header_tokens else 0
+
+    def _separator_before(self, packing: "_Packing") -> int:
+        return self._separator_tokens if packing.parts else 0
+
+    def _block_tokens(self, text: str, header_tokens: int, content_tokens: int | None) -> int:
+        if self._additive and content_tokens is not None:
+            return header_tokens + content_tokens  # = self._count(text), see splits_at_whitespace
+        return self._count(text)
+
+    def _context_pack(self, packing: "_Packing") -> ContextPack:
+        text = "\n\n".join(packing.parts)
+        included = unique(b.source for b in packing.packed)
+        return ContextPack(
             text=text,
             budget_tokens=self.budget_tokens,
             # With a whitespace-splitting tokenizer the running count is exact; else count again.
-            used_tokens=(used if self._additive else self._count(text)) if text else 0,
+            used_tokens=(packing.used if self._additive else self._count(text)) if text else 0,
             included_sources=included,
-            omitted_sources=[s for s in unique(omitted) if s not in included],
-            truncated=truncated_any,
-            blocks=packed,
-            omitted_evidence_keys=omitted_keys,
+            omitted_sources=[s for s in unique(packing.omitted) if s not in included],
+            truncated=packing.truncated,
+            blocks=packing.packed,
+            omitted_evidence_keys=packing.omitted_keys,
         )
-        return {"context_pack": pack}
 
     def _reserved(self, blocks: list[EvidenceBlock], competition: Competition | None) -> tuple[int, int]:
         """The pack number of the competing document's block (0 when none) and the tokens held for it."""
@@ -200,6 +204,28 @@ class ContextPacker:
                 return cut, True, cut_tokens
             keep -= 1
         return _TRUNCATION_MARK.strip(), True, None
+
+
+@dataclass
+class _Packing:
+    """The pack of one run as it grows: texts, packed and omitted blocks, tokens used."""
+
+    parts: list[str] = field(default_factory=list)
+    packed: list[PackedBlock] = field(default_factory=list)
+    omitted: list[str] = field(default_factory=list)
+    omitted_keys: list[str] = field(default_factory=list)
+    used: int = 0
+    truncated: bool = False
+
+    def add(self, block: EvidenceBlock, text: str, tokens: int, truncated: bool, separator: int) -> None:
+        self.used += tokens + separator
+        self.parts.append(text)
+        self.truncated = self.truncated or truncated
+        self.packed.append(_packed(block, tokens, truncated))
+
+    def omit(self, block: EvidenceBlock) -> None:
+        self.omitted.append(block.source)
+        self.omitted_keys.append(block.evidence_key)
 
 
 def splits_at_whitespace(tokenizer) -> bool:
