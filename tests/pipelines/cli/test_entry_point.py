@@ -6,7 +6,19 @@ import sys
 from pipelines.cli import entry_point as cli
 from tests.helpers import REPO, child_env, run_cli
 
-COMMANDS_IN_HELP_ORDER = ["index", "lookup", "serve", "eval", "adapt", "compare", "guard", "bench", "dev", "traces", "labels"]
+COMMANDS_IN_HELP_ORDER = [
+    "index",
+    "lookup",
+    "serve",
+    "eval",
+    "adapt",
+    "compare",
+    "guard",
+    "bench",
+    "dev",
+    "traces",
+    "labels",
+]
 HEAVY_MODULES = ("haystack", "torch", "pymilvus", "omegaconf", "hydra", "mlflow")
 
 
