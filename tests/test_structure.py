@@ -1,7 +1,11 @@
 """scripts/check_structure.py: modules over the line limit and import cycles are found, also hidden ones."""
 
 import importlib.util
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = importlib.util.spec_from_file_location("check_structure", ROOT / "scripts" / "check_structure.py")
@@ -51,3 +55,12 @@ def test_an_acyclic_tree_has_no_cycle(tmp_path):
 
 def test_the_project_has_no_import_cycle_and_no_module_over_the_limit(capsys):
     assert check_structure.main([]) == 0, capsys.readouterr().out
+
+
+def test_what_a_pip_build_leaves_in_the_checkout_is_ignored_by_git():
+    """`pip install .` (or a wheel build) writes build/ and *.egg-info/ into the checkout: neither may show as untracked."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    for left_by_a_build in ("build/lib/pipelines/__init__.py", "lookup_knowledge.egg-info/PKG-INFO"):
+        checked = subprocess.run(["git", "check-ignore", "-q", left_by_a_build], cwd=ROOT, check=False)
+        assert checked.returncode == 0, f"{left_by_a_build} is not ignored by .gitignore"
