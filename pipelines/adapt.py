@@ -101,6 +101,7 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
     if options.calibrate:
         checked_guard_sets(cfg, options.guard_sets)
     labels = chosen_labels(cfg, options.labels, options.labels_from_store, options.labels_only, say)
+    say(f"Reading {kb_path} and mining its training pairs ...")  # a while before the estimate: say so first
     documents, chunks = read_kb(
         kb_path,
         max_tokens=cfg.chunking.max_tokens,

@@ -99,8 +99,6 @@ def run(args: argparse.Namespace) -> int:
         verdict=not args.no_verdict,
         calibration_method=args.calibration,
     )
-    # Mining the pairs and loading the model take a while before the estimate can be measured: say so first.
-    print(f"Adapting to {args.kb or cfg.kb.path}: mining training pairs and loading the model to time a step ...")
     try:
         adapt_model(cfg, options, say=lambda line: print(line, flush=True))
     except NotRecommendedError:  # a verdict, printed above with its reason: an answer, not a failure
