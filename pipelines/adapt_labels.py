@@ -107,8 +107,8 @@ def store_labels(cfg, say=print) -> LabelSplit:
 
     :raises BadInputError: No trace database, or the split leaves nothing to train or to judge on.
     """
+    from components.common.masking import masked
     from pipelines.labels.export import build_export
-    from pipelines.settings import url_without_password
     from pipelines.traces import open_store
 
     store = open_store(cfg, reading=True)
@@ -117,7 +117,7 @@ def store_labels(cfg, say=print) -> LabelSplit:
     finally:
         store.dispose()
     queries = {split: [_eval_query(row) for row in rows] for split, rows in export.rows.items()}
-    url = url_without_password(str(cfg.trace.db_url))
+    url = masked(str(cfg.trace.db_url))
     say(
         f"labels of the trace store {url}: {len(queries['train'])} train-split and {len(queries['check'])} "
         f"check-split queries ({len(export.contradictions)} contradicted queries left out; "

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from components.stores.knowledge_store import KnowledgeStore
-from pipelines.serialized import PIPELINE_NAMES, pipeline_path, resolve_pipeline_data
+from pipelines.serialized import PIPELINE_NAMES, derived_values, pipeline_path, resolve_pipeline_data
 from pipelines.settings import knowledge_store, load_config
 
 # One config value: `${retrieval.top_k}`; not `${derived.*}` (computed per call) nor a resolver (`${milvus_secret:token}`).
@@ -26,7 +26,7 @@ def _components(cfg) -> list[tuple[str, str, dict[str, Any], dict[str, Any]]]:
     found = []
     for name in PIPELINE_NAMES:
         template = yaml.safe_load(pipeline_path(cfg, name).read_text(encoding="utf-8"))
-        resolved = resolve_pipeline_data(template, cfg, {"index_fingerprint": "", "progress_bar": False})
+        resolved = resolve_pipeline_data(template, cfg, derived_values(cfg, index_fingerprint=""))
         for component, spec in template["components"].items():
             found += _with_nested(name, component, spec, resolved["components"][component])
     return found
