@@ -10,7 +10,7 @@ import numpy as np
 
 from components.common.scoring import sdk_raw_score
 from components.contracts import Candidate
-from components.stores.milvus_collection import BM25_METRIC, CATEGORY_FIELD, ID_FIELD, SPARSE_FIELD, VECTOR_FIELD
+from components.stores.milvus_collection import CATEGORY_FIELD, ID_FIELD, VECTOR_FIELD
 from components.stores.milvus_deadline import within
 from components.stores.vector_search import Embedding, SdkVectorSearch
 
@@ -49,22 +49,7 @@ class LightScan:
         return scan_hits(dense), self._bm25(text, depth) if bm25 else None
 
     def _bm25(self, text: str, depth: int) -> list[ScanHit]:
-        search = self.search
-        client = search._ready_client()
-        try:
-            hits = client.search(
-                search.collection,
-                data=[text],
-                limit=depth,
-                output_fields=[CATEGORY_FIELD],
-                search_params={"metric_type": BM25_METRIC},
-                anns_field=SPARSE_FIELD,
-                timeout=search.store.timeout_s,
-            )[0]
-        except Exception:
-            search._reconnect_next_time(client)
-            raise
-        return scan_hits(hits)
+        return scan_hits(self.search.search_text(text, depth, "", [CATEGORY_FIELD]))
 
     def chunks(self, keys: list[str], embedding: Embedding) -> dict[str, Candidate]:
         """The chunks of `keys` by key, scored from their stored vectors (as a BM25 hit is)."""
@@ -75,13 +60,8 @@ class LightScan:
 
     def _chunks(self, keys: list[str], embedding: Embedding) -> dict[str, Candidate]:
         search = self.search
-        client = search._ready_client()
         query = np.asarray(embedding, dtype=np.float32)
-        try:
-            rows = client.get(search.collection, ids=keys, output_fields=search._fields() + [VECTOR_FIELD])
-        except Exception:
-            search._reconnect_next_time(client)
-            raise
+        rows = search.fetch(keys, search._fields() + [VECTOR_FIELD])
         metric = search.layout.metric
         return {
             str(row[ID_FIELD]): search._hit_candidate(row, sdk_raw_score(query, row[VECTOR_FIELD], metric))

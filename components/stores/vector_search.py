@@ -217,26 +217,12 @@ class SdkVectorSearch(_OpenedCollection):
         return within(self.store.uri, self.store.timeout_ms, lambda: self._bm25(text, embedding, top_k, category))
 
     def _bm25(self, text: str, embedding: list[float], top_k: int, category: str | None) -> list[Bm25Hit]:
-        client = self._ready_client()
         layout = self.layout
         if not layout.has_sparse:
             raise NoFullTextError(NO_SPARSE_FIELD)
         query = np.asarray(embedding, dtype=np.float32)  # once, for every hit's local score
         check_dimension(layout, self.collection, len(query))
-        try:
-            hits = client.search(
-                self.collection,
-                data=[text],
-                limit=top_k,
-                filter=self.describe_filter(category) or "",
-                output_fields=self._fields() + [VECTOR_FIELD],
-                search_params={"metric_type": BM25_METRIC},
-                anns_field=SPARSE_FIELD,
-                timeout=self.store.timeout_s,
-            )[0]
-        except Exception:
-            self._reconnect_next_time(client)
-            raise
+        hits = self.search_text(text, top_k, self.describe_filter(category) or "", self._fields() + [VECTOR_FIELD])
         scored = []
         for hit in hits:
             raw = sdk_raw_score(query, hit.get("entity", hit)[VECTOR_FIELD], layout.metric)
@@ -247,24 +233,35 @@ class SdkVectorSearch(_OpenedCollection):
         return [CONTENT_FIELD, METADATA_FIELD] + ([CATEGORY_FIELD] if self.layout.has_category else [])
 
     def _search_vector(self, embedding: list[float], limit: int, expression: str, fields: list[str]) -> list[dict]:
-        client = self._ready_client()
         vector = as_float_list(embedding)
         layout = self.layout
         check_dimension(layout, self.collection, len(vector))
+        search_params = {"metric_type": layout.metric, "params": dict(self.store.search_params)}
+        return self._call(
+            "search", self.collection, data=[vector], limit=limit, filter=expression, output_fields=fields,
+            search_params=search_params, anns_field=VECTOR_FIELD, timeout=self.store.timeout_s,
+        )[0]  # fmt: skip
+
+    def search_text(self, text: str, limit: int, expression: str, fields: list[str]) -> list[dict]:
+        """The raw BM25 hits of `text` (best first) with `fields`."""
+        return self._call(
+            "search", self.collection, data=[text], limit=limit, filter=expression, output_fields=fields,
+            search_params={"metric_type": BM25_METRIC}, anns_field=SPARSE_FIELD, timeout=self.store.timeout_s,
+        )[0]  # fmt: skip
+
+    def fetch(self, keys: list[str], fields: list[str]) -> list[dict]:
+        """The rows of `keys` with `fields`."""
+        return self._call("get", self.collection, ids=keys, output_fields=fields)
+
+    def _call(self, method: str, *args, **kwargs):
+        """
+        One call of the client. On a failure the server may be down or restarted: the next call
+        opens a new client, so lookups succeed again once it is back, without restarting the process.
+        """
+        client = self._ready_client()
         try:
-            return client.search(
-                self.collection,
-                data=[vector],
-                limit=limit,
-                filter=expression,
-                output_fields=fields,
-                search_params={"metric_type": layout.metric, "params": dict(self.store.search_params)},
-                anns_field=VECTOR_FIELD,
-                timeout=self.store.timeout_s,
-            )[0]
+            return getattr(client, method)(*args, **kwargs)
         except Exception:
-            # The server may be down or restarted: the next search opens a new client, so lookups
-            # succeed again once it is back, without restarting the process.
             self._reconnect_next_time(client)
             raise
 
