@@ -20,8 +20,8 @@ from omegaconf import DictConfig
 
 from components.contracts import IndexReport
 from components.indexing.markdown_reader import check_knowledge_base
-from pipelines.errors import unwrap_pipeline_error
-from pipelines.manifest import write_manifest
+from pipelines.config.errors import unwrap_pipeline_error
+from pipelines.config.manifest import write_manifest
 from pipelines.serialized import derived_values, load_pipeline
 
 

@@ -20,7 +20,7 @@ from components.errors import failed_component
 from components.stores.l0_index_file import L0IndexHandle
 from components.tracing import stage_recorder
 from components.tracing.trace_writer import TraceWriter
-from pipelines.errors import unwrap_pipeline_error
+from pipelines.config.errors import unwrap_pipeline_error
 from pipelines.serialized import ALLOWED_MODULES, load_pipeline
 
 __all__ = ["ALLOWED_MODULES", "LookupService", "build_lookup_pipeline"]

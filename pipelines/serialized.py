@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from components.errors import first_line
-from pipelines.settings import SECRET_KEYS, ConfigError, knowledge_store, load_config
+from pipelines.config.settings import SECRET_KEYS, ConfigError, knowledge_store, load_config
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +107,8 @@ def derived_values(cfg: DictConfig, **overrides: Any) -> dict[str, Any]:
     fingerprint, whether the embedder shows a progress bar (`progress_bar=True` overrides) and
     adapt's verdict when it did not recommend the model (None otherwise).
     """
-    from pipelines.calibration import adapt_verdict
-    from pipelines.manifest import index_fingerprint
+    from pipelines.config.manifest import index_fingerprint
+    from pipelines.config.model_calibration import adapt_verdict
 
     derived = {"index_fingerprint": index_fingerprint(cfg), "progress_bar": False, "model_verdict": adapt_verdict(cfg)}
     return {**derived, **overrides}

@@ -88,7 +88,7 @@ def stderr_lines(result: subprocess.CompletedProcess) -> list[str]:
 
 def derived_config(cfg, *overrides: str):
     """The config of an indexed test knowledge base (same state and KB) with more overrides."""
-    from pipelines.settings import load_config
+    from pipelines.config.settings import load_config
 
     return load_config([f"paths.state_dir={cfg.paths.state_dir}", f"kb.path={cfg.kb.path}", "mlflow=off", *overrides])
 

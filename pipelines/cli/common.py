@@ -49,7 +49,7 @@ def check_overrides(overrides: Sequence[str]) -> None:
 
 def load(overrides: Sequence[str], extra: Sequence[str] = ()):
     """The composed config; a stray word among the overrides is a usage error."""
-    from pipelines.settings import load_config
+    from pipelines.config.settings import load_config
 
     check_overrides(overrides)
     cfg = load_config([*extra, *overrides])
@@ -62,7 +62,7 @@ _noted: set[str] = set()
 
 def note_model_verdict(cfg) -> None:
     """One stderr line per process for a model folder adapt did not recommend: it is used, as asked, but not silently."""
-    from pipelines.calibration import adapt_verdict
+    from pipelines.config.model_calibration import adapt_verdict
 
     verdict = adapt_verdict(cfg)
     model = str(cfg.embedder.model)
@@ -84,8 +84,8 @@ def print_config(overrides: Sequence[str]) -> int:
     """The composed config as YAML, secrets masked (`--cfg`)."""
     from omegaconf import OmegaConf
 
-    from pipelines.calibration import adapt_verdict
-    from pipelines.settings import mask_secrets
+    from pipelines.config.model_calibration import adapt_verdict
+    from pipelines.config.settings import mask_secrets
 
     cfg = load(overrides)
     print(OmegaConf.to_yaml(mask_secrets(cfg)), end="")

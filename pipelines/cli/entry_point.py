@@ -77,6 +77,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("knowledge: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # the one place that turns any failure into one line
-        from pipelines.errors import report_error
+        from pipelines.config.errors import report_error
 
         return report_error(exc, debug=bool(os.environ.get("KNOWLEDGE_DEBUG")))

@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.manifest import format_manifest, kb_to_index, manifest_status
+    from pipelines.config.manifest import format_manifest, kb_to_index, manifest_status
 
     cfg = load(args.overrides)  # a bad config fails before the slow imports below
     if args.status:

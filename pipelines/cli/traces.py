@@ -170,7 +170,7 @@ def _export(args: argparse.Namespace, store) -> None:
 
 
 def _rerun(args: argparse.Namespace, cfg) -> int:
-    from pipelines.lite_snapshot import snapshot_overrides
+    from pipelines.state.lite_snapshot import snapshot_overrides
     from pipelines.tuning.rerun import parse_since
 
     parse_since(args.since)  # a bad date is refused before any copy is made

@@ -28,7 +28,7 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int:
-    from pipelines.evaluation import index_first
+    from pipelines.evaluation.run import index_first
     from pipelines.tuning.guard_fit import fit_guard, measure_guard
     from pipelines.tuning.guards import check_measurable, guard_constraints
     from pipelines.tuning.search import format_search, run_search

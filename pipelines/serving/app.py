@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from omegaconf import DictConfig
 
-from pipelines.agent import TOOL_NAME
+from pipelines.serving.agent_tool import TOOL_NAME
 from pipelines.serving.bind import (
     ServeError,
     allowed_origins,
@@ -27,7 +27,7 @@ from pipelines.serving.bind import (
 )
 from pipelines.serving.docs_page import serve_docs_locally
 from pipelines.serving.service import OVERRIDES_ENV, overrides_from_env, served_config, shared_service
-from pipelines.views import agent_view
+from pipelines.serving.views import agent_view
 
 logger = logging.getLogger(__name__)
 

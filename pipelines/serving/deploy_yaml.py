@@ -13,9 +13,9 @@ import sys
 import yaml
 from omegaconf import DictConfig
 
+from pipelines.config.settings import load_config
 from pipelines.lookup import ALLOWED_MODULES, build_lookup_pipeline
 from pipelines.serialized import refuse_config_secrets
-from pipelines.settings import load_config
 
 # The variable the hayhooks process needs: it loads YAML without an allowlist of its own.
 ALLOWLIST_ENV = {"HAYSTACK_DESERIALIZATION_ALLOWLIST": ",".join(ALLOWED_MODULES)}

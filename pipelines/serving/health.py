@@ -22,10 +22,10 @@ from components.errors import first_line
 from components.stores.l0_index_file import L0IndexHandle
 from components.stores.milvus_collection import close_quietly
 from components.tracing.trace_store import TraceStore
-from pipelines.calibration import calibration_in_force
+from pipelines.config.model_calibration import calibration_in_force
+from pipelines.config.settings import knowledge_store
 from pipelines.serving.bind import lookup_slots
-from pipelines.settings import knowledge_store
-from pipelines.traces import redact_url
+from pipelines.state.traces import redact_url
 
 logger = logging.getLogger(__name__)
 

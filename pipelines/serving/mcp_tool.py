@@ -9,8 +9,8 @@ import functools
 import json
 from typing import Any
 
-from pipelines.agent import TOOL_NAME, TOOL_PARAMETERS, tool_description
-from pipelines.views import FULL_VIEW_KEYS, VIEWS, agent_view, described
+from pipelines.serving.agent_tool import TOOL_NAME, TOOL_PARAMETERS, tool_description
+from pipelines.serving.views import FULL_VIEW_KEYS, VIEWS, agent_view, described
 
 MCP_DEFAULT_VIEW = "agent"
 MCP_TOOL_SCHEMA: dict[str, Any] = {

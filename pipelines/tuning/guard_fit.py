@@ -105,7 +105,7 @@ def fit_guard(cfg, sets: list[QuerySet], constraints: list[Constraint], current:
 
 def measure_guard(cfg, sets: list[QuerySet]) -> dict[str, dict[str, Any]]:
     """The guard sets' metrics at `cfg` (the current settings): what `fit_guard` needs when nothing measured them."""
-    from pipelines.evaluation import PipelineSystem
+    from pipelines.evaluation.run import PipelineSystem
 
     guards = [s for s in sets if s.role == "guard"]
     if not guards:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.evaluation import Evaluation, evaluate, load_queries
-from pipelines.evaluation_metrics import EvalQuery, score
-from pipelines.settings import ConfigError
+from pipelines.config.settings import ConfigError
+from pipelines.evaluation.metrics import EvalQuery, score
+from pipelines.evaluation.run import Evaluation, evaluate, load_queries
 from pipelines.tuning.ranking import RANKABLE, rankable
 from pipelines.tuning.runs import metric_name
 
@@ -219,7 +219,7 @@ def evaluate_sets(cfg, sets: list[QuerySet], systems: list[Any]) -> tuple[Evalua
 
 def resolve_guard_path(path: str) -> str:
     """A guard file as given, from the working directory, else from the project (where conf/ lives)."""
-    from pipelines.settings import CONF_DIR
+    from pipelines.config.settings import CONF_DIR
 
     given = Path(path)
     if given.exists():

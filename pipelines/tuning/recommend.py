@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pipelines.evaluation_metrics import EvalQuery, Ranked, first_hit, ndcg
+from pipelines.evaluation.metrics import EvalQuery, Ranked, first_hit, ndcg
 from pipelines.tuning.guards import Constraint, set_violations
 
 # The metrics that have a value per query, so two settings can be paired query by query.

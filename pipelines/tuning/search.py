@@ -17,8 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.evaluation import build_systems
-from pipelines.settings import ConfigError, load_config
+from pipelines.config.settings import ConfigError, load_config
+from pipelines.evaluation.run import build_systems
 from pipelines.tuning.guards import (
     Constraint,
     QuerySet,
@@ -285,7 +285,7 @@ def _judge(base_overrides, best: Trial | None, done: list[Trial], tuning, guards
 
 def _pooled(evaluation, held_out: list[QuerySet]) -> dict[str, Any]:
     """The pipeline metrics of the held-out queries pooled (the guard sets apart)."""
-    from pipelines.evaluation_metrics import score
+    from pipelines.evaluation.metrics import score
 
     count = sum(len(s.queries) for s in held_out)
     return score([q for s in held_out for q in s.queries], evaluation.answers["pipeline"][:count])

@@ -11,8 +11,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from pipelines.evaluation_metrics import EvalQuery
-from pipelines.settings import CONF_DIR, ConfigError
+from pipelines.config.settings import CONF_DIR, ConfigError
+from pipelines.evaluation.metrics import EvalQuery
 from pipelines.tuning.guards import QuerySet
 from pipelines.tuning.sweep import affects_index, metric_value
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import KnowledgeFailure, first_line
-from pipelines.settings import ConfigError
+from pipelines.config.settings import ConfigError
 from pipelines.tuning.guards import Constraint
 from pipelines.tuning.space import SearchSpace
 from pipelines.tuning.sweep import metric_value

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import first_line
-from pipelines.evaluation import build_systems, index_first
-from pipelines.evaluation_metrics import EvalQuery
-from pipelines.manifest import indexed_kb
-from pipelines.settings import ConfigError, load_config
+from pipelines.config.manifest import indexed_kb
+from pipelines.config.settings import ConfigError, load_config
+from pipelines.evaluation.metrics import EvalQuery
+from pipelines.evaluation.run import build_systems, index_first
 from pipelines.tuning.ranking import LOWER_IS_BETTER, rankable
 from pipelines.tuning.runs import RunLogger, metric_name
 

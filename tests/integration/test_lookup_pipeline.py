@@ -25,10 +25,10 @@ from components.lookup.rule_reranker import RuleReranker
 from components.lookup.sidecar_comparator import SidecarComparator
 from components.stores.knowledge_store import KnowledgeStore
 from components.tracing.trace_writer import TraceWriter
-from pipelines.agent import TOOL_NAME, lookup_knowledge_tool
+from pipelines.config.settings import load_config
 from pipelines.lookup import LookupService
 from pipelines.serialized import render_pipeline_yaml
-from pipelines.settings import load_config
+from pipelines.serving.agent_tool import TOOL_NAME, lookup_knowledge_tool
 from tests.helpers import assert_round_trips, derived_config
 from tests.pipelines.test_serialized import normalized
 

@@ -12,7 +12,7 @@ from components.contracts import L0Hints, QueryTransform
 from components.lookup.fallback_retriever import FallbackRetriever
 from components.lookup.hybrid_scan import HybridScan
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
-from pipelines.settings import knowledge_store
+from pipelines.config.settings import knowledge_store
 from tests.components.lookup.test_fallback_retriever import _outcome
 from tests.helpers import MODEL
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import httpx
 import yaml
 
+from pipelines.config.settings import load_config
 from pipelines.serving.deploy_yaml import ALLOWLIST_ENV, deployable_yaml
-from pipelines.settings import load_config
 from tests.helpers import REPO, child_env
 from tests.integration.serving_helpers import copy_state, free_port, running
 

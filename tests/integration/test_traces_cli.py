@@ -87,8 +87,8 @@ def test_export_jsonl_has_every_row_oldest_first(recorded, overrides, capsys, tm
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
-    from pipelines.settings import load_config
-    from pipelines.traces import open_store
+    from pipelines.config.settings import load_config
+    from pipelines.state.traces import open_store
 
     open_store(
         load_config(state_overrides(tmp_path / "state"))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pipelines.settings import ConfigError
+from pipelines.config.settings import ConfigError
 from pipelines.tuning.ab import bootstrap_interval, paired_metric, sign_test, split_overrides
 
 

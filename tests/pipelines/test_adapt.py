@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from haystack import Document
 
-from pipelines.adapt_pairs import (
+from pipelines.adapt.pairs import (
     EVAL_DIR,
     Pair,
     TrainingSourceError,
@@ -133,8 +133,8 @@ def _same_weights(left: Path, right: Path) -> bool:
 def test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model(small_kb, make_config, tmp_path):
     from transformers import TrainerCallback
 
-    from pipelines.adapt import CHECKPOINTS, AdaptOptions, adapt_model
-    from pipelines.manifest import index_fingerprint
+    from pipelines.adapt.run import CHECKPOINTS, AdaptOptions, adapt_model
+    from pipelines.config.manifest import index_fingerprint
 
     cfg = make_config()
     lines: list[str] = []
@@ -175,7 +175,7 @@ def test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model(sma
 
 def _sweep_base_against_adapted(kb: Path, model: Path, state: Path) -> None:
     """`knowledge eval -m embedder.model=BASE,DIR`: both models in one run, each indexed into its own folder."""
-    from pipelines.evaluation import load_queries
+    from pipelines.evaluation.run import load_queries
     from pipelines.tuning.sweep import run_sweep
 
     sources = {str(p.relative_to(kb)) for p in kb.rglob("*.md")}
@@ -199,7 +199,7 @@ def _sweep_base_against_adapted(kb: Path, model: Path, state: Path) -> None:
 
 
 def test_a_model_trained_again_into_the_same_folder_changes_the_index_fingerprint(make_config, tmp_path):
-    from pipelines.manifest import index_fingerprint
+    from pipelines.config.manifest import index_fingerprint
 
     folder = tmp_path / "model"
     folder.mkdir()
@@ -211,8 +211,8 @@ def test_a_model_trained_again_into_the_same_folder_changes_the_index_fingerprin
 
 
 def test_the_verdicts_held_out_anchors_never_train(sample_pairs):
-    from pipelines.adapt_split import QUERY_KINDS, split_held_out
-    from pipelines.adapt_verdict import kb_queries
+    from pipelines.adapt.split import QUERY_KINDS, split_held_out
+    from pipelines.adapt.verdict import kb_queries
 
     split = split_held_out(sample_pairs, seed=0, limit=20)
     assert len(split.held_out) == 20 and split.held_out == split_held_out(sample_pairs, seed=0, limit=20).held_out

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.adapt_labels import chunk_text, label_pairs, split_labels
-from pipelines.adapt_pairs import Pair, check_provenance, read_kb
+from pipelines.adapt.labels import chunk_text, label_pairs, split_labels
+from pipelines.adapt.pairs import Pair, check_provenance, read_kb
 from pipelines.labels.split import label_split, normalised_query
 from tests.helpers import run_cli, run_main, stderr_lines
 
@@ -80,8 +80,8 @@ def test_a_check_split_query_in_training_is_refused(small_kb, tmp_path):
 
 def test_adapt_with_labels_trains_on_them_and_judges_on_the_held_out_ones(small_kb, make_config, tmp_path):
     """The smallest real training on label pairs alone, then the verdict on the labels' check split."""
-    from pipelines.adapt import AdaptOptions, adapt_model
-    from pipelines.adapt_verdict import LABELS_SET, NotRecommendedError
+    from pipelines.adapt.run import AdaptOptions, adapt_model
+    from pipelines.adapt.verdict import LABELS_SET, NotRecommendedError
 
     guard = tmp_path / "guard.jsonl"
     guard.write_text("\n".join(json.dumps({"query": q, "relevant": []}) for q in ("Redis is down", "Kafka lag high")))
@@ -157,7 +157,7 @@ def test_cli_refuses_labels_only_without_labels(tmp_path):
 
 def test_a_label_naming_no_document_of_the_knowledge_base_is_refused(small_kb):
     from components.errors import BadInputError
-    from pipelines.evaluation_metrics import EvalQuery
+    from pipelines.evaluation.metrics import EvalQuery
 
     _, chunks = read_kb(small_kb)
     stray = EvalQuery(next(iter(TRAIN)), {"network/dns.md"}, "answerable", id="l9")

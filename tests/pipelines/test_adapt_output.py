@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipelines.adapt import MODEL_CARD_TITLE, AdaptOptions, AdaptOutputError, adapt_model
+from pipelines.adapt.run import MODEL_CARD_TITLE, AdaptOptions, AdaptOutputError, adapt_model
 from tests.helpers import run_cli, stderr_lines
 
 USER_README = "# My project\n\nNotes I wrote myself.\n"
@@ -80,7 +80,7 @@ def test_an_adapt_stopped_after_training_leaves_no_usable_folder_and_the_next_ru
     small_kb, make_config, tmp_path
 ):
     """Ctrl+C once training ended, before the calibration: the announced folder must not exist yet."""
-    from pipelines.calibration import read_calibration
+    from pipelines.config.model_calibration import read_calibration
 
     output = tmp_path / "model"
     options = _smallest(small_kb, output, calibrate=True)

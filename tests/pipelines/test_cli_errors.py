@@ -18,9 +18,9 @@ from components.stores.l0_index_file import L0IndexMissingError
 from components.stores.milvus_errors import CollectionMismatchError, MilvusUnavailableError
 from components.tracing.trace_store import TraceStoreError
 from pipelines.cli import UsageError, main
-from pipelines.eval_queries import EvaluationInputError
+from pipelines.config.settings import ConfigError
+from pipelines.evaluation.queries import EvaluationInputError
 from pipelines.serving.bind import API_KEY_ENV
-from pipelines.settings import ConfigError
 
 DISK_QUERY = "disk almost full on a worker node"
 

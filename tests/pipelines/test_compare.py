@@ -13,7 +13,7 @@ import pytest
 
 from components.tracing.mlflow_sink import flush_all
 from pipelines.cli import main
-from pipelines.compare import EXPERIMENT, read_queries
+from pipelines.evaluation.compare import EXPERIMENT, read_queries
 from tests.conftest import sample_overrides, state_overrides
 
 QUERIES = [
@@ -103,8 +103,8 @@ def test_read_queries_numbers_unnamed_queries(tmp_path):
 
 
 def test_sidecar_comparison_is_searchable_as_trace_tags(sample_cfg, mlflow_store, tmp_path):
+    from pipelines.config.settings import load_config
     from pipelines.lookup import LookupService
-    from pipelines.settings import load_config
 
     experiment = "lookup-knowledge-sidecar-tags"
     cfg = load_config(

@@ -3,7 +3,7 @@
 import pytest
 
 from pipelines.cli import main
-from pipelines.settings import ConfigError
+from pipelines.config.settings import ConfigError
 from pipelines.tuning.guards import Constraint
 from pipelines.tuning.ranking import RANKABLE
 from tests.conftest import EVAL_DIR

@@ -34,7 +34,7 @@ def test_an_unknown_kind_names_file_line_and_the_kinds_and_exits_2(tmp_path):
 
 
 def test_every_known_kind_loads(tmp_path):
-    from pipelines.eval_queries import load_queries
+    from pipelines.evaluation.queries import load_queries
 
     queries = tmp_path / "queries.jsonl"
     queries.write_text(
@@ -48,7 +48,7 @@ def test_every_known_kind_loads(tmp_path):
 def test_reading_a_query_file_loads_no_retrieval_stack():
     script = (
         "import sys\n"
-        "from pipelines.eval_queries import load_queries\n"
+        "from pipelines.evaluation.queries import load_queries\n"
         "assert load_queries('eval/prometheus-dev.jsonl')\n"
         f"print(' '.join(m for m in {RETRIEVAL_STACK!r} if m in sys.modules))\n"
     )

@@ -7,7 +7,7 @@ import pytest
 
 from components.stores.l0_index import L0Entry, L0Index
 from components.stores.l0_index_file import save_l0_index
-from pipelines.evaluation_metrics import EvalQuery, Ranked, filter_report, format_metrics, ndcg, recall, score
+from pipelines.evaluation.metrics import EvalQuery, Ranked, filter_report, format_metrics, ndcg, recall, score
 from pipelines.tuning.runs import evaluation_metrics, flatten_metrics, metric_name
 
 

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from pipelines.settings import CONF_DIR, ConfigError, load_config
+from pipelines.config.settings import CONF_DIR, ConfigError, load_config
 from pipelines.tuning.guard_fit import fit_guard
 from pipelines.tuning.guards import Constraint, QuerySet, feasible
 
@@ -78,7 +78,7 @@ def test_an_unknown_guard_lists_the_guards_and_a_broken_one_names_its_file(tmp_p
 
 
 def test_the_ab_changed_queries_say_right_or_wrong_on_each_side():
-    from pipelines.evaluation_metrics import EvalQuery, Ranked
+    from pipelines.evaluation.metrics import EvalQuery, Ranked
     from pipelines.tuning.ab import AbReport, QueryChange, _right, format_ab, html_report
 
     query = EvalQuery(query="disk full", relevant={"disk.md"}, kind="answerable", id="q1")

@@ -12,7 +12,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines.cli import main
-from pipelines.settings import ConfigError
+from pipelines.config.settings import ConfigError
 from pipelines.tuning.guards import Constraint, QuerySet, check_measurable, parse_constraints
 from pipelines.tuning.study import IMPORTANCES_ARTIFACT, STUDY_FILE
 from tests.conftest import EVAL_DIR, sample_overrides

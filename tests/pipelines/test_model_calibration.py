@@ -8,9 +8,9 @@ import pytest
 
 from components.common.embedding_models import resolve_model
 from components.common.onnx_export import export_dir
-from pipelines.adapt_calibration import map_threshold
-from pipelines.calibration import CalibrationError, calibration_in_force
-from pipelines.settings import load_config
+from pipelines.adapt.calibrate import map_threshold
+from pipelines.config.model_calibration import CalibrationError, calibration_in_force
+from pipelines.config.settings import load_config
 from tests.helpers import lookup_with, run_cli, stderr_lines
 
 PACKAGED = "packaged:all-MiniLM-L6-v2"
@@ -118,8 +118,8 @@ def test_the_score_map_moves_a_threshold_to_the_same_share_of_texts():
 
 def _verdict(base_hits: int, adapted_hits: int, base_rejected: int, adapted_rejected: int):
     """The shared rule's verdict on 40 KB queries and 40 off-topic texts, answers made to order."""
-    from pipelines.adapt_verdict import KB_SET, decide
-    from pipelines.evaluation import EvalQuery, Ranked
+    from pipelines.adapt.verdict import KB_SET, decide
+    from pipelines.evaluation.run import EvalQuery, Ranked
 
     kb = [EvalQuery(f"q{i}", {"a.md"}, "answerable") for i in range(40)]
     off = [EvalQuery(f"o{i}", set(), "off_topic") for i in range(40)]
@@ -148,8 +148,8 @@ def test_a_guard_failure_makes_the_verdict_refuse_a_model_that_ranks_better():
 def test_adapt_writes_a_calibration_judges_the_model_and_its_onnx_export_loads(small_kb, make_config, tmp_path):
     """The smallest real training: one step of one pair, then the calibration and the verdict on a small guard."""
     from components.common.embedding_models import load_onnx_encoder
-    from pipelines.adapt import AdaptOptions, adapt_model
-    from pipelines.adapt_verdict import NotRecommendedError
+    from pipelines.adapt.run import AdaptOptions, adapt_model
+    from pipelines.adapt.verdict import NotRecommendedError
 
     guard = tmp_path / "guard.jsonl"
     guard.write_text(

@@ -3,7 +3,7 @@ The one recommendation rule of sweep, search, A/B and notebook (pipelines/tuning
 hand-made candidates: feasible on every set and better by the paired sign test, or keep the current settings.
 """
 
-from pipelines.evaluation_metrics import EvalQuery
+from pipelines.evaluation.metrics import EvalQuery
 from pipelines.tuning.guards import Constraint, untested_guards
 from pipelines.tuning.mlflow_eval import query_feedback
 from pipelines.tuning.recommend import Candidate, Policy, ab_verdict, format_p, recommend

@@ -1,7 +1,7 @@
 """The per-level reliability table: counted by hand on a made-up set of answers."""
 
-from pipelines.evaluation_metrics import EvalQuery, Ranked
-from pipelines.reliability import format_reliability, reliability
+from pipelines.evaluation.metrics import EvalQuery, Ranked
+from pipelines.evaluation.reliability import format_reliability, reliability
 from pipelines.tuning.runs import evaluation_metrics
 
 

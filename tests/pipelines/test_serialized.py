@@ -14,10 +14,10 @@ from components.indexing.markdown_chunker import MarkdownChunker
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from components.indexing.milvus_writer import MilvusChunkWriter
 from components.stores.knowledge_store import KnowledgeStore
+from pipelines.config.manifest import index_fingerprint
+from pipelines.config.settings import ConfigError, load_config
 from pipelines.indexing import build_indexing_pipeline
-from pipelines.manifest import index_fingerprint
 from pipelines.serialized import HAYHOOKS_IO_KEYS, load_pipeline, render_pipeline_yaml
-from pipelines.settings import ConfigError, load_config
 from tests.helpers import assert_round_trips
 
 COMPONENT_TYPES = {

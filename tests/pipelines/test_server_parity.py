@@ -1,7 +1,7 @@
 """The per-query comparison of `pipelines.bench.server_parity`, on results shaped as it records them."""
 
 from pipelines.bench.server_parity import against, compare, hit_at_1, summary_row
-from pipelines.evaluation_metrics import EvalQuery
+from pipelines.evaluation.metrics import EvalQuery
 
 
 def result(*evidence, found: bool = True) -> dict:

@@ -3,7 +3,7 @@
 import pytest
 
 from pipelines.cli import main
-from pipelines.settings import ConfigError, load_config
+from pipelines.config.settings import ConfigError, load_config
 from tests.helpers import run_cli, stderr_lines
 
 BAD_OVERRIDES = [
@@ -161,7 +161,7 @@ def test_schema_holds_no_values():
 
     from omegaconf import MISSING
 
-    from pipelines.settings import KnowledgeConfig
+    from pipelines.config.settings import KnowledgeConfig
 
     for group in fields(KnowledgeConfig):
         assert is_dataclass(group.type), group.name
@@ -177,7 +177,7 @@ def test_choices_come_back_as_plain_strings():
 
 
 def test_the_store_credentials_take_the_config_before_the_environment(monkeypatch):
-    from pipelines.settings import knowledge_store
+    from pipelines.config.settings import knowledge_store
 
     monkeypatch.setenv("MILVUS_TOKEN", "tok-env-2c")  # not secrets: throwaway values
     monkeypatch.setenv("MILVUS_USER", "user-env-2c")
@@ -189,7 +189,7 @@ def test_the_store_credentials_take_the_config_before_the_environment(monkeypatc
 
 
 def test_the_store_takes_every_milvus_key_of_the_config():
-    from pipelines.settings import knowledge_store
+    from pipelines.config.settings import knowledge_store
 
     cfg = load_config(["milvus=server", "milvus.timeout_ms=2500", "milvus.collection=kb2", "milvus.full_text=true"])
     store = knowledge_store(cfg)

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from pipelines.agent import lookup_knowledge_tool
+from pipelines.serving.agent_tool import lookup_knowledge_tool
 from pipelines.serving.mcp_tool import MCP_TOOL_DESCRIPTION
-from pipelines.views import AGENT_VIEW_KEYS, FULL_VIEW_KEYS
+from pipelines.serving.views import AGENT_VIEW_KEYS, FULL_VIEW_KEYS
 
 FOUND, NOT_FOUND = "disk almost full on a worker node", "how long to proof sourdough bread"
 # Keys a result holds only in some cases: a budget cut, a failed call, a competing document, the sidecar on.

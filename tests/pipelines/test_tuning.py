@@ -8,7 +8,7 @@ import pytest
 from mlflow import MlflowClient
 
 from pipelines.cli import main
-from pipelines.settings import ConfigError
+from pipelines.config.settings import ConfigError
 from pipelines.tuning.sweep import expand, index_redirect
 from tests.conftest import EVAL_DIR, sample_overrides
 
@@ -153,8 +153,8 @@ def test_search_of_an_unknown_space_exits_2(sample_cfg, tmp_path, capsys):
 
 
 def test_eval_with_record_links_each_query_to_its_tool_invocation_row(tracked, tmp_path):
-    from pipelines.settings import load_config
-    from pipelines.traces import open_store
+    from pipelines.config.settings import load_config
+    from pipelines.state.traces import open_store
 
     overrides, experiment, client = tracked
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipelines.settings import ConfigError, load_config
+from pipelines.config.settings import ConfigError, load_config
 
 
 @pytest.mark.parametrize(

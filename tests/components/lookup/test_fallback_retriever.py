@@ -14,7 +14,7 @@ from components.lookup.query_embedder import KnowledgeQueryEmbedder
 from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.vector_search import NO_SPARSE_FIELD
-from pipelines.settings import load_config
+from pipelines.config.settings import load_config
 from tests.conftest import state_overrides
 from tests.helpers import MODEL, assert_round_trips
 

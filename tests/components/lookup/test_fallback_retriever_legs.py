@@ -57,8 +57,8 @@ def settled(retriever: FallbackRetriever) -> FallbackRetriever:
 @pytest.fixture(scope="module")
 def lite_server_topics(lite_server, tmp_path_factory):
     """The two-topic KB indexed into the Lite gRPC server, with full text."""
+    from pipelines.config.settings import load_config
     from pipelines.indexing import run_indexing
-    from pipelines.settings import load_config
     from tests.conftest import SHARED_SERVER_TIMEOUT, state_overrides
     from tests.lookup_kbs import write_two_topic_kb
 

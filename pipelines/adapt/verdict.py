@@ -2,7 +2,7 @@
 The verdict that ends `knowledge adapt`: base against adapted model, each with its own calibration,
 through the whole lookup pipeline (each indexed into its own folder under
 `paths.state_dir/adapt-verdict/`), on queries made from the knowledge base (anchors held out of
-training by `pipelines.adapt_split`, with the anchor's document as the answer) and on the guard sets
+training by `pipelines.adapt.split`, with the anchor's document as the answer) and on the guard sets
 (off-topic texts that must be rejected).
 
 The decision is the project's one recommendation rule (`pipelines.tuning.recommend.recommend`):
@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import BadInputError, KnowledgeFailure
-from pipelines.evaluation import evaluate, index_first
-from pipelines.evaluation_metrics import EvalQuery, Ranked
+from pipelines.evaluation.metrics import EvalQuery, Ranked
+from pipelines.evaluation.run import evaluate, index_first
 
 KB_SET = "kb-pairs"
 LABELS_SET = "labels-check"  # the check split of `--labels`: held out of training by the stable split
@@ -83,7 +83,7 @@ def _fmt(value: float | None) -> str:
 
 
 def kb_queries(held_out: list[tuple[str, str]]) -> list[EvalQuery]:
-    """The held-out anchors (`pipelines.adapt_split`), each answered by its own document."""
+    """The held-out anchors (`pipelines.adapt.split`), each answered by its own document."""
     return [EvalQuery(query=a, relevant={s}, kind="answerable", id=f"kb-{i}") for i, (a, s) in enumerate(held_out)]
 
 
@@ -117,7 +117,7 @@ def checked_guard_sets(cfg, given: list[str] | None) -> list[Any]:
 
 
 def set_scores(queries: list[EvalQuery], answers: list[Ranked]) -> SetScores:
-    from pipelines.evaluation_metrics import score
+    from pipelines.evaluation.metrics import score
 
     metrics = score(queries, answers)
     answerable = [(q, a) for q, a in zip(queries, answers, strict=True) if q.answerable]
@@ -136,8 +136,8 @@ def model_answers(
     overrides: list[str], model: str, state: Path, kb_path: str, sets: dict[str, list[EvalQuery]]
 ) -> dict[str, list[Ranked]]:
     """One model through the whole pipeline, with its calibration (as `embedder.model=DIR` loads it)."""
-    from pipelines.evaluation import PipelineSystem
-    from pipelines.settings import load_config
+    from pipelines.config.settings import load_config
+    from pipelines.evaluation.run import PipelineSystem
 
     cfg = load_config([*overrides, f"embedder.model={model}", f"paths.state_dir={state}", "mlflow=off"])
     cfg = index_first(cfg, kb_path, replace=True)
@@ -151,7 +151,7 @@ def decide(cfg, sets: dict[str, list[EvalQuery]], answers: dict[str, dict[str, l
     guard's constraints, plus, per set with off-topic queries, rejection within `REJECTION_TOLERANCE`
     of the base model's; the paired test on the knowledge base's queries.
     """
-    from pipelines.evaluation_metrics import score
+    from pipelines.evaluation.metrics import score
     from pipelines.tuning.guards import Constraint, guard_constraints, untested_guards
     from pipelines.tuning.recommend import Candidate, Policy, metric_values, recommend
 

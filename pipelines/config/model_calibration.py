@@ -158,7 +158,7 @@ def check_index_needs_no_decision_model(cfg: DictConfig) -> None:
     A model folder without calibration.json would decide answer vs no evidence on its own scale;
     refuse it when the index beside it was built for a decision model (an unfinished adapt, a lost file).
     """
-    from pipelines.manifest import manifest_decision_model
+    from pipelines.config.manifest import manifest_decision_model
 
     model = str(cfg.embedder.model)
     if model.startswith(PACKAGED_PREFIX):

@@ -1,7 +1,7 @@
 """
 Retrieval evaluation on a labelled query set, beside two baselines over the same chunks.
 
-Query file: JSONL read by pipelines/eval_queries.py (`query`, `relevant`, `kind`).
+Query file: JSONL read by pipelines/evaluation/queries.py (`query`, `relevant`, `kind`).
 
 Systems, all on the chunks of the configured collection:
 - `pipeline`: the full lookup_knowledge pipeline (L0 hints, filtered/fallback L1, rule rerank).
@@ -13,7 +13,7 @@ Systems, all on the chunks of the configured collection:
 
 A system "answers" when its best chunk reaches `retrieval.evidence_threshold` (the pipeline:
 found=true), so the answer rate and the no-evidence rate are comparable across systems; the
-metrics and their table are in pipelines/evaluation_metrics.py.
+metrics and their table are in pipelines/evaluation/metrics.py.
 """
 
 import json
@@ -30,11 +30,11 @@ from omegaconf import DictConfig
 from components.common.text import unique
 from components.contracts import InvalidQueryError
 from components.stores.milvus_collection import CONTENT_FIELD, METADATA_FIELD
-from pipelines.eval_queries import load_queries
-from pipelines.evaluation_metrics import RECALL_DEPTH, EvalQuery, Ranked, filter_report, first_hit, score
-from pipelines.manifest import check_sources_indexed
-from pipelines.reliability import reliability
-from pipelines.settings import embedder_params, knowledge_store
+from pipelines.config.manifest import check_sources_indexed
+from pipelines.config.settings import embedder_params, knowledge_store
+from pipelines.evaluation.metrics import RECALL_DEPTH, EvalQuery, Ranked, filter_report, first_hit, score
+from pipelines.evaluation.queries import load_queries
+from pipelines.evaluation.reliability import reliability
 
 logger = logging.getLogger(__name__)
 # How often `evaluate` reports its progress, in queries: a line every few seconds on a loaded machine.
@@ -98,7 +98,7 @@ class PipelineSystem:
                 "top_similarity": max((b.score for b in result.evidence_blocks), default=None),
                 "l0": result.l0_hints.to_record(),
                 "invocation_id": result.invocation_id,
-                # For the reliability table (pipelines/reliability.py).
+                # For the reliability table (pipelines/evaluation/reliability.py).
                 "level": result.relevance_level,
                 "ambiguous": result.competition is not None,
                 "cited": unique(b.source for b in result.evidence_blocks),
@@ -277,8 +277,8 @@ def index_first(cfg: DictConfig, kb_path: str, replace: bool = False) -> DictCon
     """
     from omegaconf import OmegaConf
 
+    from pipelines.config.manifest import kb_to_index
     from pipelines.indexing import run_indexing
-    from pipelines.manifest import kb_to_index
 
     cfg = OmegaConf.merge(cfg, {"kb": {"path": kb_to_index(cfg, kb_path, rebuild=replace)}})
     report = run_indexing(cfg)

@@ -12,8 +12,8 @@ Off-topic lines carry no positive: they only judge. Design notes: docs/adapt.md#
 Usage example:
 
 ```python
-from pipelines.adapt_labels import label_pairs, split_labels
-from pipelines.adapt_pairs import read_kb
+from pipelines.adapt.labels import label_pairs, split_labels
+from pipelines.adapt.pairs import read_kb
 
 labels = split_labels("eval/prometheus-dev.jsonl")  # or store_labels(cfg, print): the trace store's
 documents, chunks = read_kb("../runbooks")
@@ -30,8 +30,8 @@ import numpy as np
 from haystack import Document
 
 from components.errors import BadInputError
-from pipelines.adapt_pairs import LABEL_KIND, MinedPairs, Pair, assert_trainable_label, check_provenance
-from pipelines.evaluation_metrics import EvalQuery
+from pipelines.adapt.pairs import LABEL_KIND, MinedPairs, Pair, assert_trainable_label, check_provenance
+from pipelines.evaluation.metrics import EvalQuery
 from pipelines.labels.split import label_split, normalised_query
 
 
@@ -91,7 +91,7 @@ def split_labels(path: str | Path) -> LabelSplit:
 
     :raises BadInputError: The file cannot be read, or the split leaves nothing to train or to judge on.
     """
-    from pipelines.evaluation import load_queries
+    from pipelines.evaluation.run import load_queries
 
     queries = load_queries(path)
     train = [q for q in queries if label_split(q.query) == "train" and q.answerable]
@@ -109,7 +109,7 @@ def store_labels(cfg, say=print) -> LabelSplit:
     """
     from components.common.masking import masked
     from pipelines.labels.export import build_export
-    from pipelines.traces import open_store
+    from pipelines.state.traces import open_store
 
     store = open_store(cfg, reading=True)
     try:

@@ -20,7 +20,7 @@ from typing import Any
 from haystack.tools import Tool
 
 from pipelines.lookup import LookupService
-from pipelines.views import AGENT_VIEW_KEYS, FULL_VIEW_KEYS, VIEWS, described, shown
+from pipelines.serving.views import AGENT_VIEW_KEYS, FULL_VIEW_KEYS, VIEWS, described, shown
 
 TOOL_NAME = "lookup_knowledge"
 TOOL_PARAMETERS: dict[str, Any] = {
@@ -37,7 +37,7 @@ TOOL_PARAMETERS: dict[str, Any] = {
 
 
 def tool_description(view: str = "agent") -> str:
-    """What the tool does and exactly which keys the result of `view` holds (pipelines/views.py)."""
+    """What the tool does and exactly which keys the result of `view` holds (pipelines/serving/views.py)."""
     keys = AGENT_VIEW_KEYS if view == "agent" else FULL_VIEW_KEYS
     return (
         "Look up the operations knowledge base (runbooks) for a question or alert text. Returns a JSON "

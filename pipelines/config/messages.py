@@ -1,6 +1,6 @@
 """
 One line for a failed composition of the config: Hydra's, OmegaConf's and YAML's errors shaped into
-what `knowledge: error: ...` prints (pipelines/settings.py's `load_config` raises it as a ConfigError).
+what `knowledge: error: ...` prints (pipelines/config/settings.py's `load_config` raises it as a ConfigError).
 """
 
 from components.errors import first_line

@@ -10,7 +10,7 @@ Three kinds of (anchor, positive) pairs per chunk:
 - `sentence`: the chunk's first sentence -> the rest of the chunk, with its header as the index
   embeds it (title and section path first), the nearest thing to a query a KB holds.
 
-`knowledge adapt --labels FILE` adds a fourth kind, `label` (`pipelines.adapt_labels`): a labelled
+`knowledge adapt --labels FILE` adds a fourth kind, `label` (`pipelines.adapt.labels`): a labelled
 query of the train split -> its document's best chunk.
 
 Each pair gets a hard negative from a sibling: the document of the same category whose title
@@ -23,7 +23,7 @@ the anchor of a `label` pair, which must be a train-split query of the labels gi
 Usage example:
 
 ```python
-from pipelines.adapt_pairs import mine_pairs
+from pipelines.adapt.pairs import mine_pairs
 
 mined = mine_pairs("knowledge/")
 mined.counts()  # {"title": ..., "heading": ..., "sentence": ...}
@@ -46,9 +46,9 @@ from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from pipelines.labels.split import label_split, normalised_query
 
 # The project's labelled query sets: never training data.
-EVAL_DIR = Path(__file__).resolve().parents[1] / "eval"
+EVAL_DIR = Path(__file__).resolve().parents[2] / "eval"
 PAIR_KINDS = ("title", "heading", "sentence")
-LABEL_KIND = "label"  # a labelled query -> its document's chunk (pipelines/adapt_labels.py)
+LABEL_KIND = "label"  # a labelled query -> its document's chunk (pipelines/adapt/labels.py)
 
 # A first sentence that makes a usable anchor: prose of a few words, not a code line or a link list.
 _SENTENCE_END = re.compile(r"\n\s*\n|(?<=[.!?])\s+|(?<=[。！？])")

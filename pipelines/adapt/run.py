@@ -1,7 +1,7 @@
 """
 `knowledge adapt`: fine-tune the embedding model on the knowledge base alone, without labels.
 
-Pairs come from `pipelines.adapt_pairs` (title -> section, heading path -> section, first
+Pairs come from `pipelines.adapt.pairs` (title -> section, heading path -> section, first
 sentence -> rest, each with a sibling's hard negative); the model is trained with
 sentence-transformers' `SentenceTransformerTrainer` and `MultipleNegativesRankingLoss` (in-batch
 negatives plus the hard one), batches without duplicate texts. A run writes into
@@ -13,8 +13,8 @@ never names a half-written folder. Design notes: docs/adapt.md.
 Usage example:
 
 ```python
-from pipelines.adapt import AdaptOptions, adapt_model
-from pipelines.settings import load_config
+from pipelines.adapt.run import AdaptOptions, adapt_model
+from pipelines.config.settings import load_config
 
 result = adapt_model(load_config(), AdaptOptions(kb_path="knowledge/", epochs=1, output="/tmp/kb-model"))
 result.output  # then: knowledge index embedder.model=/tmp/kb-model
@@ -35,7 +35,7 @@ from transformers import TrainerCallback
 from components.common.embedding_models import model_revision, resolve_model
 from components.common.model_folder import ADAPT_RECORD, CALIBRATION_FILE
 from components.errors import BadInputError
-from pipelines.adapt_folder import (
+from pipelines.adapt.folder import (
     CHECKPOINTS,
     MODEL_CARD_TITLE,
     AdaptOutputError,
@@ -46,10 +46,10 @@ from pipelines.adapt_folder import (
     trained_record,
     work_folder,
 )
-from pipelines.adapt_labels import LabelSplit, chosen_labels, label_pairs_note, trained_on, with_label_pairs
-from pipelines.adapt_pairs import MinedPairs, check_training_source, pairs_from, read_kb
-from pipelines.adapt_split import HeldOutSplit, split_held_out
-from pipelines.adapt_verdict import checked_guard_sets
+from pipelines.adapt.labels import LabelSplit, chosen_labels, label_pairs_note, trained_on, with_label_pairs
+from pipelines.adapt.pairs import MinedPairs, check_training_source, pairs_from, read_kb
+from pipelines.adapt.split import HeldOutSplit, split_held_out
+from pipelines.adapt.verdict import checked_guard_sets
 
 LOSS_NAME = "MultipleNegativesRankingLoss"
 
@@ -77,7 +77,7 @@ class AdaptOptions:
     # both; the training machinery alone leaves them out).
     calibrate: bool = False
     verdict: bool = False
-    calibration_method: str = "packaged_decides"  # or "score_map" (pipelines/adapt_calibration.py)
+    calibration_method: str = "packaged_decides"  # or "score_map" (pipelines/adapt/calibrate.py)
 
 
 @dataclass
@@ -153,8 +153,8 @@ def calibrate_and_judge(
     (on the labels' check split when given, else on the KB's held-out anchors) and record the verdict
     in its card and calibration; returns the verdict (None without one).
     """
-    from pipelines.adapt_calibration import calibration_lines, fit_calibration, packaged_decides, write_calibration
-    from pipelines.adapt_verdict import guard_texts, judge, judged_queries
+    from pipelines.adapt.calibrate import calibration_lines, fit_calibration, packaged_decides, write_calibration
+    from pipelines.adapt.verdict import guard_texts, judge, judged_queries
 
     guard_sets = checked_guard_sets(cfg, options.guard_sets)
     names = [query_set.path for query_set in guard_sets]
@@ -182,7 +182,7 @@ def calibrate_and_judge(
 
 def _refuse_not_recommended(verdict, output: Path) -> None:
     """A model that is not recommended stays in its folder, and the run ends with NotRecommendedError."""
-    from pipelines.adapt_verdict import NotRecommendedError
+    from pipelines.adapt.verdict import NotRecommendedError
 
     if verdict is not None and not verdict.recommended:
         raise NotRecommendedError(

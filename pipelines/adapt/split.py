@@ -10,8 +10,8 @@ as positives of the other pairs: only the query side is held out.
 Usage example:
 
 ```python
-from pipelines.adapt_pairs import mine_pairs
-from pipelines.adapt_split import split_held_out
+from pipelines.adapt.pairs import mine_pairs
+from pipelines.adapt.split import split_held_out
 
 split = split_held_out(mine_pairs("knowledge/"), seed=0)
 split.training.pairs  # what the model is trained on
@@ -22,7 +22,7 @@ split.held_out  # [(anchor, source), ...]: the verdict's queries
 import random
 from dataclasses import dataclass, replace
 
-from pipelines.adapt_pairs import MinedPairs
+from pipelines.adapt.pairs import MinedPairs
 
 HELD_OUT_ANCHORS = 100  # at most; a small knowledge base keeps at least half of its query-like anchors
 QUERY_KINDS = ("heading", "sentence")

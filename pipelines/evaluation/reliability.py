@@ -3,14 +3,14 @@ How far the pipeline's `relevanceLevel` can be trusted on a labelled query set: 
 share of the answerable queries given that level and the hit@1 of those queries (a reliability
 table, as for a calibrated classifier); the same for the results marked ambiguous; and how often
 the right document is among the cited sources of an answered query. Needs the pipeline's answers
-with `level`, `ambiguous` and `cited` in their details (pipelines/evaluation.py).
+with `level`, `ambiguous` and `cited` in their details (pipelines/evaluation/run.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pipelines.evaluation_metrics import EvalQuery, Ranked
+from pipelines.evaluation.metrics import EvalQuery, Ranked
 
 LEVELS = ("high", "medium", "low", "none")
 

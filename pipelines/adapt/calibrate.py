@@ -15,7 +15,7 @@ base's chunks is computed with both models, over texts made from the knowledge b
 anchors) and the guard sets' texts (what must be rejected), the two groups weighted alike; a base
 threshold `t` that a share `p` of the texts falls under becomes the adapted similarity under which
 the same share `p` falls. The thresholds are written to the model folder's `calibration.json`,
-which `load_config` applies (pipelines/calibration.py). Design notes: docs/adapt.md#calibration.
+which `load_config` applies (pipelines/config/model_calibration.py). Design notes: docs/adapt.md#calibration.
 """
 
 import json
@@ -29,8 +29,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from components.common.embedding_models import load_onnx_encoder, model_revision
 from components.common.model_folder import CALIBRATION_FILE
-from pipelines.adapt_pairs import MinedPairs
-from pipelines.calibration import CALIBRATED_KEYS, PACKAGED_DECIDES, SCORE_MAP
+from pipelines.adapt.pairs import MinedPairs
+from pipelines.config.model_calibration import CALIBRATED_KEYS, PACKAGED_DECIDES, SCORE_MAP
 
 METHOD = SCORE_MAP  # the score map's
 

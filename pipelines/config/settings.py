@@ -31,14 +31,14 @@ from components.common.choices import (
 )
 from components.common.masking import MASK, masked
 from components.errors import BadInputError
-from pipelines.calibration import CALIBRATED_KEYS, apply_calibration
-from pipelines.config_messages import config_message
+from pipelines.config.messages import config_message
+from pipelines.config.model_calibration import CALIBRATED_KEYS, apply_calibration
 
 if TYPE_CHECKING:
     from components.stores.knowledge_store import KnowledgeStore
 
 # pipelines/conf links to the repository's conf/ and is a copy of it in an installed wheel.
-CONF_DIR = Path(__file__).resolve().parent / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 SCHEMA_NAME = "knowledge_schema"
 
 

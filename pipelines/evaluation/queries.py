@@ -3,7 +3,7 @@ Reading a labelled query set: JSONL with `query`, `relevant` (sources relative t
 base; empty for an off-topic query) and `kind` ("answerable" or "off_topic"); `id` and `style`
 are optional.
 
-Kept apart from pipelines/evaluation.py so that commands which only read a query file
+Kept apart from pipelines/evaluation/run.py so that commands which only read a query file
 (`knowledge labels import`) import none of the retrieval stack.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import BadInputError
-from pipelines.evaluation_metrics import EvalQuery
+from pipelines.evaluation.metrics import EvalQuery
 
 QUERY_KINDS = ("answerable", "off_topic")
 

@@ -214,7 +214,7 @@ def html_report(
 def compare_paths(cfg: DictConfig, items: Sequence[dict[str, str]], top_k: int) -> list[dict[str, Any]]:
     """Embed each query once (the pipeline's query embedder) and search both paths with it."""
     from components.lookup.query_embedder import KnowledgeQueryEmbedder
-    from pipelines.settings import embedder_params, knowledge_store
+    from pipelines.config.settings import embedder_params, knowledge_store
 
     store = knowledge_store(cfg)
     searches = {path: store.vector_search(path) for path in PATHS}
