@@ -1,7 +1,8 @@
 """
-Structure checks that ruff does not make: no module of the project over MAX_LINES lines, and no
-import cycle between its modules. Every import counts, also one inside a function or under
-`TYPE_CHECKING`: such an import hides a cycle, it does not remove it.
+Structure checks that ruff does not make: no module of the project over MAX_LINES lines, no
+import cycle between its modules, and no upward import (a component importing `pipelines`, a module
+outside the CLI importing `pipelines.cli`, the top). Every import counts, also one inside a function
+or under `TYPE_CHECKING`: such an import hides a cycle, it does not remove it.
 
 Usage: python scripts/check_structure.py [PACKAGE_DIR ...]   (default: components pipelines)
 Exit status 1 and one line per finding when something is wrong.
@@ -13,6 +14,9 @@ from pathlib import Path
 
 MAX_LINES = 450
 PACKAGES = ("components", "pipelines")
+# (importer's package, imported package): the importer sits below what it imports. The CLI's own
+# modules are not below it.
+UPWARD = (("components", "pipelines"), ("pipelines", "pipelines.cli"))
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -84,6 +88,21 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) for every import of a package above the importer's (UPWARD)."""
+    return sorted(
+        (name, target)
+        for name, targets in edges.items()
+        for target in targets
+        for low, high in UPWARD
+        if within(name, low) and not within(name, high) and within(target, high)
+    )
+
+
 def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parent.parent
     packages = tuple(argv) or PACKAGES
@@ -94,6 +113,7 @@ def main(argv: list[str]) -> int:
         if lines > MAX_LINES:
             problems.append(f"{path.relative_to(root)}: {lines} lines; the limit is {MAX_LINES}")
     problems += [f"import cycle: {' <-> '.join(cycle)}" for cycle in cycles(edges)]
+    problems += [f"upward import: {name} imports {target}" for name, target in upward_imports(edges)]
     for problem in problems:
         print(problem)
     return 1 if problems else 0

@@ -1,4 +1,7 @@
-"""scripts/check_structure.py: modules over the line limit and import cycles are found, also hidden ones."""
+"""
+scripts/check_structure.py: modules over the line limit, import cycles (also hidden ones) and upward
+imports are found; the top level of pipelines/ holds only the pipelines and the wings.
+"""
 
 import importlib.util
 import shutil
@@ -8,6 +11,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# The top level of pipelines/: the pipelines and their loader; everything else lives in a wing (a subpackage).
+PIPELINE_MODULES = {"__init__.py", "lookup.py", "indexing.py", "serialized.py"}
+# Folders of pipelines/ that hold data, not code: the YAML pipelines and the link to conf/.
+DATA_FOLDERS = {"yaml", "conf"}
 SPEC = importlib.util.spec_from_file_location("check_structure", ROOT / "scripts" / "check_structure.py")
 check_structure = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(check_structure)
@@ -53,7 +60,50 @@ def test_an_acyclic_tree_has_no_cycle(tmp_path):
     assert check_structure.cycles(edges) == []
 
 
-def test_the_project_has_no_import_cycle_and_no_module_over_the_limit(capsys):
+def test_a_component_importing_pipelines_is_an_upward_import(tmp_path):
+    write(
+        tmp_path,
+        {
+            "components/__init__.py": "",
+            "components/a.py": "def f():\n    from pipelines.b import thing\n    return thing\n",
+            "pipelines/__init__.py": "",
+            "pipelines/b.py": "import components.a\nthing = 1\n",
+        },
+    )
+    edges, _ = check_structure.graph(tmp_path, ("components", "pipelines"))
+    assert check_structure.upward_imports(edges) == [("components.a", "pipelines.b")]
+
+
+def test_a_wing_or_pipeline_importing_the_cli_is_an_upward_import_and_the_cli_itself_is_not(tmp_path):
+    write(
+        tmp_path,
+        {
+            "pipelines/__init__.py": "",
+            "pipelines/lookup.py": "import pipelines.cli\n",
+            "pipelines/cli/__init__.py": "",
+            "pipelines/cli/main.py": "from pipelines.cli.common import x\nfrom pipelines.serving import app\n",
+            "pipelines/cli/common.py": "x = 1\n",
+            "pipelines/serving/__init__.py": "",
+            "pipelines/serving/app.py": "def f():\n    from pipelines.cli.main import x\n    return x\n",
+        },
+    )
+    edges, _ = check_structure.graph(tmp_path, ("pipelines",))
+    assert check_structure.upward_imports(edges) == [
+        ("pipelines.lookup", "pipelines.cli"),
+        ("pipelines.serving.app", "pipelines.cli.main"),
+    ]
+
+
+def test_the_top_level_of_pipelines_holds_only_the_pipelines_and_the_wings():
+    top = [path for path in (ROOT / "pipelines").iterdir() if path.name != "__pycache__"]
+    modules = {path.name for path in top if path.is_file()}
+    folders = {path.name for path in top if path.is_dir()}
+    not_wings = {name for name in folders - DATA_FOLDERS if not (ROOT / "pipelines" / name / "__init__.py").is_file()}
+    assert modules == PIPELINE_MODULES, f"modules outside a wing: {sorted(modules - PIPELINE_MODULES)}"
+    assert not not_wings, f"folders of pipelines/ that are neither a wing (a package) nor data: {sorted(not_wings)}"
+
+
+def test_the_project_has_no_import_cycle_no_upward_import_and_no_module_over_the_limit(capsys):
     assert check_structure.main([]) == 0, capsys.readouterr().out
 
 
