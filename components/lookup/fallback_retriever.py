@@ -346,17 +346,13 @@ class FallbackRetriever:
         """
         started_ns = time.time_ns()
         bm25 = bm25 or self._start_bm25(category, query, embedding)
-        if dense is not None and dense.future is not None:
-            candidates, path, note = dense.result()
-        else:
-            candidates, path, note = self._search_with_mode(embedding, category)
+        candidates, path, note = self._dense_leg(dense, embedding, category)
         candidates = self._scale.apply(candidates, decision)
         dense_top = top_hits(DENSE, candidates)
-        scope = "category=" + repr(category) if category else "unfiltered"
-        reason = f"vector:{path} attempt {index} ({scope})"
+        where = f"{path} attempt {index} ({'category=' + repr(category) if category else 'unfiltered'})"
         for candidate in candidates:
             candidate.attempt = index
-            candidate.hit_reasons.append(reason)
+            candidate.hit_reasons.append(f"vector:{where}")
         legs = [DENSE]
         exact = category and decision is None and self._bm25_cannot_change(path, candidates, bar)  # same scale only
         skipped = BM25_CANNOT_CHANGE if exact else None
@@ -364,12 +360,7 @@ class FallbackRetriever:
         bm25_only: list[Candidate] = []
         if hits is not None:
             legs.append(BM25)
-            bm25_only = self._scale.apply(merge_bm25(candidates, hits), decision)
-            for candidate in bm25_only:
-                candidate.attempt = index
-            for candidate in candidates + bm25_only:
-                if candidate.bm25_rank is not None:
-                    candidate.hit_reasons.append(f"bm25:{path} attempt {index} ({scope}) rank {candidate.bm25_rank}")
+            bm25_only = self._scale.apply(merge_bm25(candidates, hits, index, f"bm25:{where}"), decision)
             candidates = candidates + bm25_only
         trace.legs = [leg for leg in (DENSE, BM25) if leg in trace.legs or leg in legs]
         good = usable(candidates, bar)
@@ -393,6 +384,14 @@ class FallbackRetriever:
             ended_ns=time.time_ns(),
         )
         return candidates, attempt
+
+    def _dense_leg(
+        self, started: PendingSearch | None, embedding: list[float], category: str | None
+    ) -> tuple[list[Candidate], str, str | None]:
+        """The dense leg's candidates, path and note: of its search started already, else of one run now."""
+        if started is not None and started.future is not None:
+            return started.result()
+        return self._search_with_mode(embedding, category)
 
     def _bm25_cannot_change(self, path: str, dense: list[Candidate], bar: float) -> bool:
         """

@@ -129,10 +129,11 @@ def bm25_top_hits(hits: list[Bm25Hit]) -> tuple[AttemptHit, ...]:
     return top_hits(BM25, [hit.candidate for hit in ranked], ranked)
 
 
-def merge_bm25(dense: list[Candidate], hits: list[Bm25Hit]) -> list[Candidate]:
+def merge_bm25(dense: list[Candidate], hits: list[Bm25Hit], attempt: int, reason: str) -> list[Candidate]:
     """
-    Label the dense candidates the BM25 leg found too, and return the chunks only it found
-    (in BM25 rank order, with the dense similarity of their stored vectors).
+    Label the dense candidates the BM25 leg found too, and return the chunks only it found (in BM25
+    rank order, with the dense similarity of their stored vectors, marked with their `attempt`).
+    Each chunk found gets its BM25 score and rank, and `reason` with the rank as a hit reason.
     """
     by_key = {candidate.evidence_key: candidate for candidate in dense}
     extra = []
@@ -140,6 +141,10 @@ def merge_bm25(dense: list[Candidate], hits: list[Bm25Hit]) -> list[Candidate]:
         candidate = by_key.get(hit.key)
         if candidate is None:
             candidate = hit.candidate
+            candidate.attempt = attempt
             extra.append(candidate)
         candidate.bm25_score, candidate.bm25_rank = hit.score, hit.rank
+    for candidate in dense + extra:
+        if candidate.bm25_rank is not None:
+            candidate.hit_reasons.append(f"{reason} rank {candidate.bm25_rank}")
     return extra

@@ -110,26 +110,43 @@ def table_row(item: dict[str, str], compared: dict[str, Any]) -> dict[str, Any]:
 
 def aggregate(rows: Sequence[dict[str, Any]], details: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Run-level metrics: means over queries, and the similarity and raw-score figures by path."""
-    gaps = [
-        abs(by_key["sdk"][key]["similarity"] - by_key["haystack"][key]["similarity"])
-        for by_key in (_rows_by_key(d) for d in details)
-        for key in by_key["sdk"].keys() & by_key["haystack"].keys()
-    ]
-    metrics: dict[str, float] = {
-        "queries": float(len(rows)),
+    gaps = _similarity_gaps(details)
+    metrics = {"queries": float(len(rows)), **_agreement(rows), **gaps}
+    for path in PATHS:
+        metrics.update(_path_means(details, path))
+    return {key: round(value, 6) for key, value in metrics.items()}
+
+
+def _agreement(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """How far the two paths' rankings agree, over the queries."""
+    return {
         "overlap_at_k_mean": statistics.fmean(r["overlap_at_k"] for r in rows),
         "jaccard_mean": statistics.fmean(r["jaccard"] for r in rows),
         "rbo_mean": statistics.fmean(r["rbo"] for r in rows),
         "rbo_min": min(r["rbo"] for r in rows),
         "top1_agreement_rate": statistics.fmean(1.0 if r["top1_agreement"] else 0.0 for r in rows),
+    }
+
+
+def _similarity_gaps(details: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """How far the two paths' similarities of the same chunk differ."""
+    gaps = [
+        abs(by_key["sdk"][key]["similarity"] - by_key["haystack"][key]["similarity"])
+        for by_key in (_rows_by_key(d) for d in details)
+        for key in by_key["sdk"].keys() & by_key["haystack"].keys()
+    ]
+    return {
         "similarity_abs_diff_mean": statistics.fmean(gaps) if gaps else 0.0,
         "similarity_abs_diff_max": max(gaps, default=0.0),
     }
-    for path in PATHS:
-        hits = [h for d in details for h in d["results"][path]]
-        metrics[f"{path}_similarity_mean"] = statistics.fmean(h["similarity"] for h in hits) if hits else 0.0
-        metrics[f"{path}_raw_score_mean"] = statistics.fmean(h["score_value"] for h in hits) if hits else 0.0
-    return {key: round(value, 6) for key, value in metrics.items()}
+
+
+def _path_means(details: Sequence[dict[str, Any]], path: str) -> dict[str, float]:
+    hits = [h for d in details for h in d["results"][path]]
+    return {
+        f"{path}_similarity_mean": statistics.fmean(h["similarity"] for h in hits) if hits else 0.0,
+        f"{path}_raw_score_mean": statistics.fmean(h["score_value"] for h in hits) if hits else 0.0,
+    }
 
 
 def _rows_by_key(compared: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:

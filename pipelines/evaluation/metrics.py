@@ -61,36 +61,63 @@ def recall(sources: list[str], relevant: set[str], depth: int) -> float:
 
 
 def score(queries: list[EvalQuery], answers: list[Ranked]) -> dict[str, Any]:
-    answerable = [(q, a) for q, a in zip(queries, answers, strict=True) if q.answerable]
-    off_topic = [(q, a) for q, a in zip(queries, answers, strict=True) if not q.answerable]
+    pairs = list(zip(queries, answers, strict=True))
+    answerable = [(q, a) for q, a in pairs if q.answerable]
+    off_topic = [(q, a) for q, a in pairs if not q.answerable]
     ranks = [first_hit(a.sources, q.relevant, 10) for q, a in answerable]
-    metrics = {
-        "answerable": len(answerable),
-        "off_topic": len(off_topic),
-        "hit@1": _mean([1.0 if r == 1 else 0.0 for r in ranks]),
-        "hit@5": _mean([1.0 if r is not None and r <= 5 else 0.0 for r in ranks]),
+    metrics: dict[str, Any] = {"answerable": len(answerable), "off_topic": len(off_topic)}
+    metrics.update(_ranking_metrics(answerable, ranks))
+    metrics.update(_answer_rates(answerable, off_topic))
+    metrics.update(_latency(answers))
+    metrics.update(_fallback_rates(answers))
+    metrics.update(_hit_at_1_by_style(answerable, ranks))
+    return metrics
+
+
+def _ranking_metrics(answerable: list[tuple[EvalQuery, Ranked]], ranks: list[int | None]) -> dict[str, Any]:
+    return {
+        "hit@1": _hit_rate(ranks, 1),
+        "hit@5": _hit_rate(ranks, 5),
         "mrr@10": _mean([1.0 / r if r else 0.0 for r in ranks]),
         "ndcg@10": _mean([ndcg(a.sources, q.relevant, 10) for q, a in answerable]),
         f"recall@{RECALL_DEPTH}": _mean([recall(a.sources, q.relevant, RECALL_DEPTH) for q, a in answerable]),
+    }
+
+
+def _hit_rate(ranks: list[int | None], depth: int) -> float | None:
+    return _mean([1.0 if r is not None and r <= depth else 0.0 for r in ranks])
+
+
+def _answer_rates(answerable: list[tuple[EvalQuery, Ranked]], off_topic: list[tuple[EvalQuery, Ranked]]) -> dict:
+    return {
         "answer_rate": _mean([1.0 if a.answered else 0.0 for _, a in answerable]),
         "no_evidence_rate": _mean([0.0 if a.answered else 1.0 for _, a in off_topic]),
     }
-    metrics.update(_latency(answers))
+
+
+def _fallback_rates(answers: list[Ranked]) -> dict[str, Any]:
+    """Only for a system whose answers record their fallback: the pipeline, not the baselines."""
     reasons = Counter(a.details.get("fallback") for a in answers if "fallback" in a.details)
-    if reasons:
-        metrics["fallback_rate"] = _mean([1.0 if a.details.get("fallback") else 0.0 for a in answers])
-        metrics["fallback_rate_by_reason"] = {
+    if not reasons:
+        return {}
+    return {
+        "fallback_rate": _mean([1.0 if a.details.get("fallback") else 0.0 for a in answers]),
+        "fallback_rate_by_reason": {
             reason: round(reasons[reason] / len(answers), 4) for reason in sorted(filter(None, reasons))
-        }
+        },
+    }
+
+
+def _hit_at_1_by_style(answerable: list[tuple[EvalQuery, Ranked]], ranks: list[int | None]) -> dict[str, Any]:
     styles = sorted({q.style for q, _ in answerable if q.style})
-    if len(styles) > 1:
-        metrics["hit@1_by_style"] = {
-            style: _mean(
-                [1.0 if r == 1 else 0.0 for (q, _), r in zip(answerable, ranks, strict=True) if q.style == style]
-            )
-            for style in styles
+    if len(styles) <= 1:
+        return {}
+    style_of = [q.style for q, _ in answerable]
+    return {
+        "hit@1_by_style": {
+            style: _hit_rate([r for s, r in zip(style_of, ranks, strict=True) if s == style], 1) for style in styles
         }
-    return metrics
+    }
 
 
 def _latency(answers: list[Ranked]) -> dict[str, float]:
@@ -112,8 +139,7 @@ def filter_report(queries: list[EvalQuery], answers: dict[str, list[Ranked]], l0
     """
     from components.stores.l0_index_file import load_l0_index
 
-    index = load_l0_index(l0_index_path)
-    category_of = {entry.source: entry.category for entry in index.entries}
+    category_of = {entry.source: entry.category for entry in load_l0_index(l0_index_path).entries}
     filtered = [
         (position, query, answer.details["filter"])
         for position, (query, answer) in enumerate(zip(queries, answers["pipeline"], strict=True))
@@ -122,55 +148,83 @@ def filter_report(queries: list[EvalQuery], answers: dict[str, list[Ranked]], l0
     report: dict[str, Any] = {"filtered_queries": len(filtered)}
     if not filtered:
         return report
-    report["filter_precision"] = _mean(
+    report["filter_precision"] = _filter_precision(filtered, category_of)
+    report.update(_hit_at_1_with_and_without_filter(filtered, answers))
+    return report
+
+
+def _filter_precision(filtered: list[tuple[int, EvalQuery, str]], category_of: dict[str, str]) -> float | None:
+    return _mean(
         [1.0 if category in {category_of.get(s) for s in query.relevant} else 0.0 for _, query, category in filtered]
     )
-    for system in ("pipeline", "unfiltered"):
+
+
+def _hit_at_1_with_and_without_filter(
+    filtered: list[tuple[int, EvalQuery, str]], answers: dict[str, list[Ranked]]
+) -> dict[str, float | None]:
+    report = {}
+    for system, key in (("pipeline", "hit@1_filtered"), ("unfiltered", "hit@1_unfiltered")):
         if system in answers:
             hits = [first_hit(answers[system][position].sources, query.relevant, 1) for position, query, _ in filtered]
-            report[f"hit@1_{'filtered' if system == 'pipeline' else 'unfiltered'}"] = _mean(
-                [1.0 if hit else 0.0 for hit in hits]
-            )
+            report[key] = _mean([1.0 if hit else 0.0 for hit in hits])
     return report
 
 
 def format_metrics(report: dict[str, Any]) -> str:
     systems = report["systems"]
-    columns = ["hit@1", "hit@5", "mrr@10", "answer_rate", "no_evidence_rate"]
     first = next(iter(systems.values()))
     lines = [
         f"{report['queries']}: {first['answerable']} answerable, {first['off_topic']} off-topic queries "
         f"(evidence threshold {report['evidence_threshold']})",
-        f"{'system':<10}" + "".join(f"{c:>18}" for c in columns),
+        *_system_table(systems),
+        *_style_lines(systems, first.get("hit@1_by_style") or {}),
+        *_domain_filter_lines(report.get("domain_filter") or {}),
+        *_gain_lines(systems),
     ]
-    for name, metrics in systems.items():
-        cells = "".join(f"{_fmt(metrics.get(c)):>18}" for c in columns)
-        lines.append(f"{name:<10}{cells}")
-    styles = first.get("hit@1_by_style") or {}
-    if styles:
-        lines.append("hit@1 by style of query (the `style` field):")
-        for style in styles:
-            cells = "".join(f"{name} {_fmt(metrics['hit@1_by_style'][style])}  " for name, metrics in systems.items())
-            lines.append(f"  {style:<12}{cells.rstrip()}")
-    domain_filter = report.get("domain_filter") or {}
-    if domain_filter.get("filtered_queries"):
-        line = (
-            f"domain filter: {domain_filter['filtered_queries']} answerable queries filtered, "
-            f"filter precision {_fmt(domain_filter.get('filter_precision'))}"
-        )
-        if "hit@1_unfiltered" in domain_filter:
-            line += (
-                f", hit@1 on them {_fmt(domain_filter.get('hit@1_filtered'))} filtered vs "
-                f"{_fmt(domain_filter['hit@1_unfiltered'])} unfiltered"
-            )
-        lines.append(line)
-    if "dense" in systems and "hybrid" in systems:
-        pipeline = systems["pipeline"]["hit@1"] or 0.0
-        lines.append(
-            f"hit@1 gain of the pipeline: {100 * (pipeline - (systems['dense']['hit@1'] or 0)):+.1f} points over dense, "
-            f"{100 * (pipeline - (systems['hybrid']['hit@1'] or 0)):+.1f} over hybrid"
-        )
     return "\n".join(lines)
+
+
+def _system_table(systems: dict[str, dict[str, Any]]) -> list[str]:
+    columns = ["hit@1", "hit@5", "mrr@10", "answer_rate", "no_evidence_rate"]
+    header = f"{'system':<10}" + "".join(f"{c:>18}" for c in columns)
+    return [header] + [
+        f"{name:<10}" + "".join(f"{_fmt(metrics.get(c)):>18}" for c in columns) for name, metrics in systems.items()
+    ]
+
+
+def _style_lines(systems: dict[str, dict[str, Any]], styles: dict[str, Any]) -> list[str]:
+    if not styles:
+        return []
+    lines = ["hit@1 by style of query (the `style` field):"]
+    for style in styles:
+        cells = "".join(f"{name} {_fmt(metrics['hit@1_by_style'][style])}  " for name, metrics in systems.items())
+        lines.append(f"  {style:<12}{cells.rstrip()}")
+    return lines
+
+
+def _domain_filter_lines(domain_filter: dict[str, Any]) -> list[str]:
+    if not domain_filter.get("filtered_queries"):
+        return []
+    line = (
+        f"domain filter: {domain_filter['filtered_queries']} answerable queries filtered, "
+        f"filter precision {_fmt(domain_filter.get('filter_precision'))}"
+    )
+    if "hit@1_unfiltered" in domain_filter:
+        line += (
+            f", hit@1 on them {_fmt(domain_filter.get('hit@1_filtered'))} filtered vs "
+            f"{_fmt(domain_filter['hit@1_unfiltered'])} unfiltered"
+        )
+    return [line]
+
+
+def _gain_lines(systems: dict[str, dict[str, Any]]) -> list[str]:
+    if "dense" not in systems or "hybrid" not in systems:
+        return []
+    pipeline = systems["pipeline"]["hit@1"] or 0.0
+    return [
+        f"hit@1 gain of the pipeline: {100 * (pipeline - (systems['dense']['hit@1'] or 0)):+.1f} points over dense, "
+        f"{100 * (pipeline - (systems['hybrid']['hit@1'] or 0)):+.1f} over hybrid"
+    ]
 
 
 def _fmt(value: float | None) -> str:

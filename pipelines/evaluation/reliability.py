@@ -23,19 +23,35 @@ def reliability(queries: list[EvalQuery], answers: list[Ranked]) -> dict[str, An
     """
     answerable = [(q, a) for q, a in zip(queries, answers, strict=True) if q.answerable]
     table: dict[str, Any] = {"answerable": len(answerable)}
+    for name, group in _groups(answerable).items():
+        table[name] = _row(group, len(answerable))
+    table["cited_rate"] = _cited_rate([(q, a) for q, a in answerable if a.answered])
+    return table
+
+
+def _groups(answerable: list[tuple[EvalQuery, Ranked]]) -> dict[str, list[tuple[EvalQuery, Ranked]]]:
+    """One group per level, and the ambiguous results whatever their level."""
     groups = {level: [(q, a) for q, a in answerable if a.details.get("level", "none") == level] for level in LEVELS}
     groups["ambiguous"] = [(q, a) for q, a in answerable if a.details.get("ambiguous")]
-    for name, group in groups.items():
-        hits = sum(1 for q, a in group if a.answered and a.sources[:1] and a.sources[0] in q.relevant)
-        table[name] = {
-            "count": len(group),
-            "share": round(len(group) / len(answerable), 4) if answerable else None,
-            "hit@1": round(hits / len(group), 4) if group else None,
-        }
-    answered = [(q, a) for q, a in answerable if a.answered]
+    return groups
+
+
+def _row(group: list[tuple[EvalQuery, Ranked]], answerable: int) -> dict[str, Any]:
+    hits = sum(1 for q, a in group if _right_first(q, a))
+    return {
+        "count": len(group),
+        "share": round(len(group) / answerable, 4) if answerable else None,
+        "hit@1": round(hits / len(group), 4) if group else None,
+    }
+
+
+def _right_first(query: EvalQuery, answer: Ranked) -> bool:
+    return bool(answer.answered and answer.sources[:1] and answer.sources[0] in query.relevant)
+
+
+def _cited_rate(answered: list[tuple[EvalQuery, Ranked]]) -> float | None:
     cited = sum(1 for q, a in answered if q.relevant & set(a.details.get("cited") or ()))
-    table["cited_rate"] = round(cited / len(answered), 4) if answered else None
-    return table
+    return round(cited / len(answered), 4) if answered else None
 
 
 def format_reliability(table: dict[str, Any]) -> str:

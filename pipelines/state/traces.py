@@ -118,10 +118,25 @@ def format_list(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def format_show(row: dict[str, Any]) -> str:  # noqa: C901 (one section per part of a row)
+def format_show(row: dict[str, Any]) -> str:
     """One invocation, readable: the call, the attempts, the rerank trace, the evidence summaries."""
     details = row.get("retrieval_details") or {}
-    out = [
+    sections = (
+        _call_lines(row, details),
+        _transform_lines(details.get("query_transform")),
+        _hint_lines(details.get("l0_hints")),
+        _attempts_lines(details),
+        _rerank_lines(details.get("rerank_trace")),
+        _evidence_lines(details),
+        _pack_lines(details.get("context_pack_summary")),
+        _sidecar_lines(details.get("sidecar")),
+    )
+    # A section absent from the row prints nothing, not even its blank line.
+    return "\n\n".join("\n".join(lines) for lines in sections if lines)
+
+
+def _call_lines(row: dict[str, Any], details: dict[str, Any]) -> list[str]:
+    lines = [
         f"Invocation {row['id']}  ({row.get('tool_name')})",
         f"  created    {_when(row.get('created_at'))}    latency {_num(row.get('latency_ms'), 1)} ms",
         f"  status     {row.get('status')}    record {row.get('trace_status') or '-'}",
@@ -130,94 +145,128 @@ def format_show(row: dict[str, Any]) -> str:  # noqa: C901 (one section per part
         f"relevance {details.get('relevance_level', '-')}    layer {row.get('retrieval_layer') or '-'}",
     ]
     if row.get("error"):
-        out.append(f"  error      {row['error']}")
+        lines.append(f"  error      {row['error']}")
     if details.get("completed_stages") is not None:
-        out.append(f"  completed  {', '.join(details['completed_stages']) or '(no stage)'}")
+        lines.append(f"  completed  {', '.join(details['completed_stages']) or '(no stage)'}")
+    return lines
 
-    transform = details.get("query_transform")
-    if transform:
-        out += ["", "Query transform"]
-        out.append(f"  normalized  {transform.get('normalized')!r}")
-        if transform.get("expansions"):
-            out.append(f"  expansions  {', '.join(transform['expansions'])}")
-        if transform.get("truncated"):
-            out.append(f"  truncated   from {transform.get('original_chars')} characters")
 
-    hints = details.get("l0_hints")
-    if hints:
-        out += ["", "L0 hints (hint data, never evidence)"]
-        for key, label in (
-            ("matched_titles", "titles"),
-            ("matched_keywords", "keywords"),
-            ("domains", "domains"),
-            ("entities", "entities"),
-        ):
-            out.append(f"  {label:<9} {', '.join(hints.get(key) or []) or '-'}")
+def _transform_lines(transform: dict[str, Any] | None) -> list[str]:
+    if not transform:
+        return []
+    lines = ["Query transform", f"  normalized  {transform.get('normalized')!r}"]
+    if transform.get("expansions"):
+        lines.append(f"  expansions  {', '.join(transform['expansions'])}")
+    if transform.get("truncated"):
+        lines.append(f"  truncated   from {transform.get('original_chars')} characters")
+    return lines
 
+
+HINT_LABELS = (
+    ("matched_titles", "titles"),
+    ("matched_keywords", "keywords"),
+    ("domains", "domains"),
+    ("entities", "entities"),
+)
+
+
+def _hint_lines(hints: dict[str, Any] | None) -> list[str]:
+    if not hints:
+        return []
+    return ["L0 hints (hint data, never evidence)"] + [
+        f"  {label:<9} {', '.join(hints.get(key) or []) or '-'}" for key, label in HINT_LABELS
+    ]
+
+
+def _attempts_lines(details: dict[str, Any]) -> list[str]:
     trace = details.get("retrieval_trace")
-    if trace:
-        selected = trace.get("selected_attempt")
-        fallback = details.get("fallback_reason") or trace.get("fallback_reason")
-        out += [
-            "",
-            f"Retrieval attempts (mode {trace.get('vector_store_mode')}, selected {selected}, "
-            f"fallback {fallback or 'none'})",
-        ]
-        if not trace.get("attempts"):
-            out.append("  (no attempt: L1 disabled)" if trace.get("l1_enabled") is False else "  (no attempt)")
-        for attempt in trace.get("attempts") or []:
-            mark = "*" if attempt.get("index") == selected else " "
-            scope = f"category={attempt['category_filter']}" if attempt.get("category_filter") else "unfiltered"
-            out.append(
-                f" {mark}#{attempt.get('index')}  {scope:<22} path {attempt.get('path')}  "
-                f"candidates {attempt.get('candidate_count')}  usable {attempt.get('usable_count')}  "
-                f"top {_num(attempt.get('top_similarity'))}  {attempt.get('outcome')}"
-            )
-            out.append(f"      query {attempt.get('query')!r}")
-            if attempt.get("error"):
-                out.append(f"      note  {attempt['error']}")
+    if not trace:
+        return []
+    selected = trace.get("selected_attempt")
+    fallback = details.get("fallback_reason") or trace.get("fallback_reason")
+    lines = [
+        f"Retrieval attempts (mode {trace.get('vector_store_mode')}, selected {selected}, "
+        f"fallback {fallback or 'none'})"
+    ]
+    if not trace.get("attempts"):
+        lines.append("  (no attempt: L1 disabled)" if trace.get("l1_enabled") is False else "  (no attempt)")
+    for attempt in trace.get("attempts") or []:
+        lines += _attempt_lines(attempt, selected)
+    return lines
 
-    rerank = details.get("rerank_trace")
-    if rerank:
-        out += ["", "Rerank trace", f"  {'rank':>4}  {'final':>6}  {'base':>6}  {'source':<40} boosts"]
-        for entry in rerank:
-            boosts = ", ".join(f"{k} {v:+.3f}" for k, v in (entry.get("boosts") or {}).items() if v)
-            out.append(
-                f"  {entry.get('rank'):>4}  {_num(entry.get('final_score')):>6}  {_num(entry.get('base_score')):>6}  "
-                f"{_cut(entry.get('source') or '', 40):<40} {boosts or '-'}"
-            )
 
+def _attempt_lines(attempt: dict[str, Any], selected: Any) -> list[str]:
+    mark = "*" if attempt.get("index") == selected else " "
+    scope = f"category={attempt['category_filter']}" if attempt.get("category_filter") else "unfiltered"
+    lines = [
+        f" {mark}#{attempt.get('index')}  {scope:<22} path {attempt.get('path')}  "
+        f"candidates {attempt.get('candidate_count')}  usable {attempt.get('usable_count')}  "
+        f"top {_num(attempt.get('top_similarity'))}  {attempt.get('outcome')}",
+        f"      query {attempt.get('query')!r}",
+    ]
+    if attempt.get("error"):
+        lines.append(f"      note  {attempt['error']}")
+    return lines
+
+
+def _rerank_lines(rerank: list[dict[str, Any]] | None) -> list[str]:
+    if not rerank:
+        return []
+    header = f"  {'rank':>4}  {'final':>6}  {'base':>6}  {'source':<40} boosts"
+    return ["Rerank trace", header] + [_rerank_entry_line(entry) for entry in rerank]
+
+
+def _rerank_entry_line(entry: dict[str, Any]) -> str:
+    boosts = ", ".join(f"{k} {v:+.3f}" for k, v in (entry.get("boosts") or {}).items() if v)
+    return (
+        f"  {entry.get('rank'):>4}  {_num(entry.get('final_score')):>6}  {_num(entry.get('base_score')):>6}  "
+        f"{_cut(entry.get('source') or '', 40):<40} {boosts or '-'}"
+    )
+
+
+def _evidence_lines(details: dict[str, Any]) -> list[str]:
     blocks = details.get("evidence_blocks")
-    if blocks is not None:
-        counts = (
-            f"{details.get('final_evidence_count', len(blocks))} of {details.get('candidate_count', '?')} candidates"
-        )
-        out += ["", f"Evidence ({counts})"]
-        if not blocks:
-            out.append("  (none)")
-        for number, block in enumerate(blocks, start=1):
-            where = block.get("breadcrumb") or block.get("title") or ""
-            out.append(
-                f"  {number}. {block.get('source')}  {where}  [{block.get('retrieval_layer')}]  "
-                f"score {_num(block.get('score'))}  rerank {_num(block.get('rerank_score'))}"
-            )
-            if block.get("hit_reasons"):
-                out.append(f"     hits: {'; '.join(block['hit_reasons'])}")
-            if block.get("content_preview"):
-                out.append(f'     "{_cut(block["content_preview"], 160)}" ({block.get("content_chars")} chars)')
+    if blocks is None:
+        return []
+    counts = f"{details.get('final_evidence_count', len(blocks))} of {details.get('candidate_count', '?')} candidates"
+    lines = [f"Evidence ({counts})"]
+    if not blocks:
+        lines.append("  (none)")
+    for number, block in enumerate(blocks, start=1):
+        lines += _block_lines(number, block)
+    return lines
 
-    pack = details.get("context_pack_summary")
-    if pack:
-        out += ["", "Context pack"]
-        out.append(f"  {pack.get('used_tokens')}/{pack.get('budget_tokens')} tokens, truncated {pack.get('truncated')}")
-        out.append(f"  included {', '.join(pack.get('included_sources') or []) or '-'}")
-        if pack.get("omitted_sources"):
-            out.append(f"  omitted  {', '.join(pack['omitted_sources'])}")
 
-    sidecar = details.get("sidecar")
-    if sidecar and sidecar.get("status") not in (None, "disabled"):
-        out += ["", f"Sidecar: {sidecar.get('status')} ({sidecar.get('path')})"]
-    return "\n".join(out)
+def _block_lines(number: int, block: dict[str, Any]) -> list[str]:
+    where = block.get("breadcrumb") or block.get("title") or ""
+    lines = [
+        f"  {number}. {block.get('source')}  {where}  [{block.get('retrieval_layer')}]  "
+        f"score {_num(block.get('score'))}  rerank {_num(block.get('rerank_score'))}"
+    ]
+    if block.get("hit_reasons"):
+        lines.append(f"     hits: {'; '.join(block['hit_reasons'])}")
+    if block.get("content_preview"):
+        lines.append(f'     "{_cut(block["content_preview"], 160)}" ({block.get("content_chars")} chars)')
+    return lines
+
+
+def _pack_lines(pack: dict[str, Any] | None) -> list[str]:
+    if not pack:
+        return []
+    lines = [
+        "Context pack",
+        f"  {pack.get('used_tokens')}/{pack.get('budget_tokens')} tokens, truncated {pack.get('truncated')}",
+        f"  included {', '.join(pack.get('included_sources') or []) or '-'}",
+    ]
+    if pack.get("omitted_sources"):
+        lines.append(f"  omitted  {', '.join(pack['omitted_sources'])}")
+    return lines
+
+
+def _sidecar_lines(sidecar: dict[str, Any] | None) -> list[str]:
+    if not sidecar or sidecar.get("status") in (None, "disabled"):
+        return []
+    return [f"Sidecar: {sidecar.get('status')} ({sidecar.get('path')})"]
 
 
 def row_json(row: dict[str, Any]) -> dict[str, Any]:

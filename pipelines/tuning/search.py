@@ -321,32 +321,47 @@ def _log_search(result: SearchResult, study) -> None:
 
 def format_search(result: SearchResult) -> str:
     """Every trial (feasible ones first, best first) with its guard metrics; then best vs defaults per set."""
-    space, constraints = result.space, result.constraints
-    metric = space.metric
-    feasible_count = sum(t.feasible for t in result.trials)
-    lines = [
-        f"{len(result.trials) + result.repeats} trials of search={space.name} (study {result.study_name} in "
-        f"{result.storage}), {len(result.trials)} distinct settings, {feasible_count} feasible under {', '.join(c.label for c in constraints) or 'no constraints'}; "
-        f"{metric} on {', '.join(n for n, r in result.roles.items() if r == 'tuning')}:",
-    ]
-    header = [f"{'trial':>5}", f"{metric:>8}", f"{'mrr@10':>8}", *(f"{c.label:>{len(c.label)}}" for c in constraints)]
-    lines.append("  ".join([*header, "feasible", "setting"]))
+    space = result.space
     ordered = sorted(result.trials, key=lambda t: (not t.feasible, space.better_first(space.objective(t.metrics))))
-    for trial in ordered:
-        cells = [f"{trial.number:>5}", f"{format_value(metric_value(trial.metrics, metric)):>8}"]
-        cells.append(f"{format_value(metric_value(trial.metrics, 'mrr@10')):>8}")
-        cells += [f"{format_value(c.value(trial.sets)):>{len(c.label)}}" for c in constraints]
-        mark = "yes" if trial.feasible else "NO: " + ", ".join(violated(constraints, trial.sets))
-        current = "  (current)" if trial.current else ""
-        lines.append("  ".join([*cells, f"{mark:<8}", trial.override_line]) + current)
-    lines += _judged_lines(result)
+    lines = [_search_title(result), _trial_header(space.metric, result.constraints)]
+    lines += [_trial_row(trial, space.metric, result.constraints) for trial in ordered]
+    return "\n".join(lines + _judged_lines(result) + _search_notes(result))
+
+
+def _search_title(result: SearchResult) -> str:
+    feasible_count = sum(t.feasible for t in result.trials)
+    guards = ", ".join(c.label for c in result.constraints) or "no constraints"
+    tuning_sets = ", ".join(n for n, r in result.roles.items() if r == "tuning")
+    return (
+        f"{len(result.trials) + result.repeats} trials of search={result.space.name} (study {result.study_name} in "
+        f"{result.storage}), {len(result.trials)} distinct settings, {feasible_count} feasible under {guards}; "
+        f"{result.space.metric} on {tuning_sets}:"
+    )
+
+
+def _trial_header(metric: str, constraints: list[Constraint]) -> str:
+    header = [f"{'trial':>5}", f"{metric:>8}", f"{'mrr@10':>8}", *(f"{c.label:>{len(c.label)}}" for c in constraints)]
+    return "  ".join([*header, "feasible", "setting"])
+
+
+def _trial_row(trial: Trial, metric: str, constraints: list[Constraint]) -> str:
+    cells = [f"{trial.number:>5}", f"{format_value(metric_value(trial.metrics, metric)):>8}"]
+    cells.append(f"{format_value(metric_value(trial.metrics, 'mrr@10')):>8}")
+    cells += [f"{format_value(c.value(trial.sets)):>{len(c.label)}}" for c in constraints]
+    mark = "yes" if trial.feasible else "NO: " + ", ".join(violated(constraints, trial.sets))
+    current = "  (current)" if trial.current else ""
+    return "  ".join([*cells, f"{mark:<8}", trial.override_line]) + current
+
+
+def _search_notes(result: SearchResult) -> list[str]:
+    """What follows the tables: the repeated draws, the missing best, the guard and the verdict."""
+    lines = []
     if result.repeats:
         lines.append(f"{result.repeats} trials drew a setting already evaluated and were not re-run")
     if result.best is None:
         lines.append("no trial met the constraints: no best setting (more --trials, a wider space or other bounds)")
     lines += result.guard.lines() if result.guard is not None else []
-    lines += result.verdict.lines()
-    return "\n".join(lines)
+    return lines + result.verdict.lines()
 
 
 def _judged_lines(result: SearchResult) -> list[str]:

@@ -51,6 +51,36 @@ def test_metrics_of_a_toy_ranking_match_hand_computed_values():
     assert metrics["latency_p50_ms"] == 35.0 and metrics["latency_p95_ms"] == 57.5
 
 
+def test_hit_at_1_by_style_scores_each_style_of_answerable_query_on_its_own():
+    queries = [_q({"a"}), _q({"b"}), _q({"c"}), _q(set(), "off_topic")]
+    for query, style in zip(queries, ("alert", "alert", "engineer", "engineer"), strict=True):
+        query.style = style
+    answers = [Ranked(["a"], True), Ranked(["x", "b"], True), Ranked(["c"], True), Ranked([], False)]
+    # alert: hit at rank 1, then at rank 2; engineer: one answerable query, hit at rank 1.
+    assert score(queries, answers)["hit@1_by_style"] == {"alert": 0.5, "engineer": 1.0}
+    queries[2].style = "alert"
+    assert "hit@1_by_style" not in score(queries, answers)  # one style: nothing to compare
+
+
+def test_the_table_has_a_row_per_system_the_styles_and_the_gain_over_the_baselines():
+    queries, answers = toy()
+    systems = {"pipeline": score(queries, answers), "dense": {"hit@1": 0.0}, "hybrid": {"hit@1": None}}
+    systems["pipeline"]["hit@1_by_style"] = {"alert": 0.25, "engineer": 0.75}
+    systems["dense"]["hit@1_by_style"] = {"alert": 0.0, "engineer": 0.5}
+    systems["hybrid"]["hit@1_by_style"] = {"alert": None, "engineer": 0.5}
+    lines = format_metrics({"queries": "toy", "evidence_threshold": 0.35, "systems": systems}).splitlines()
+    assert lines[0] == "toy: 4 answerable, 2 off-topic queries (evidence threshold 0.35)"
+    assert lines[1].split() == ["system", "hit@1", "hit@5", "mrr@10", "answer_rate", "no_evidence_rate"]
+    assert lines[2].split() == ["pipeline", "0.250", "0.500", "0.375", "0.750", "0.500"]
+    assert lines[3].split() == ["dense", "0.000", "-", "-", "-", "-"]
+    assert lines[4].split() == ["hybrid", "-", "-", "-", "-", "-"]
+    assert lines[5] == "hit@1 by style of query (the `style` field):"
+    assert lines[6].split() == ["alert", "pipeline", "0.250", "dense", "0.000", "hybrid", "-"]
+    assert lines[7].split() == ["engineer", "pipeline", "0.750", "dense", "0.500", "hybrid", "0.500"]
+    assert lines[8] == "hit@1 gain of the pipeline: +25.0 points over dense, +25.0 over hybrid"
+    assert len(lines) == 9
+
+
 def test_the_domain_filter_report_counts_its_precision_and_hit_at_1_with_and_without_it(tmp_path):
     path = tmp_path / "kb.l0.json"
     entries = [L0Entry("a.md", "A", "alerts"), L0Entry("b.md", "B", "alerts"), L0Entry("c.md", "C", "operator")]
