@@ -58,7 +58,7 @@ def _add_import(actions) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines import traces
+    from pipelines.state import traces
 
     if args.labels == "list" and args.last < 0:
         raise UsageError(f"--last {args.last} must be 0 (all) or more")

@@ -86,7 +86,7 @@ def _add_rerun(actions) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines import traces
+    from pipelines.state import traces
 
     _check_options(args)
     cfg = load(args.overrides)
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_options(args: argparse.Namespace) -> None:
-    from pipelines import traces
+    from pipelines.state import traces
 
     status = getattr(args, "status", None)
     if status is not None and status not in traces.STATUSES:
@@ -121,7 +121,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def _show(args: argparse.Namespace, cfg, store) -> None:
-    from pipelines import traces
+    from pipelines.state import traces
 
     row = store.get(args.id)
     if row is None:
@@ -134,7 +134,7 @@ def _show(args: argparse.Namespace, cfg, store) -> None:
 
 def _label(args: argparse.Namespace, cfg) -> int:
     from components.tracing.label_records import OFF_TOPIC, RIGHT_SOURCES, WRONG
-    from pipelines import traces
+    from pipelines.state import traces
     from pipelines.cli.labels import default_reviewer
     from pipelines.labels.record import label_invocation
 
@@ -155,7 +155,7 @@ def _label(args: argparse.Namespace, cfg) -> int:
 
 
 def _export(args: argparse.Namespace, store) -> None:
-    from pipelines import traces
+    from pipelines.state import traces
 
     rows = store.iter_all(status=args.status)
     if not args.output:

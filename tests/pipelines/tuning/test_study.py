@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipelines.settings import ConfigError
+from pipelines.config.settings import ConfigError
 from pipelines.tuning.guards import Constraint
 from pipelines.tuning.space import SearchSpace
 from pipelines.tuning.study import open_study

@@ -31,3 +31,25 @@ def test_overrides_split_like_a_shell():
     assert split_overrides(None, "--a") == []
     with pytest.raises(ConfigError, match="--b: 'oops' is not key=value"):
         split_overrides("a=1 oops", "--b")
+
+
+@pytest.mark.parametrize("wins,losses", [(0, 1), (3, 0), (5, 2), (9, 12), (20, 20), (1, 30)])
+def test_the_sign_test_gives_scipys_exact_binomial_p(wins, losses):
+    from scipy.stats import binomtest
+
+    deltas = np.array([1.0] * wins + [-1.0] * losses + [0.0] * 3)
+    assert sign_test(deltas) == pytest.approx(binomtest(wins, wins + losses, 0.5).pvalue, rel=1e-12)
+
+
+def test_the_sign_test_runs_in_a_process_that_keeps_torch_out():
+    """A lookup or serve process with an ONNX backend blocks torch; a verdict there still gets its p."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np; sys.modules['torch'] = None; "
+        "from pipelines.tuning.recommend import sign_test; print(sign_test(np.array([1.0] * 6)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) == pytest.approx(2 * 0.5**6)

@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime
 
-from pipelines.traces import format_show
+from pipelines.state.traces import format_show
 
 SECTION_TITLES = (
     "Query transform",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RUNBOOKS = REPO.parent / "shared" / "corpus" / "prometheus-runbooks"
 SETS = sorted(p for p in (REPO / "eval").glob("*.jsonl") if p.name != "sample-kb.jsonl")
 

@@ -17,7 +17,7 @@ from tests.conftest import EVAL_DIR, sample_overrides
 from tests.helpers import REPO, child_env, cli_command, run_main, stderr_lines
 from tests.integration.serving_helpers import copy_state
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent.parent / "data"
 
 
 def test_a_damaged_study_file_is_named_with_what_to_do(sample_cfg, tmp_path, capsys):

@@ -17,7 +17,7 @@ from pipelines.tuning.guards import Constraint, QuerySet, check_measurable, pars
 from pipelines.tuning.study import IMPORTANCES_ARTIFACT, STUDY_FILE
 from tests.conftest import EVAL_DIR, sample_overrides
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent.parent / "data"
 SPACE = str(DATA / "guarded-space.yaml")
 QUERIES = str(EVAL_DIR / "sample-kb.jsonl")
 GUARD = str(DATA / "offtopic-sample.jsonl")

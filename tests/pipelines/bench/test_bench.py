@@ -16,7 +16,7 @@ from pipelines.bench.index_bench import _cleanup_milvus
 from pipelines.bench.lookup_queries import MIN_DISTINCT_CASES
 from pipelines.cli import main
 
-RUNBOOKS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "prometheus-runbooks"
+RUNBOOKS = Path(__file__).resolve().parents[4] / "shared" / "corpus" / "prometheus-runbooks"
 # A few runbooks per category that the crafted lookup queries are about.
 TINY_CORPUS = {
     "etcd": ["etcdBackendQuotaLowSpace.md", "etcdNoLeader.md", "etcdHighFsyncDurations.md"],
