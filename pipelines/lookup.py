@@ -15,8 +15,9 @@ from typing import Any
 from haystack import Pipeline
 from omegaconf import DictConfig
 
-from components.contracts import InvalidQueryError, LookupResult
+from components.contracts import InvalidQueryError
 from components.errors import failed_component
+from components.lookup_result import LookupResult
 from components.stores.l0_index_file import L0IndexHandle
 from components.tracing import stage_recorder
 from components.tracing.trace_writer import TraceWriter

@@ -17,7 +17,6 @@ from components.contracts import (
     DedupStats,
     EvidenceBlock,
     L0Hints,
-    LookupResult,
     PackedBlock,
     QueryTransform,
     RerankEntry,
@@ -25,6 +24,7 @@ from components.contracts import (
     SidecarReport,
 )
 from components.lookup.rule_reranker import needed_section_kinds
+from components.lookup_result import LookupResult
 from components.stores.l0_index_file import L0IndexHandle
 
 LAYER_L0 = "L0"

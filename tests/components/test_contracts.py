@@ -11,7 +11,6 @@ from components.common.serialization import JSON, RECORD, serialize
 from components.contracts import (
     IndexReport,
     L0Hints,
-    LookupResult,
     QueryTransform,
     RetrievalAttempt,
     SidecarReport,
@@ -68,19 +67,6 @@ def test_index_report_keeps_its_snake_case_shape():
     report = IndexReport([], [], [], [], [SkippedFile("a.md", "empty")], 1, 0, 1, 0.5)
     assert report.to_dict()["skipped"] == [{"source": "a.md", "reason": "empty"}]
     assert report.to_dict()["chunks_written"] == 1
-
-
-def test_failed_result_shows_the_error_and_no_traces():
-    error = {"type": "RuntimeError", "message": "boom", "component": "retriever"}
-    data = LookupResult.failure("q", error, invocation_id="i").to_dict()
-    assert data == {
-        "found": False,
-        "evidenceStatus": "error",
-        "message": "Knowledge lookup failed in retriever: boom",
-        "error": error,
-        "evidenceBlocks": [],
-        "invocationId": "i",
-    }
 
 
 def snake_case_keys(value, path: tuple[str, ...] = ()) -> list[str]:
