@@ -6,7 +6,7 @@ Persistence is in `components.stores.l0_index_file`; the word rules in `componen
 
 import math
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -61,7 +61,11 @@ class _EntryTerms:
 
 
 class L0Index:
-    """Matching of a query against the L0 entries; see `match`."""
+    """
+    Matching of a query against the L0 entries; see `match`. Never changed once built: one lookup
+    passes one index from component to component, and Haystack's copy of a component input is the
+    index itself (a deep copy would cost as much as a load).
+    """
 
     def __init__(
         self,
@@ -71,6 +75,7 @@ class L0Index:
         term_df: dict[str, int] | None = None,
         domain_precision: dict[str, float] | None = None,
         joined_words: set[str] | list[str] | None = None,
+        path: str | Path | None = None,
     ) -> None:
         """
         :param entries: One entry per document.
@@ -83,6 +88,7 @@ class L0Index:
             every document uses ("prometheus" in a Prometheus runbook collection) says nothing.
         :param joined_words: The knowledge base's CamelCase words, joined (see `joined_words`);
             None (an index written before they were kept) compares every word by its parts.
+        :param path: The file it was read from, named in errors (None: built in memory).
         """
         self.entries = entries
         self.model = model
@@ -90,8 +96,15 @@ class L0Index:
         self.term_df = dict(term_df or {})
         self.domain_precision = dict(domain_precision or {})
         self.joined_words = None if joined_words is None else frozenset(joined_words)
+        self.path = None if path is None else Path(path)
         self._row_of_source = {entry.source: row for row, entry in enumerate(entries)}
         self._prepare()
+
+    def __copy__(self) -> "L0Index":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "L0Index":
+        return self
 
     def _prepare(self) -> None:
         self._entry_terms: list[_EntryTerms] = []

@@ -61,7 +61,7 @@ def pack(**fields) -> ContextPack:
 
 
 def assemble(blocks, trace, hints=None, assembler=None, bar=None, **inputs):
-    return (assembler or ResultAssembler(l0_index_path=None)).run(
+    return (assembler or ResultAssembler()).run(
         query_transform=QueryTransform(raw="disk full", normalized="disk full", variants=["disk full"]),
         hints=hints or L0Hints(),
         retrieval_trace=trace,
@@ -150,7 +150,7 @@ def test_high_needs_the_similarity_order_to_agree_on_the_leader(disagrees, level
 
 @pytest.mark.parametrize(("needs_agreement", "level"), [(True, "medium"), (False, "high")])
 def test_the_assembler_reads_the_agreement_only_when_told_to(needs_agreement, level):
-    assembler = ResultAssembler(l0_index_path=None, high_needs_agreement=needs_agreement)
+    assembler = ResultAssembler(high_needs_agreement=needs_agreement)
     blocks = [block("a#0", "a.md", 0.72)]
     result = assemble(blocks, RetrievalTrace([attempt(1, 0.72)]), assembler=assembler, similarity_agrees=False)
     assert result.relevance_level == level
@@ -208,8 +208,8 @@ def test_completeness_hint_says_what_the_budget_cut():
 
 
 def test_round_trips():
-    assert_round_trips(ResultAssembler(l0_index_path=None, high_relevance=0.7, reference_threshold=0.45))
-    assert_round_trips(ResultAssembler(l0_index_path=None, high_margin=0.2, high_needs_agreement=False))
+    assert_round_trips(ResultAssembler(high_relevance=0.7, reference_threshold=0.45))
+    assert_round_trips(ResultAssembler(high_margin=0.2, high_needs_agreement=False))
 
 
 @pytest.mark.parametrize(
@@ -222,4 +222,4 @@ def test_round_trips():
 )
 def test_init_refuses_values_out_of_range_by_name(params, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        ResultAssembler(l0_index_path=None, **params)
+        ResultAssembler(**params)
