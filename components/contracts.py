@@ -84,6 +84,9 @@ class QueryTransform(Contract, CheapDeepcopy):
     expansions: list[str] = field(default_factory=list)
     truncated: bool = False
     original_chars: int = 0
+    # The section kinds the query needs of its leading document (`needed_section_kinds`), for the
+    # deduper and the assembler: in neither the result nor the row.
+    needed_sections: frozenset[str] = field(default=frozenset(), metadata=wire(json=None, record=None))
 
     @property
     def retrieval_query(self) -> str:

@@ -5,6 +5,7 @@ from haystack import component
 from components.common.choices import OnOverlong, check_at_least
 from components.common.text import clean, printable, template_actions_as_words
 from components.contracts import InvalidQueryError, QueryTransform
+from components.lookup.query_intents import needed_section_kinds
 from components.stores.l0_index import L0Index
 from components.stores.l0_index_file import L0IndexHandle
 
@@ -24,7 +25,8 @@ class QueryTransformer:
     firing (Kube Quota Almost Full)"), and an alert name that a notification quotes but no
     document has, in words ("[FIRING:1] ContainerCpuThrottled" -> "... (Container Cpu Throttled)");
     the variant is embedded for the first attempt, while an unfiltered retry uses the plain
-    normalised query.
+    normalised query. The section kinds the query needs of its leading document (a fix, a
+    diagnosis, ...; `needed_section_kinds`) are decided here, once, in `needed_sections`.
 
     It is the one component of `lookup_knowledge` that reads the L0 index file: once per run (one
     `stat`, a reload only when the file changed), passing the loaded index on as `l0_index` so that
@@ -46,6 +48,8 @@ class QueryTransformer:
     'pg replica lag'
     >>> result["expanded_query"]
     'pg replica lag (PostgreSQL)'
+    >>> sorted(result["query_transform"].needed_sections)  # an alert or a symptom needs its fix
+    ['mitigation']
     >>> result["l0_index"].entries[0].title
     'Replica Lag'
 
@@ -118,6 +122,7 @@ class QueryTransformer:
             expansions=expansions,
             truncated=truncated,
             original_chars=len(query),
+            needed_sections=needed_section_kinds(normalized),
         )
         expanded = variants[-1] if expansions else None
         return {"query_transform": transform, "query": normalized, "expanded_query": expanded, "l0_index": index}

@@ -23,7 +23,6 @@ from components.contracts import (
     RetrievalTrace,
     SidecarReport,
 )
-from components.lookup.rule_reranker import needed_section_kinds
 from components.lookup_result import LookupResult
 from components.stores.l0_index import L0Index
 
@@ -69,14 +68,13 @@ def relevance_level(
     return "low"
 
 
-def sections_left_out(query: str, headings: list[str], blocks: list[PackedBlock]) -> list[str]:
+def sections_left_out(needed_sections: frozenset[str], headings: list[str], blocks: list[PackedBlock]) -> list[str]:
     """
-    The headings of the leading document's sections the query needs that no packed block of it
-    comes from: the kinds the query asks for (a fix, a diagnosis, a meaning, an impact), else its
-    mitigation; only kinds the document has.
+    The headings of the leading document's sections the query needs (`QueryTransform.needed_sections`)
+    that no packed block of it comes from; only kinds the document has.
     """
     kinds = {section_kind([h]): h for h in reversed(headings[1:])}
-    needed = needed_section_kinds(query) & set(kinds)
+    needed = needed_sections & set(kinds)
     covered = {section_kind((b.breadcrumb or "").split(" > ")) for b in blocks}
     return [kinds[kind] for kind in sorted(needed - covered)]
 
@@ -249,7 +247,8 @@ class ResultAssembler:
         entry = index.entry(blocks[0].source)
         if entry is None:
             return []
-        return sections_left_out(query.normalized, entry.headings, [b for b in pack.blocks if b.source == entry.source])
+        packed = [b for b in pack.blocks if b.source == entry.source]
+        return sections_left_out(query.needed_sections, entry.headings, packed)
 
     def _no_evidence_message(self, trace: RetrievalTrace, hints: L0Hints, evidence_bar: EvidenceBar) -> str:
         if not trace.l1_enabled:

@@ -13,60 +13,12 @@ from components.common.decision_scale import ranking_similarity
 from components.common.evidence import EvidenceBar
 from components.common.text import fold, terms
 from components.contracts import Candidate, L0Hints, QueryTransform
+from components.lookup.query_intents import query_intents
 from components.stores.l0_index import L0Index
 from components.stores.l0_index_file import check_summary_dimension
 from components.stores.vector_search import Embedding
 
-# What a query asks for, by words it uses; matched against the kind of a chunk's section.
-_INTENTS: dict[str, tuple[str, ...]] = {
-    "mitigation": (
-        "fix",
-        "resolve",
-        "mitigate",
-        "remediate",
-        "solve",
-        "recover",
-        "workaround",
-        "what to do",
-        "how do i",
-        "how to",
-        "处理",
-        "解决",
-        "怎么办",
-        "恢复",
-    ),
-    "diagnosis": (
-        "why",
-        "diagnose",
-        "investigate",
-        "debug",
-        "root cause",
-        "cause",
-        "troubleshoot",
-        "check",
-        "原因",
-        "排查",
-        "诊断",
-    ),
-    "overview": ("what is", "what does", "meaning", "mean", "explain", "是什么", "含义"),
-    "impact": ("impact", "affect", "consequence", "影响"),
-}
 _SUPPORT_SATURATION = 3
-
-
-def query_intents(query: str) -> set[str]:
-    folded = fold(query)
-    return {kind for kind, markers in _INTENTS.items() if any(marker in folded for marker in markers)}
-
-
-# The sections a query needs of its document when it names no intent: an alert text or a bare
-# symptom needs what to do about it.
-DEFAULT_NEEDED_SECTIONS = frozenset({"mitigation"})
-
-
-def needed_section_kinds(query: str) -> set[str]:
-    """The section kinds a query needs of its leading document: those it asks for, else the mitigation."""
-    return query_intents(query) or set(DEFAULT_NEEDED_SECTIONS)
 
 
 @component

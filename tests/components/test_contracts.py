@@ -3,6 +3,7 @@ The contracts' two dict shapes come from their field declarations: camelCase for
 snake_case field names for the persisted record.
 """
 
+import copy
 import json
 
 import pytest
@@ -42,6 +43,12 @@ def test_query_transform_and_l0_hints_are_camel_case_for_the_agent():
         "uncoveredTerms",
         "domainRules",
     }
+
+
+def test_the_needed_sections_of_a_query_transform_stay_out_of_the_result_and_the_row():
+    transform = QueryTransform("why", "why", ["why"], needed_sections=frozenset({"diagnosis"}))
+    assert "neededSections" not in transform.to_dict() and "needed_sections" not in transform.to_record()
+    assert copy.deepcopy(transform).needed_sections == {"diagnosis"}
 
 
 def test_sidecar_report_keys_are_camel_case_in_json_and_snake_case_in_the_record():

@@ -71,6 +71,18 @@ class TestQueryTransformerInit:
             QueryTransformer(l0_path, max_chars=max_chars)
 
 
+@pytest.mark.parametrize(
+    ("query", "needed"),
+    [
+        ("disk full on node-1", {"mitigation"}),
+        ("why is the disk full", {"diagnosis"}),
+        ("how to fix pg lag", {"mitigation"}),
+    ],
+)
+def test_the_needed_section_kinds_are_decided_once_here(l0_path, query, needed):
+    assert QueryTransformer(l0_path).run(query=query)["query_transform"].needed_sections == needed
+
+
 def test_the_l0_index_is_read_with_one_stat_per_run_and_passed_on(l0_path, monkeypatch):
     transformer = QueryTransformer(l0_path)
     transformer.warm_up()

@@ -19,6 +19,7 @@ from components.contracts import (
     RetrievalTrace,
     SidecarReport,
 )
+from components.lookup.query_intents import needed_section_kinds
 from components.lookup.result_assembler import (
     ResultAssembler,
     completeness_hint,
@@ -187,7 +188,26 @@ HEADINGS = ["NodeDiskSpaceFillingUp", "Meaning", "Impact", "Diagnosis", "Mitigat
     ],
 )
 def test_sections_left_out(query, headings, packed, left_out):
-    assert sections_left_out(query, headings, [packed_block("a.md", s) for s in packed]) == left_out
+    needed = needed_section_kinds(query)
+    assert sections_left_out(needed, headings, [packed_block("a.md", s) for s in packed]) == left_out
+
+
+def test_the_left_out_sections_are_those_the_query_transform_carries(l0_index):
+    # "disk full" alone would need the mitigation: the kinds come from the transform, not the text.
+    transform = QueryTransform("disk full", "disk full", ["disk full"], needed_sections=frozenset({"diagnosis"}))
+    blocks = [block("a#0", "database/replication-lag.md", 0.6)]
+    result = ResultAssembler().run(
+        query_transform=transform,
+        hints=L0Hints(),
+        retrieval_trace=RetrievalTrace(attempts=[attempt(1, 0.6)]),
+        evidence_bar=EvidenceBar(configured=0.35, applied=0.35),
+        rerank_trace=[],
+        evidence_blocks=blocks,
+        dedup=DedupStats(1, 1, 0, 0),
+        context_pack=pack(blocks=[packed_block("database/replication-lag.md", "Overview")]),
+        l0_index=l0_index,
+    )["result"]
+    assert "not in the context: Diagnosis of replication-lag" in result.completeness_hint
 
 
 def test_a_left_out_section_makes_a_complete_pack_partial():
