@@ -8,6 +8,7 @@ from components.common.choices import check_at_least, check_unit_interval
 from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.text import ascii_word_terms
 from components.contracts import L0Hints
+from components.lookup.l0_matching import match, uncovered_terms
 from components.stores.l0_index import L0Index
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,8 @@ class L0HintExtractor:
         :param l0_index: The L0 index the lookup read (`QueryTransformer`'s `l0_index`).
         :returns: `hints`, an `L0Hints`.
         """
-        hints = l0_index.match(
+        hints = match(
+            l0_index,
             query,
             self.title_min_overlap,
             self.domain_from_matches,
@@ -98,8 +100,8 @@ class L0HintExtractor:
         )
         if self.tokenizer_model:
             self.warm_up()
-            hints.uncovered_terms = l0_index.uncovered_terms(
-                query, self._common_words or frozenset(), self.passing_mention_df
+            hints.uncovered_terms = uncovered_terms(
+                l0_index, query, self._common_words or frozenset(), self.passing_mention_df
             )
         logger.debug("L0 hints for %r: %s", query, hints)
         return {"hints": hints}

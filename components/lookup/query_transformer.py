@@ -5,6 +5,7 @@ from haystack import component
 from components.common.choices import OnOverlong, check_at_least
 from components.common.text import clean, printable, template_actions_as_words
 from components.contracts import InvalidQueryError, QueryTransform
+from components.lookup.l0_matching import entity_expansions, name_expansions
 from components.lookup.query_intents import needed_section_kinds
 from components.stores.l0_index import L0Index
 from components.stores.l0_index_file import L0IndexHandle
@@ -110,7 +111,7 @@ class QueryTransformer:
             truncated = True
         index = self._l0.get()
         expansions = (
-            index.entity_expansions(normalized) + index.name_expansions(normalized) if self.expand_entities else []
+            entity_expansions(index, normalized) + name_expansions(index, normalized) if self.expand_entities else []
         )
         variants = [normalized]
         if expansions:
