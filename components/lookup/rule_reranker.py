@@ -13,60 +13,12 @@ from components.common.decision_scale import ranking_similarity
 from components.common.evidence import EvidenceBar
 from components.common.text import fold, terms
 from components.contracts import Candidate, L0Hints, QueryTransform
+from components.lookup.query_intents import query_intents
 from components.stores.l0_index import L0Index
-from components.stores.l0_index_file import L0IndexHandle
+from components.stores.l0_index_file import check_summary_dimension
 from components.stores.vector_search import Embedding
 
-# What a query asks for, by words it uses; matched against the kind of a chunk's section.
-_INTENTS: dict[str, tuple[str, ...]] = {
-    "mitigation": (
-        "fix",
-        "resolve",
-        "mitigate",
-        "remediate",
-        "solve",
-        "recover",
-        "workaround",
-        "what to do",
-        "how do i",
-        "how to",
-        "处理",
-        "解决",
-        "怎么办",
-        "恢复",
-    ),
-    "diagnosis": (
-        "why",
-        "diagnose",
-        "investigate",
-        "debug",
-        "root cause",
-        "cause",
-        "troubleshoot",
-        "check",
-        "原因",
-        "排查",
-        "诊断",
-    ),
-    "overview": ("what is", "what does", "meaning", "mean", "explain", "是什么", "含义"),
-    "impact": ("impact", "affect", "consequence", "影响"),
-}
 _SUPPORT_SATURATION = 3
-
-
-def query_intents(query: str) -> set[str]:
-    folded = fold(query)
-    return {kind for kind, markers in _INTENTS.items() if any(marker in folded for marker in markers)}
-
-
-# The sections a query needs of its document when it names no intent: an alert text or a bare
-# symptom needs what to do about it.
-DEFAULT_NEEDED_SECTIONS = frozenset({"mitigation"})
-
-
-def needed_section_kinds(query: str) -> set[str]:
-    """The section kinds a query needs of its leading document: those it asks for, else the mitigation."""
-    return query_intents(query) or set(DEFAULT_NEEDED_SECTIONS)
 
 
 @dataclass(frozen=True)
@@ -114,20 +66,17 @@ class RuleReranker:
     Usage example:
 
     ```python
-    >>> import tempfile
     >>> from components.common.evidence import EvidenceBar
     >>> from components.contracts import Candidate, L0Hints, QueryTransform
     >>> from components.stores.l0_index import L0Index
-    >>> from components.stores.l0_index_file import save_l0_index
-    >>> path = f"{tempfile.mkdtemp()}/kb.l0.json"
-    >>> save_l0_index(L0Index([], term_df={"disk": 1, "space": 1}), path)  # the idf of the query's terms
+    >>> index = L0Index([], term_df={"disk": 1, "space": 1})  # the idf of the query's terms
     >>> def chunk(key, source, text, similarity):
     ...     return Candidate(key, source, text, similarity, 2 - 2 * similarity, "l2", "sdk")
     >>> candidates = [chunk("a#0", "a.md", "restart the service", 0.62), chunk("b#0", "b.md", "free disk space", 0.6)]
     >>> qt = QueryTransform(raw="disk space", normalized="disk space", variants=["disk space"])
-    >>> reranker = RuleReranker(l0_index_path=path, weights={"lexical_overlap": 0.3})
+    >>> reranker = RuleReranker(weights={"lexical_overlap": 0.3})
     >>> ranked = reranker.run(query_transform=qt, hints=L0Hints(), candidates=candidates, query_embedding=[0.0] * 384,
-    ...                       evidence_bar=EvidenceBar(configured=0.35, applied=0.35))["candidates"]
+    ...                       evidence_bar=EvidenceBar(configured=0.35, applied=0.35), l0_index=index)["candidates"]
     >>> [(c.evidence_key, c.boosts) for c in ranked]
     [('b#0', {'lexical_overlap': 0.3}), ('a#0', {})]
 
@@ -136,17 +85,13 @@ class RuleReranker:
 
     def __init__(
         self,
-        l0_index_path: str,
         weights: Mapping[str, float] | None = MappingProxyType(DEFAULT_RERANK_WEIGHTS),
     ) -> None:
         """
-        :param l0_index_path: The L0 index (summary vectors, term statistics, document metadata).
         :param weights: Signal weights; missing signals take the defaults, 0 turns one off.
         """
         check_rerank_weights(weights or {})
-        self.l0_index_path = l0_index_path
         self.weights = {**DEFAULT_RERANK_WEIGHTS, **(weights or {})}
-        self._l0 = L0IndexHandle(l0_index_path)
 
     @component.output_types(candidates=list[Candidate])
     def run(
@@ -156,6 +101,7 @@ class RuleReranker:
         candidates: list[Candidate],
         query_embedding: Embedding,
         evidence_bar: EvidenceBar,
+        l0_index: L0Index,
     ) -> dict[str, Any]:
         """
         :param query_transform: The transformed query.
@@ -164,19 +110,19 @@ class RuleReranker:
         :param query_embedding: The normalised query's embedding, compared with document summaries.
         :param evidence_bar: The retriever's; candidates at or above its configured threshold count
             as document support.
+        :param l0_index: The L0 index the lookup read (summary vectors, term statistics, document metadata).
         :returns: The candidates sorted by final score, with `final_score`, `boosts` and hit reasons set.
         """
         if not candidates:
             return {"candidates": []}
-        index = self._l0.get()
         query_term_set = set(terms(query_transform.normalized, drop_noise=True))
-        query_terms = self._weighted_query_terms(index, query_term_set)
+        query_terms = self._weighted_query_terms(l0_index, query_term_set)
         intents = query_intents(query_transform.normalized)
-        self._l0.check_dimension(index, len(query_embedding))
+        check_summary_dimension(l0_index, len(query_embedding))
         facts = _QueryFacts(
             weighted_terms=query_terms,
             intents=intents,
-            document_scores=self._document_similarities(index, candidates, query_embedding),
+            document_scores=self._document_similarities(l0_index, candidates, query_embedding),
             support=_document_support(candidates, evidence_bar),
             best_bm25=max((c.bm25_score or 0.0 for c in candidates), default=0.0),
             named_sources=set(hints.named_sources),
@@ -187,7 +133,10 @@ class RuleReranker:
         )
         # Document-level signals are the same for every chunk of a source: computed once each.
         documents = {
-            source: (index.title_overlap(source, query_term_set), _coverage(query_terms, index.document_terms(source)))
+            source: (
+                l0_index.title_overlap(source, query_term_set),
+                _coverage(query_terms, l0_index.document_terms(source)),
+            )
             for source in dict.fromkeys(c.source for c in candidates)
         }
         scored = [self._scored(candidate, facts, documents[candidate.source]) for candidate in candidates]

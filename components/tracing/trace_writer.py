@@ -11,7 +11,8 @@ from haystack import component, default_from_dict, default_to_dict
 
 from components.common.choices import check_at_least, check_unit_interval
 from components.common.masking import masked
-from components.contracts import STATUS_ERROR, LookupResult
+from components.contracts import STATUS_ERROR
+from components.lookup_result import LookupResult
 from components.tracing import stage_recorder
 from components.tracing.mlflow_sink import MlflowTraceSink, get_sink
 from components.tracing.trace_database import DEFAULT_TIMEOUT_S

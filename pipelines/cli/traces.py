@@ -134,9 +134,9 @@ def _show(args: argparse.Namespace, cfg, store) -> None:
 
 def _label(args: argparse.Namespace, cfg) -> int:
     from components.tracing.label_records import OFF_TOPIC, RIGHT_SOURCES, WRONG
-    from pipelines.state import traces
     from pipelines.cli.labels import default_reviewer
     from pipelines.labels.record import label_invocation
+    from pipelines.state import traces
 
     verdict = RIGHT_SOURCES if args.source else OFF_TOPIC if args.off_topic else WRONG
     store = traces.open_store(cfg)

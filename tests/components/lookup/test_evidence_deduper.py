@@ -13,6 +13,7 @@ from haystack.core.serialization import component_from_dict, component_to_dict
 from components.common.evidence import EvidenceBar
 from components.contracts import Competition, QueryTransform
 from components.lookup.evidence_deduper import EvidenceDeduper
+from components.lookup.query_intents import needed_section_kinds
 from tests.helpers import assert_round_trips, candidate
 
 # The bar the retriever hands on when the query names nothing the knowledge base lacks.
@@ -25,7 +26,7 @@ def keys(out) -> list[str]:
 
 
 def query(text: str) -> QueryTransform:
-    return QueryTransform(raw=text, normalized=text, variants=[text])
+    return QueryTransform(raw=text, normalized=text, variants=[text], needed_sections=needed_section_kinds(text))
 
 
 def sections(*kinds_by_key: tuple[str, str, float]):
@@ -153,6 +154,14 @@ class TestEvidenceDeduper:
             candidates=copy.deepcopy(cands), evidence_bar=BAR, query_transform=query("what is the impact")
         )
         assert keys(impact) == ["meaning", "impact", "b0"]
+
+    def test_the_needed_sections_are_those_the_query_transform_carries(self):
+        cands = sections(("meaning", "overview", 0.9), ("fix", "mitigation", 0.85), ("why", "diagnosis", 0.6))
+        cands.append(candidate("b0", "ops/b.md", 0.8))
+        # "disk full" alone would need the mitigation: the kinds come from the transform, not the text.
+        transform = QueryTransform("disk full", "disk full", ["disk full"], needed_sections=frozenset({"diagnosis"}))
+        out = EvidenceDeduper(per_document_cap=2).run(candidates=cands, evidence_bar=BAR, query_transform=transform)
+        assert keys(out) == ["meaning", "b0", "why"]
 
     def test_a_block_with_an_l0_hit_reason_is_layer_l0_l1(self):
         hinted = candidate("a", "ops/a.md", 0.8, "vector:sdk attempt 0 (unfiltered)", "l0_keyword: disk space")

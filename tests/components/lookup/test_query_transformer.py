@@ -2,7 +2,9 @@ import pytest
 
 from components.contracts import InvalidQueryError
 from components.lookup.query_transformer import QueryTransformer
-from tests.helpers import assert_round_trips
+from components.stores.l0_index import L0Entry, L0Index
+from components.stores.l0_index_file import save_l0_index
+from tests.helpers import assert_round_trips, count_stats
 
 
 def test_normalises_whitespace_and_control_characters(l0_path):
@@ -67,3 +69,34 @@ class TestQueryTransformerInit:
     def test_refuses_a_max_chars_under_one(self, l0_path, max_chars):
         with pytest.raises(ValueError, match=f"^max_chars={max_chars} must be at least 1$"):
             QueryTransformer(l0_path, max_chars=max_chars)
+
+
+@pytest.mark.parametrize(
+    ("query", "needed"),
+    [
+        ("disk full on node-1", {"mitigation"}),
+        ("why is the disk full", {"diagnosis"}),
+        ("how to fix pg lag", {"mitigation"}),
+    ],
+)
+def test_the_needed_section_kinds_are_decided_once_here(l0_path, query, needed):
+    assert QueryTransformer(l0_path).run(query=query)["query_transform"].needed_sections == needed
+
+
+def test_the_l0_index_is_read_with_one_stat_per_run_and_passed_on(l0_path, monkeypatch):
+    transformer = QueryTransformer(l0_path)
+    transformer.warm_up()
+    calls = count_stats(monkeypatch, l0_path)
+    first = transformer.run(query="pg lag is growing")["l0_index"]
+    assert calls == ["stat"]
+    assert transformer.run(query="disk full")["l0_index"] is first  # unchanged file: not read again
+
+
+def test_a_changed_l0_index_file_is_read_again(tmp_path):
+    path = tmp_path / "kb.l0.json"
+    save_l0_index(L0Index([L0Entry("a.md", "Disk Full", "disk")]), path)
+    transformer = QueryTransformer(str(path))
+    before = transformer.run(query="disk full")["l0_index"]
+    save_l0_index(L0Index([L0Entry("a.md", "Disk Full", "disk"), L0Entry("b.md", "Replica Lag", "db")]), path)
+    after = transformer.run(query="disk full")["l0_index"]
+    assert [len(before.entries), len(after.entries)] == [1, 2]

@@ -19,6 +19,7 @@ from components.contracts import (
     RetrievalTrace,
     SidecarReport,
 )
+from components.lookup.query_intents import needed_section_kinds
 from components.lookup.result_assembler import (
     ResultAssembler,
     completeness_hint,
@@ -61,7 +62,7 @@ def pack(**fields) -> ContextPack:
 
 
 def assemble(blocks, trace, hints=None, assembler=None, bar=None, **inputs):
-    return (assembler or ResultAssembler(l0_index_path=None)).run(
+    return (assembler or ResultAssembler()).run(
         query_transform=QueryTransform(raw="disk full", normalized="disk full", variants=["disk full"]),
         hints=hints or L0Hints(),
         retrieval_trace=trace,
@@ -150,7 +151,7 @@ def test_high_needs_the_similarity_order_to_agree_on_the_leader(disagrees, level
 
 @pytest.mark.parametrize(("needs_agreement", "level"), [(True, "medium"), (False, "high")])
 def test_the_assembler_reads_the_agreement_only_when_told_to(needs_agreement, level):
-    assembler = ResultAssembler(l0_index_path=None, high_needs_agreement=needs_agreement)
+    assembler = ResultAssembler(high_needs_agreement=needs_agreement)
     blocks = [block("a#0", "a.md", 0.72)]
     result = assemble(blocks, RetrievalTrace([attempt(1, 0.72)]), assembler=assembler, similarity_agrees=False)
     assert result.relevance_level == level
@@ -187,7 +188,26 @@ HEADINGS = ["NodeDiskSpaceFillingUp", "Meaning", "Impact", "Diagnosis", "Mitigat
     ],
 )
 def test_sections_left_out(query, headings, packed, left_out):
-    assert sections_left_out(query, headings, [packed_block("a.md", s) for s in packed]) == left_out
+    needed = needed_section_kinds(query)
+    assert sections_left_out(needed, headings, [packed_block("a.md", s) for s in packed]) == left_out
+
+
+def test_the_left_out_sections_are_those_the_query_transform_carries(l0_index):
+    # "disk full" alone would need the mitigation: the kinds come from the transform, not the text.
+    transform = QueryTransform("disk full", "disk full", ["disk full"], needed_sections=frozenset({"diagnosis"}))
+    blocks = [block("a#0", "database/replication-lag.md", 0.6)]
+    result = ResultAssembler().run(
+        query_transform=transform,
+        hints=L0Hints(),
+        retrieval_trace=RetrievalTrace(attempts=[attempt(1, 0.6)]),
+        evidence_bar=EvidenceBar(configured=0.35, applied=0.35),
+        rerank_trace=[],
+        evidence_blocks=blocks,
+        dedup=DedupStats(1, 1, 0, 0),
+        context_pack=pack(blocks=[packed_block("database/replication-lag.md", "Overview")]),
+        l0_index=l0_index,
+    )["result"]
+    assert "not in the context: Diagnosis of replication-lag" in result.completeness_hint
 
 
 def test_a_left_out_section_makes_a_complete_pack_partial():
@@ -208,8 +228,8 @@ def test_completeness_hint_says_what_the_budget_cut():
 
 
 def test_round_trips():
-    assert_round_trips(ResultAssembler(l0_index_path=None, high_relevance=0.7, reference_threshold=0.45))
-    assert_round_trips(ResultAssembler(l0_index_path=None, high_margin=0.2, high_needs_agreement=False))
+    assert_round_trips(ResultAssembler(high_relevance=0.7, reference_threshold=0.45))
+    assert_round_trips(ResultAssembler(high_margin=0.2, high_needs_agreement=False))
 
 
 @pytest.mark.parametrize(
@@ -222,4 +242,4 @@ def test_round_trips():
 )
 def test_init_refuses_values_out_of_range_by_name(params, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        ResultAssembler(l0_index_path=None, **params)
+        ResultAssembler(**params)
