@@ -1,8 +1,9 @@
 """
-scripts/check_structure.py: modules over the line limit, import cycles (also hidden ones) and upward
-imports are found; the top level of pipelines/ holds only the pipelines and the wings.
+scripts/check_structure.py: modules over the line limit, import cycles (also hidden ones), upward
+imports and private imports are found; the top level of pipelines/ holds only the pipelines and the wings.
 """
 
+import ast
 import importlib.util
 import shutil
 import subprocess
@@ -103,7 +104,40 @@ def test_the_top_level_of_pipelines_holds_only_the_pipelines_and_the_wings():
     assert not not_wings, f"folders of pipelines/ that are neither a wing (a package) nor data: {sorted(not_wings)}"
 
 
-def test_the_project_has_no_import_cycle_no_upward_import_and_no_module_over_the_limit(capsys):
+@pytest.mark.parametrize(
+    ("source", "private"),
+    [
+        ("from hayhooks.settings import settings\n", ["line 1: hayhooks.settings"]),
+        ("def build():\n    import hayhooks.server.app\n", ["line 2: hayhooks.server.app"]),
+        ("from hayhooks import create_app, settings\n", ["line 1: hayhooks.settings"]),
+        ("from hayhooks import BasePipelineWrapper, create_app\nimport hayhooks\nfrom pkg.hayhooks import x\n", []),
+    ],
+)
+def test_an_import_of_a_private_hayhooks_module_is_found(source, private):
+    pytest.importorskip("hayhooks", reason="hayhooks (the serve extra) is not installed")
+    assert check_structure.private_imports(ast.parse(source)) == private
+
+
+def test_a_private_import_fails_the_check(tmp_path, monkeypatch, capsys):
+    write(tmp_path, {"pkg/__init__.py": "", "pkg/app.py": "from hayhooks.server.utils import mcp_utils\n"})
+    monkeypatch.setattr(check_structure, "__file__", str(tmp_path / "scripts" / "check_structure.py"))
+    assert check_structure.main(["pkg"]) == 1
+    assert (
+        capsys.readouterr().out
+        == "pkg/app.py: line 1: hayhooks.server.utils is private: import what the package exports\n"
+    )
+
+
+def test_no_module_under_pipelines_imports_a_private_hayhooks_module():
+    found = {
+        str(path.relative_to(ROOT)): private
+        for path in sorted((ROOT / "pipelines").rglob("*.py"))
+        if (private := check_structure.private_imports(ast.parse(path.read_text(encoding="utf-8"))))
+    }
+    assert found == {}
+
+
+def test_the_project_has_no_import_cycle_no_upward_import_no_private_import_and_no_module_over_the_limit(capsys):
     assert check_structure.main([]) == 0, capsys.readouterr().out
 
 
