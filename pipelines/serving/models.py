@@ -81,7 +81,7 @@ class LookupResponse(BaseModel):
         return self.model_dump_json()
 
     def shown(self, view: str) -> dict[str, Any]:
-        """The result as JSON data in `view`: `full`, the whole record, or `agent` (`pipelines/views.py`)."""
+        """The result as JSON data in `view`: `full`, the whole record, or `agent` (`pipelines/serving/views.py`)."""
         body = self.model_dump(mode="json")
         return agent_view(body) if view == "agent" else body
 
