@@ -79,6 +79,7 @@ class SearchResult:
     verdict: Any = None  # pipelines/tuning/recommend.py's Verdict
     repeats: int = 0  # trials that drew a setting already evaluated (not re-run)
     guard: Any = None  # pipelines/tuning/guard_fit.py's GuardFit: the guard in effect
+    bounds: list[str] = field(default_factory=list)  # the bounds of each query set of the search's own, one line each
 
     @property
     def override_line(self) -> str:
@@ -220,7 +221,9 @@ def _verdict(result: "SearchResult", cfg, policy, paired: list[QuerySet]):
     if result.best is not None and result.best.current:
         current.label = result.override_line
     names = [f"{where}:{s.name}" for s in paired]
-    return recommend(current, candidate("best"), result.constraints, policy, names, unguarded)
+    # A kept setting names the bounds the trials were held to: they are this knowledge base's own.
+    under = f" under {', '.join(c.label for c in result.constraints)}" if result.constraints else ""
+    return recommend(current, candidate("best"), result.constraints, policy, names, unguarded, under)
 
 
 def _trial_of(frozen, constraints: list[Constraint]) -> Trial:
@@ -345,6 +348,7 @@ def format_search(result: SearchResult) -> str:
     if result.best is None:
         lines.append("no trial met the constraints: no best setting (more --trials, a wider space or other bounds)")
     lines += result.guard.lines() if result.guard is not None else []
+    lines += result.bounds
     lines += result.verdict.lines()
     return "\n".join(lines)
 
