@@ -50,6 +50,8 @@ def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int
     guard = fit_guard(cfg, guards, floors, current)
     own = {s.name: current[s.name] for s in tuning}
     bounds, bound_lines = fit_query_sets(cfg, relative, [own, held_current], floors)
+    # A held-out file's bound judges the best and the defaults only: no trial is scored on it.
+    held_out_bounds = [c for c in bounds if c.set_name not in own]
     for line in [*guard.lines(), *bound_lines]:
         say(line)
     result = run_search(
@@ -60,12 +62,13 @@ def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int
         held_out,
         args.trials,
         args.seed,
-        constraints=[*guard.constraints, *bounds],
+        constraints=[*guard.constraints, *(c for c in bounds if c.set_name in own)],
         study_name=args.study,
         resume=args.resume,
         experiment=args.experiment,
         say=say,
         study_file=args.study_file,
+        held_out_bounds=held_out_bounds,
     )
     result.guard, result.bounds = guard, bound_lines
     print(format_search(result))

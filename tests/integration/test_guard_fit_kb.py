@@ -145,6 +145,16 @@ def test_a_search_holds_each_set_to_what_the_current_settings_get_on_this_knowle
     kept = "keep the current settings: no setting tried met the constraints under no_evidence_rate>=0.95"
     assert kept in floor.stdout
 
+    held = tmp_path / "held.jsonl"  # a held-out file: bounded too, but only the best and the defaults are scored on it
+    held.write_text("".join(json.dumps(row) + "\n" for row in [*rows[:2], *rows[-3:]]), encoding="utf-8")
+    apart = run_main(capsys, *argv[: -len(overrides)], "--holdout", str(held), *overrides)
+    assert apart.returncode == 0, apart.stderr
+    assert any(line.startswith("bounds on held: ") for line in apart.stdout.splitlines()), apart.stdout
+    (current,) = [line for line in apart.stdout.splitlines() if line.rstrip().endswith("(current)")]
+    assert " yes " in current, apart.stdout
+    (verdict,) = _verdict_lines(apart.stdout)
+    assert "no_evidence_rate@held>=" in verdict and "no setting tried" not in verdict, verdict
+
 
 def test_a_small_guard_is_warned_about_in_an_ab(own_kb, tmp_path, capsys):
     _, queries, overrides = own_kb
