@@ -39,8 +39,7 @@ def run_indexing(cfg: DictConfig, rebuild: bool = False, progress_bar: bool = Fa
     check_knowledge_base(cfg.kb.path)
     pipeline = build_indexing_pipeline(cfg, progress_bar=progress_bar)
     if say is not None:
-        # Held or unreachable, Milvus fails here in its one line, before a progress line could precede it.
-        client = pipeline.get_component("planner").store.connect()
+        client = _open_store(pipeline.get_component("planner").store, rebuild)
         how = "from scratch" if rebuild else "incrementally: unchanged documents are skipped"
         say(f"indexing {cfg.kb.path} into collection {cfg.milvus.collection} {how} (the model loads first) ...")
     try:
@@ -69,6 +68,25 @@ def run_indexing(cfg: DictConfig, rebuild: bool = False, progress_bar: bool = Fa
         del client  # held until the pipeline's own clients are done with the database
         say(_done_line(report, len(outputs["reader"]["documents"])))
     return report
+
+
+def _open_store(store, rebuild: bool):
+    """
+    Open the store as the planner and the writer will, so that a held, unreachable or damaged Milvus
+    is the command's one line, before a progress line could precede it. A Milvus Lite db that is a
+    plain file or a damaged collection is left to a rebuild, which moves or removes it.
+    """
+    from components.stores.lite_db import is_plain_file
+    from components.stores.milvus_collection import ID_FIELD, is_local_uri
+
+    if rebuild and is_local_uri(store.uri) and is_plain_file(store.uri):
+        return None
+    client = store.connect()
+    if not rebuild:
+        rows = store.rows([ID_FIELD], client)  # the planner reads them all; the first batch finds what it would
+        next(rows, None)
+        rows.close()
+    return client
 
 
 def _done_line(report: IndexReport, read: int) -> str:
