@@ -130,7 +130,10 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
             _refuse_not_recommended(calibrate_and_judge(cfg, options, output, split, kb_path, say, labels), output)
         return AdaptResult(str(output), done, already_done=True)
     work = work_folder(output)
-    record = trained_record(work, settings, options.overwrite) or _train(cfg, options, work, mined, settings, say)
+    judged = _verdict_queries(cfg, options, split, labels)
+    record = trained_record(work, settings, options.overwrite) or _train(
+        cfg, options, work, mined, settings, say, judged
+    )
     verdict = calibrate_and_judge(cfg, options, work, split, kb_path, say, labels) if options.calibrate else None
     publish(work, output)
     say(f"Adapted model written to {output}")
@@ -224,8 +227,24 @@ def _calibrated_for(output: Path, method: str) -> bool:
         return False
 
 
+def _verdict_queries(cfg: DictConfig, options: AdaptOptions, split: HeldOutSplit, labels) -> int:
+    """How many queries the verdict asks each model (0: no verdict)."""
+    from pipelines.adapt.verdict import judged_queries
+
+    if not (options.calibrate and options.verdict):
+        return 0
+    guards = checked_guard_sets(cfg, options.guard_sets)
+    return sum(len(q) for q in judged_queries(split, labels).values()) + sum(len(s.queries) for s in guards)
+
+
 def _train(
-    cfg: DictConfig, options: AdaptOptions, output: Path, mined: MinedPairs, settings: dict[str, Any], say
+    cfg: DictConfig,
+    options: AdaptOptions,
+    output: Path,
+    mined: MinedPairs,
+    settings: dict[str, Any],
+    say,
+    verdict_queries: int = 0,
 ) -> dict[str, Any]:
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
@@ -255,9 +274,18 @@ def _train(
         f"Adapting {cfg.embedder.model} to {settings['kb_path']} ({mined.documents} documents, {mined.chunks} chunks): "
         f"{len(mined.pairs)} pairs ({counts}), {steps} steps of {options.batch_size}"
     )
-    say(
-        f"  estimated training time: {_format_duration(estimate_seconds(model, mined, options, steps))} on this machine"
-    )
+    per_text = seconds_per_text(model, mined, options)
+    texts_per_step = 3 * min(options.batch_size, len(mined.pairs))  # anchor, positive and negative of each pair
+    # A step is a forward and a backward pass, and the backward pass costs about twice the forward one.
+    say(f"  estimated training time: {_format_duration(per_text * texts_per_step * 3 * steps)} on this machine")
+    if verdict_queries:
+        # Base and adapted model each embed the chunks into an index of their own, and each query.
+        embedded = 2 * (mined.chunks + verdict_queries)
+        say(
+            f"  then the verdict: base and adapted model each index {mined.chunks} chunks and answer {verdict_queries} "
+            f"queries (two indexes): about {_format_duration(per_text * embedded)} of embedding on this machine, "
+            "plus the model loads and the searches"
+        )
     if resume:
         say(f"  resuming from {resume}")
     args = SentenceTransformerTrainingArguments(
@@ -327,18 +355,14 @@ def planned_steps(pair_count: int, options: AdaptOptions) -> int:
     return min(total, options.max_steps) if options.max_steps else total
 
 
-def estimate_seconds(model, mined: MinedPairs, options: AdaptOptions, steps: int) -> float:
-    """
-    Steps x the time of one forward pass over a batch of training texts x 3: a training step is a
-    forward and a backward pass over the anchors, positives and negatives, and the backward pass
-    costs about twice the forward one.
-    """
+def seconds_per_text(model, mined: MinedPairs, options: AdaptOptions) -> float:
+    """The time of one forward pass per text, measured on a batch of training texts."""
     batch = mined.pairs[: options.batch_size]
     texts = [text for pair in batch for text in (pair.anchor, pair.positive, pair.negative)]
     model.encode(texts[:2], show_progress_bar=False)  # the first call pays one-off set-up costs
     started = time.perf_counter()
     model.encode(texts, batch_size=len(texts), show_progress_bar=False)
-    return (time.perf_counter() - started) * 3 * steps
+    return (time.perf_counter() - started) / len(texts)
 
 
 def _last_loss(history: list[dict[str, Any]]) -> float | None:

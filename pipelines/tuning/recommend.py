@@ -164,12 +164,14 @@ def recommend(
     policy: Policy,
     paired_sets: list[str],
     unguarded: list[str] = (),
+    under: str = "",
 ) -> Verdict:
     """
     Recommend `best` over `current` only when it keeps every constraint on every set it was scored on and
     the sign test over `paired_sets` finds it better at `policy.level`; else keep the current settings.
+    `under` ends a reason that the constraints decided (none met them, or only the current settings).
     """
-    verdict = _decide(current, best, constraints, policy, paired_sets, list(unguarded))
+    verdict = _decide(current, best, constraints, policy, paired_sets, list(unguarded), under)
     current_breaks = current.breaks(constraints)
     if verdict.recommended is None and current_breaks:  # keeping them keeps a broken guard: say so
         verdict.reason += f"; note: the current settings break {', '.join(current_breaks)}"
@@ -183,11 +185,12 @@ def _decide(
     policy: Policy,
     paired_sets: list[str],
     unguarded: list[str],
+    under: str = "",
 ) -> Verdict:
     if best is None:
-        return Verdict(None, "no setting tried met the constraints", unguarded=unguarded)
+        return Verdict(None, f"no setting tried met the constraints{under}", unguarded=unguarded)
     if best.label == current.label:
-        return Verdict(None, "the current settings are the best setting tried", unguarded=unguarded)
+        return Verdict(None, f"the current settings are the best setting tried{under}", unguarded=unguarded)
     broken = best.breaks(constraints)
     if broken:
         return Verdict(None, f"the best setting tried ({best.label}) breaks {', '.join(broken)}", unguarded=unguarded)

@@ -79,6 +79,13 @@ class SearchResult:
     verdict: Any = None  # pipelines/tuning/recommend.py's Verdict
     repeats: int = 0  # trials that drew a setting already evaluated (not re-run)
     guard: Any = None  # pipelines/tuning/guard_fit.py's GuardFit: the guard in effect
+    bounds: list[str] = field(default_factory=list)  # the bounds of each query set of the search's own, one line each
+    held_out_bounds: list[Constraint] = field(default_factory=list)  # of held-out files: no trial scores them
+
+    @property
+    def judged_by(self) -> list[Constraint]:
+        """What the best and the defaults are judged by: the trials' constraints and the held-out files' bounds."""
+        return [*self.constraints, *self.held_out_bounds]
 
     @property
     def override_line(self) -> str:
@@ -104,6 +111,7 @@ def run_search(
     experiment: str | None = None,
     say=logger.info,
     study_file: str | None = None,
+    held_out_bounds: list[Constraint] = (),
 ) -> SearchResult:
     """Run `trials` constrained Optuna trials on the tuning and guard sets, then judge the best and the defaults."""
     import optuna
@@ -195,6 +203,7 @@ def run_search(
         _roles(tuning, guards, held_out),
     )
     result.repeats = sum("repeat_of" in t.user_attrs for t in study.trials)
+    result.held_out_bounds = list(held_out_bounds)
     result.verdict = _verdict(result, base_cfg, policy, held_out or tuning)
     _log_search(result, study)
     runs.finish(parent)
@@ -220,7 +229,9 @@ def _verdict(result: "SearchResult", cfg, policy, paired: list[QuerySet]):
     if result.best is not None and result.best.current:
         current.label = result.override_line
     names = [f"{where}:{s.name}" for s in paired]
-    return recommend(current, candidate("best"), result.constraints, policy, names, unguarded)
+    # A kept setting names the bounds the trials were held to: they are this knowledge base's own.
+    under = f" under {', '.join(c.label for c in result.judged_by)}" if result.judged_by else ""
+    return recommend(current, candidate("best"), result.judged_by, policy, names, unguarded, under)
 
 
 def _trial_of(frozen, constraints: list[Constraint]) -> Trial:
@@ -361,7 +372,7 @@ def _search_notes(result: SearchResult) -> list[str]:
     if result.best is None:
         lines.append("no trial met the constraints: no best setting (more --trials, a wider space or other bounds)")
     lines += result.guard.lines() if result.guard is not None else []
-    return lines + result.verdict.lines()
+    return lines + result.bounds + result.verdict.lines()
 
 
 def _judged_lines(result: SearchResult) -> list[str]:
@@ -378,7 +389,7 @@ def _judged_lines(result: SearchResult) -> list[str]:
                 if judged is None:
                     continue
                 values = judged.sets[name]
-                broken = set_violations(result.constraints, name, values)
+                broken = set_violations(result.judged_by, name, values)
                 cells = "".join(f"{format_value(metric_value(values, c)):>18}" for c in columns)
                 shown_role = "held-out" if where == "held-out" else role
                 status = "violates " + ", ".join(broken) if broken else "ok"

@@ -86,7 +86,8 @@ def test_first_line_skips_blank_lines_and_names_the_type_of_an_empty_message():
 
 def test_index_exit_0(capsys, tmp_path, small_kb):
     code, out, err = run(capsys, "index", "--kb", str(small_kb), f"paths.state_dir={tmp_path}", "mlflow=off")
-    assert code == 0 and out.startswith(f"Indexed {small_kb}") and err == []
+    assert code == 0 and out.startswith(f"Indexed {small_kb}")
+    assert len(err) == 2 and err[0].startswith("indexing ") and err[1].startswith("indexed in "), err
 
 
 def test_index_missing_kb_exit_2(capsys, tmp_path):

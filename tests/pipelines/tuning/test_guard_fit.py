@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from pipelines.config.settings import CONF_DIR, ConfigError, load_config
-from pipelines.tuning.guard_fit import fit_guard
+from pipelines.tuning.guard_fit import fit_guard, fit_query_sets
 from pipelines.tuning.guards import Constraint, QuerySet, feasible
 
 FLOOR = Constraint.parse("no_evidence_rate>=0.95", "guard.constraints")
@@ -47,6 +47,22 @@ def test_an_absolute_floor_is_an_option_and_a_null_tolerance_drops_the_relative_
     fit = fit_guard(make_config("guard.tolerance=null", "guard.min_fit=0.3"), _sets(), [FLOOR], CURRENT)
     assert [s.name for s in fit.sets] == ["dev", "offtopic-alerts", "built"]
     assert [c.label for c in fit.constraints] == ["no_evidence_rate>=0.95"]
+
+
+def test_a_search_set_is_bounded_below_the_lowest_of_its_parts_and_a_floor_stays_absolute(make_config):
+    tuning = {"dev": {"answerable": 30, "off_topic": 14, "answer_rate": 0.9, "no_evidence_rate": 0.5}}
+    held_out = {"dev": {"answerable": 10, "off_topic": 6, "answer_rate": 1.0, "no_evidence_rate": 0.333}}
+    metrics = ["no_evidence_rate", "answer_rate"]
+    constraints, lines = fit_query_sets(make_config(), metrics, [tuning, held_out], [FLOOR])
+    assert [c.label for c in constraints] == ["no_evidence_rate@dev>=0.323", "answer_rate@dev>=0.89"]
+    assert feasible(constraints, tuning) and feasible(constraints, held_out)  # the current settings keep them
+    assert lines == [
+        "bounds on dev: the current settings get no_evidence_rate 0.333, answer_rate 0.900; relative: a setting "
+        "must keep no_evidence_rate@dev>=0.323, answer_rate@dev>=0.89 (guard.tolerance=0.01); "
+        "absolute: no_evidence_rate>=0.95 (guard.constraints)"
+    ]
+    unbounded, (line,) = fit_query_sets(make_config("guard.tolerance=null"), metrics, [tuning], [])
+    assert unbounded == [] and line.endswith("; no relative bound (guard.tolerance=null)")
 
 
 def test_no_guard_set_says_so_and_how_to_build_one(make_config):

@@ -62,7 +62,8 @@ def test_a_guard_with_nothing_to_measure_is_refused(tmp_path, capsys):
     code = main([*argv, "guard=none"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
-    assert "no_evidence_rate>=0.95 (conf/search/thresholds.yaml) has no off-topic queries" in err and "--guard" in err
+    assert "conf/search/thresholds.yaml bounds no_evidence_rate on each query set relative to the current" in err
+    assert "the query sets answerable have no off-topic queries" in err and "--guard" in err
     code = main(["eval", "--queries", QUERIES, "--search", "thresholds", "--constraint", "hit@1@nope>=0.5"])
     assert code == 2 and "names set 'nope'" in capsys.readouterr().err
 
@@ -119,7 +120,9 @@ def test_no_feasible_trial_prints_no_best_and_keeps_the_current_settings_as_a_ve
     )
     assert code == 0 and "error:" not in err  # "keep the current settings" is an answer, not a failure
     assert "no trial met the constraints" in out
-    assert "keep the current settings: no setting tried met the constraints" in out.splitlines()
+    kept = "keep the current settings: no setting tried met the constraints under "
+    (verdict,) = [line for line in out.splitlines() if line.startswith(kept)]
+    assert "answer_rate>=0.99" in verdict.split(", "), verdict
     assert not any(line.startswith("best setting:") for line in out.splitlines())
     assert all(" NO: " in row for row in _trial_rows(out))
 
