@@ -5,7 +5,7 @@ from typing import Any
 import numpy as np
 from haystack import component
 
-from components.common.choices import check_at_least, check_unit_interval
+from components.common.choices import check_at_least, check_flags, check_named, check_unit_interval
 from components.common.evidence import EvidenceBar, usable
 from components.common.text import identifier_words
 from components.contracts import Candidate, Competition
@@ -125,8 +125,10 @@ class CompetitionDetector:
         :param sibling_similarity: Summary-vector cosine at or above which two documents are siblings.
         :param cross_reference: A runner-up that the leader's best block names competes at any margin.
         """
+        check_named(l0_index_path=l0_index_path)
         check_at_least(0, margin=margin, sibling_margin=sibling_margin)
         check_unit_interval(sibling_similarity=sibling_similarity)
+        check_flags(cross_reference=cross_reference)
         self.l0_index_path = l0_index_path
         self.margin = margin
         self.sibling_margin = sibling_margin

@@ -3,7 +3,7 @@ from typing import Any
 
 from haystack import component
 
-from components.common.choices import check_at_least, check_unit_interval
+from components.common.choices import check_at_least, check_flags, check_named_or_none, check_unit_interval
 from components.common.evidence import EvidenceBar
 from components.common.l0_words import is_identifier_name
 from components.common.markdown_sections import section_kind
@@ -172,8 +172,10 @@ class ResultAssembler:
         :param high_needs_agreement: `"high"` only when the leader is also first by vector
             similarity alone (`CompetitionDetector`'s `similarity_agrees`).
         """
+        check_named_or_none(l0_index_path=l0_index_path)
         check_unit_interval(high_relevance=high_relevance, reference_threshold=reference_threshold)
         check_at_least(0, high_margin=high_margin)
+        check_flags(high_needs_agreement=high_needs_agreement)
         self.high_relevance = high_relevance
         self.reference_threshold = reference_threshold
         self.high_margin = high_margin

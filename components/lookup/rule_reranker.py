@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from haystack import component
 
-from components.common.choices import DEFAULT_RERANK_WEIGHTS, check_rerank_weights
+from components.common.choices import DEFAULT_RERANK_WEIGHTS, check_named, check_rerank_weights
 from components.common.decision_scale import ranking_similarity
 from components.common.evidence import EvidenceBar
 from components.common.text import fold, terms
@@ -127,6 +127,7 @@ class RuleReranker:
         :param l0_index_path: The L0 index (summary vectors, term statistics, document metadata).
         :param weights: Signal weights; missing signals take the defaults, 0 turns one off.
         """
+        check_named(l0_index_path=l0_index_path)
         check_rerank_weights(weights or {})
         self.l0_index_path = l0_index_path
         self.weights = {**DEFAULT_RERANK_WEIGHTS, **(weights or {})}

@@ -2,6 +2,7 @@ import pytest
 
 from components.contracts import InvalidQueryError
 from components.lookup.query_transformer import QueryTransformer
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips
 
 
@@ -67,3 +68,19 @@ class TestQueryTransformerInit:
     def test_refuses_a_max_chars_under_one(self, l0_path, max_chars):
         with pytest.raises(ValueError, match=f"^max_chars={max_chars} must be at least 1$"):
             QueryTransformer(l0_path, max_chars=max_chars)
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("l0_index_path", "", "non-empty"),
+    ("max_chars", -3, "at least 1"),
+    ("on_overlong", "explode", "one of truncate, error"),
+    ("expand_entities", "yes", "true or false"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(
+        lambda **changed: QueryTransformer(**{**{"l0_index_path": "kb.l0.json"}, **changed}), parameter, value, rule
+    )
