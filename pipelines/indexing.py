@@ -40,8 +40,9 @@ def run_indexing(cfg: DictConfig, rebuild: bool = False, progress_bar: bool = Fa
     pipeline = build_indexing_pipeline(cfg, progress_bar=progress_bar)
     if say is not None:
         client = _open_store(pipeline.get_component("planner").store, rebuild)
+        _warm_up(pipeline)  # a model that cannot load (an unwritable ONNX cache) stays the command's one line
         how = "from scratch" if rebuild else "incrementally: unchanged documents are skipped"
-        say(f"indexing {cfg.kb.path} into collection {cfg.milvus.collection} {how} (the model loads first) ...")
+        say(f"indexing {cfg.kb.path} into collection {cfg.milvus.collection} {how} ...")
     try:
         outputs = pipeline.run(
             {"planner": {"rebuild": rebuild}},
@@ -68,6 +69,13 @@ def run_indexing(cfg: DictConfig, rebuild: bool = False, progress_bar: bool = Fa
         del client  # held until the pipeline's own clients are done with the database
         say(_done_line(report, len(outputs["reader"]["documents"])))
     return report
+
+
+def _warm_up(pipeline: Pipeline) -> None:
+    try:
+        pipeline.warm_up()
+    except Exception as exc:
+        raise unwrap_pipeline_error(exc) from exc
 
 
 def _open_store(store, rebuild: bool):

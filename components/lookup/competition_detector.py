@@ -5,7 +5,7 @@ from typing import Any
 import numpy as np
 from haystack import component
 
-from components.common.choices import check_at_least, check_unit_interval
+from components.common.choices import check_at_least, check_flags, check_unit_interval
 from components.common.evidence import EvidenceBar, usable
 from components.common.text import identifier_words
 from components.contracts import Candidate, Competition
@@ -122,6 +122,7 @@ class CompetitionDetector:
         """
         check_at_least(0, margin=margin, sibling_margin=sibling_margin)
         check_unit_interval(sibling_similarity=sibling_similarity)
+        check_flags(cross_reference=cross_reference)
         self.margin = margin
         self.sibling_margin = sibling_margin
         self.sibling_similarity = sibling_similarity

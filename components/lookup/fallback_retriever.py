@@ -1,21 +1,26 @@
-import contextvars
 import logging
-import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from haystack import component
 
-from components.common.choices import RetrievalLeg, VectorStoreMode, check_at_least, check_unit_interval
+from components.common.choices import (
+    RetrievalLeg,
+    VectorStoreMode,
+    check_at_least,
+    check_choice,
+    check_flags,
+    check_named,
+    check_unit_interval,
+)
 from components.common.decision_scale import DEFAULT_DECISION_VECTORS
 from components.common.evidence import EvidenceBar, usable
 from components.contracts import Candidate, L0Hints, QueryTransform, RetrievalAttempt, RetrievalTrace
 from components.errors import ComponentFailure, first_line
 from components.lookup.fallback_policy import FallbackPolicy, FilteredFacts
 from components.lookup.hybrid_scan import EXACT_INDEX_TYPES, HybridScan
-from components.lookup.retrieval_legs import DecisionScale, PendingSearch, bm25_top_hits, merge_bm25, top_hits
-from components.stores.knowledge_store import KnowledgeStore
+from components.lookup.retrieval_legs import DecisionScale, LegPool, PendingSearch, bm25_top_hits, merge_bm25, top_hits
+from components.stores.knowledge_store import KnowledgeStore, check_store
 from components.stores.milvus_collection import is_local_uri
 from components.stores.milvus_deadline import lookup_deadline
 from components.stores.vector_search import (
@@ -33,8 +38,6 @@ DENSE = RetrievalLeg.dense.value
 BM25 = RetrievalLeg.bm25.value
 BM25_OFF = "disabled: retrieval.bm25_top_k=0"
 BM25_CANNOT_CHANGE = "not run: the exact dense leg found nothing usable in this filtered attempt, so it is retried"
-# Threads of a retriever for the searches it waits on side by side (BM25 legs, a speculative retry).
-LEG_THREADS = 8
 
 
 @component
@@ -135,8 +138,10 @@ class FallbackRetriever:
         :param scan_depth: Hits per leg of a filtered lookup's one scan on an exact index (0: no scan).
         :param decision_scope: What it decides: "answer", only answer vs no evidence; "all", every threshold.
         """
-        if vector_store_mode not in MODES:
-            raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
+        check_store(store)
+        check_choice("vector_store_mode", vector_store_mode, MODES)
+        check_flags(l1_enabled=l1_enabled, category_filter=category_filter, raise_on_failure=raise_on_failure)
+        check_named(calibration=calibration)
         check_unit_interval(
             reference_threshold=reference_threshold,
             evidence_threshold=evidence_threshold,
@@ -167,15 +172,7 @@ class FallbackRetriever:
         self.decision_scope = decision_scope
         self._scale = DecisionScale(decision_model, decision_vectors, decision_scope)
         self._searches: dict[str, VectorSearch] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-
-    def _in_background(self, function, *args) -> Future:
-        """Run `function(*args)` in the retriever's pool, in a copy of this context (the Milvus deadline)."""
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=LEG_THREADS, thread_name_prefix="retrieval-leg")
-        return self._pool.submit(contextvars.copy_context().run, function, *args)
+        self._legs = LegPool()
 
     def _search(self, path: str) -> VectorSearch:
         if path not in self._searches:
@@ -298,7 +295,7 @@ class FallbackRetriever:
         path = self._warm_path()
         if path is None or is_local_uri(self.store.uri):
             return None
-        dense = PendingSearch(self._in_background(self._search_with_mode, embeddings.query, None), path)
+        dense = PendingSearch(self._legs.submit(self._search_with_mode, embeddings.query, None), path)
         return dense, self._start_bm25(None, query_transform.normalized, embeddings.query)
 
     def _warm_path(self) -> str | None:
@@ -319,7 +316,7 @@ class FallbackRetriever:
         if not self._search(path).known_layout.has_sparse:
             return PendingSearch(None)
         search = self._search(path)
-        return PendingSearch(self._in_background(search.bm25_search, query, embedding, self.bm25_top_k, category), path)
+        return PendingSearch(self._legs.submit(search.bm25_search, query, embedding, self.bm25_top_k, category), path)
 
     def evidence_bar(self, hints: L0Hints) -> float:
         """The similarity a candidate needs to be usable evidence for a query with these hints."""

@@ -4,7 +4,7 @@ from typing import Any
 
 from haystack import component
 
-from components.common.choices import check_at_least, check_unit_interval
+from components.common.choices import check_at_least, check_flags, check_named_or_none, check_unit_interval
 from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.text import ascii_word_terms
 from components.contracts import L0Hints
@@ -65,6 +65,8 @@ class L0HintExtractor:
         :param passing_mention_df: A word that at most this many documents use, and no title,
             keyword or entity, is uncovered too (mentioned in passing); 0 turns the rule off.
         """
+        check_named_or_none(tokenizer_model=tokenizer_model)
+        check_flags(domain_from_matches=domain_from_matches)
         check_unit_interval(
             title_min_overlap=title_min_overlap,
             domain_min_precision=domain_min_precision,

@@ -2,7 +2,7 @@ from typing import Any
 
 from haystack import component
 
-from components.common.choices import OnOverlong, check_at_least
+from components.common.choices import OnOverlong, check_at_least, check_choice, check_flags, check_named
 from components.common.text import clean, printable, template_actions_as_words
 from components.contracts import InvalidQueryError, QueryTransform
 from components.lookup.l0_matching import entity_expansions, name_expansions
@@ -71,9 +71,10 @@ class QueryTransformer:
         :param expand_entities: Add a variant naming the canonical entities of aliases in the query
             and the titles of documents it names.
         """
-        if on_overlong not in OnOverlong.values():
-            raise ValueError(f"on_overlong must be one of {', '.join(OnOverlong.values())}, not {on_overlong!r}")
+        check_named(l0_index_path=l0_index_path)
         check_at_least(1, max_chars=max_chars)
+        check_choice("on_overlong", on_overlong, OnOverlong.values())
+        check_flags(expand_entities=expand_entities)
         self.l0_index_path = l0_index_path
         self.max_chars = max_chars
         self.on_overlong = on_overlong

@@ -3,7 +3,7 @@ from typing import Any
 
 from haystack import component
 
-from components.common.choices import check_at_least, check_unit_interval
+from components.common.choices import check_at_least, check_flags, check_unit_interval
 from components.common.evidence import EvidenceBar
 from components.common.l0_words import is_identifier_name
 from components.common.markdown_sections import section_kind
@@ -169,6 +169,7 @@ class ResultAssembler:
         """
         check_unit_interval(high_relevance=high_relevance, reference_threshold=reference_threshold)
         check_at_least(0, high_margin=high_margin)
+        check_flags(high_needs_agreement=high_needs_agreement)
         self.high_relevance = high_relevance
         self.reference_threshold = reference_threshold
         self.high_margin = high_margin

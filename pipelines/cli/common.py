@@ -47,12 +47,24 @@ def check_overrides(overrides: Sequence[str]) -> None:
             raise UsageError(f"unexpected argument {override!r}: overrides look like key=value")
 
 
-def load(overrides: Sequence[str], extra: Sequence[str] = ()):
-    """The composed config; a stray word among the overrides is a usage error."""
+def load(overrides: Sequence[str], extra: Sequence[str] = (), torch_free: bool = False):
+    """
+    The composed config, its component keys checked by the components that take them (their
+    pipelines are built, not warmed up); a stray word among the overrides is a usage error.
+
+    :param torch_free: The process embeds only with the configured backend (a lookup, a server, a
+        printed config): with an ONNX backend torch is kept out, before the check loads Haystack.
+    """
+    from components.common.embedding_models import keep_torch_out
     from pipelines.config.settings import load_config
 
     check_overrides(overrides)
     cfg = load_config([*extra, *overrides])
+    if torch_free:
+        keep_torch_out(cfg.embedder.backend)
+    from pipelines.serialized import check_pipelines  # after keep_torch_out: it imports Haystack
+
+    check_pipelines(cfg)
     note_model_verdict(cfg)
     return cfg
 
@@ -73,11 +85,7 @@ def note_model_verdict(cfg) -> None:
 
 def lookup_config(overrides: Sequence[str]):
     """The config of a lookup or serve process; with an ONNX backend, torch is kept out before Haystack loads."""
-    from components.common.embedding_models import keep_torch_out
-
-    cfg = load(overrides)
-    keep_torch_out(cfg.embedder.backend)
-    return cfg
+    return load(overrides, torch_free=True)
 
 
 def print_config(overrides: Sequence[str]) -> int:
@@ -87,7 +95,7 @@ def print_config(overrides: Sequence[str]) -> int:
     from pipelines.config.model_calibration import adapt_verdict
     from pipelines.config.settings import mask_secrets
 
-    cfg = load(overrides)
+    cfg = load(overrides, torch_free=True)
     print(OmegaConf.to_yaml(mask_secrets(cfg)), end="")
     verdict = adapt_verdict(cfg)
     if verdict:

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.state import traces
 
     _check_options(args)
-    cfg = load(args.overrides)
+    cfg = load(args.overrides, torch_free=True)
     if args.traces == "rerun":
         return _rerun(args, cfg)
     if args.traces == "label":

@@ -23,16 +23,13 @@ from components.common.choices import (
     SidecarPath,
     VectorStoreMode,
     check_at_least,
-    check_chunk_sizes,
-    check_milvus_uri,
-    check_rerank_weights,
     check_seconds,
     check_unit_interval,
 )
 from components.common.masking import MASK, masked
-from components.errors import BadInputError
+from components.errors import BadInputError, ParameterError
 from pipelines.config.messages import config_message
-from pipelines.config.model_calibration import CALIBRATED_KEYS, apply_calibration
+from pipelines.config.model_calibration import apply_calibration
 
 if TYPE_CHECKING:
     from components.stores.knowledge_store import KnowledgeStore
@@ -227,24 +224,9 @@ class KnowledgeConfig:
 
 
 MAX_PORT = 65535
-# Lower bounds of counts and sizes, and the keys that are normalized similarities in [0, 1].
+# The bounds of the keys no component takes; a component's key is checked by the component, built from the
+# config when the pipelines are loaded (pipelines/serialized.py `check_pipelines`).
 _AT_LEAST = {
-    "retrieval.top_k": 1,
-    "retrieval.max_evidence": 1,
-    "retrieval.per_document_cap": 1,
-    "retrieval.bm25_top_k": 0,
-    "competition.margin": 0,
-    "competition.sibling_margin": 0,
-    "competition.high_margin": 0,
-    "l0.passing_mention_df": 0,
-    "query.max_chars": 1,
-    "embedder.batch_size": 1,
-    "chunking.min_tokens": 0,
-    "context.budget_tokens": 16,
-    "trace.summary_chars": 0,
-    "trace.retry_interval_s": 0,
-    "trace.timeout_s": 0,
-    "milvus.timeout_ms": 0,
     "serve.port": 1,
     "serve.mcp_port": 1,
     "serve.max_body_bytes": 1,
@@ -252,17 +234,7 @@ _AT_LEAST = {
     "guard.min_off_topic": 0,
 }
 _POSITIVE = ("serve.read_timeout_s", "serve.health_timeout_s")  # finite and over 0: 0 or inf turns a guard off
-_UNIT_INTERVAL = (
-    *CALIBRATED_KEYS,  # the similarity bars
-    "retrieval.outscored_margin",
-    "competition.sibling_similarity",
-    "l0.title_min_overlap",
-    "l0.domain_min_precision",
-    "l0.subject_elsewhere_margin",
-    "mlflow.sample_rate",
-    "guard.level",
-    "guard.min_fit",
-)
+_UNIT_INTERVAL = ("guard.level", "guard.min_fit")
 
 
 def _register_schema() -> None:
@@ -279,39 +251,19 @@ def _check_known_keys(cfg: DictConfig, schema: type = KnowledgeConfig, prefix: s
             _check_known_keys(cfg[key], known[key], f"{prefix}{key}.")
 
 
-# The databases the trace store can write (SQLAlchemy URL schemes, before any `+driver`).
-TRACE_DB_SCHEMES = ("sqlite", "postgresql", "postgres")
-
-
-def _check_trace_url(url: str) -> None:
-    """A trace database URL the store can open; anything else would fail only at the first write or read."""
-    scheme, separator, _rest = url.partition("://")
-    if not separator or scheme.split("+", 1)[0] not in TRACE_DB_SCHEMES:
-        raise ConfigError(
-            f"trace.db_url={url!r} is not a database URL: give sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
-        )
-
-
 def _validate_values(cfg: DictConfig) -> None:
-    try:  # the rules the components apply to their arguments, with the config's key names
+    try:
         check_unit_interval(**{key: OmegaConf.select(cfg, key) for key in _UNIT_INTERVAL})
         for key, lowest in _AT_LEAST.items():
             check_at_least(lowest, **{key: OmegaConf.select(cfg, key)})
         check_seconds(**{key: OmegaConf.select(cfg, key) for key in _POSITIVE})
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+    except ParameterError as exc:
+        raise ConfigError(exc.rename(exc.parameter)) from exc
     if cfg.guard.tolerance is not None and not 0.0 <= cfg.guard.tolerance <= 1.0:  # null: no relative guard
         raise ConfigError(f"guard.tolerance={cfg.guard.tolerance} must lie in [0, 1], or be null (no relative guard)")
-    _check_trace_url(str(cfg.trace.db_url or ""))
     for key in ("serve.port", "serve.mcp_port"):
         if OmegaConf.select(cfg, key) > MAX_PORT:
             raise ConfigError(f"{key}={OmegaConf.select(cfg, key)} is not a TCP port (1-{MAX_PORT})")
-    try:  # the components' own rules, with the config's key names
-        check_milvus_uri(str(cfg.milvus.uri or ""), name="milvus.uri")
-        check_chunk_sizes(cfg.chunking.max_tokens, cfg.chunking.overlap_tokens, prefix="chunking.")
-        check_rerank_weights(cfg.rerank.weights, name="rerank.weights")
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
 
 
 # Milvus's parameter dicts take any entry: struct mode refuses new keys on their empty default, so overrides get `++`.
@@ -426,4 +378,7 @@ def knowledge_store(cfg: DictConfig) -> "KnowledgeStore":
     milvus = cfg.milvus
     secrets = {name: Secret.from_token(milvus[name]) if milvus[name] else env_secret(name) for name in CREDENTIAL_ENV}
     auth = MilvusAuth(**secrets, secure=bool(milvus.secure), server_pem_path=milvus.server_pem_path)
-    return KnowledgeStore(**store_parameters(cfg), auth=auth)
+    try:
+        return KnowledgeStore(**store_parameters(cfg), auth=auth)
+    except ParameterError as exc:  # its parameters are the `milvus.*` keys of the same names
+        raise ConfigError(exc.rename(f"milvus.{exc.parameter}")) from exc

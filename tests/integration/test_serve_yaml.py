@@ -68,3 +68,12 @@ def _run(command: list[str], env: dict[str, str]):
     import subprocess
 
     return subprocess.run(command, cwd=os.fspath(REPO), env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_deploy_yaml_refuses_a_value_a_component_refuses_naming_the_config_key(tmp_path, capsys):
+    from pipelines.serving.deploy_yaml import main
+
+    target = tmp_path / "lookup_knowledge.yml"
+    assert main([str(target), f"paths.state_dir={tmp_path}", "retrieval.top_k=-3"]) == 2
+    assert capsys.readouterr().err == "error: retrieval.top_k=-3: must be at least 1\n"
+    assert not target.exists()

@@ -10,6 +10,7 @@ from components.common.evidence import EvidenceBar
 from components.contracts import Candidate
 from components.lookup.competition_detector import CompetitionDetector, shared_name_stem
 from components.stores.l0_index import L0Entry, L0Index
+from tests.components.refusals import assert_refused
 
 
 @pytest.mark.parametrize(
@@ -162,3 +163,17 @@ class TestSummaryVectorSiblings:
     def test_unlike_summary_vectors_leave_the_leader_alone(self):
         out = self.run(self.l0_with_vectors([0.6, 0.8]))  # cosine 0.6 < 0.85
         assert out["competition"] is None
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("margin", -0.1, "at least 0"),
+    ("sibling_margin", -1, "at least 0"),
+    ("sibling_similarity", 1.5, "[0, 1]"),
+    ("cross_reference", "no", "true or false"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: CompetitionDetector(**changed), parameter, value, rule)

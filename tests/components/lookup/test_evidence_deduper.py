@@ -14,6 +14,7 @@ from components.common.evidence import EvidenceBar
 from components.contracts import Competition, QueryTransform
 from components.lookup.evidence_deduper import EvidenceDeduper
 from components.lookup.query_intents import needed_section_kinds
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips, candidate
 
 # The bar the retriever hands on when the query names nothing the knowledge base lacks.
@@ -186,3 +187,15 @@ class TestEvidenceDeduper:
         out = EvidenceDeduper().run(candidates=given, evidence_bar=BAR)
         assert given == before
         assert out["evidence_blocks"][0].hit_reasons == ["vector:haystack attempt 0 (unfiltered)", "bm25:sdk attempt 1"]
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("per_document_cap", 0, "at least 1"),
+    ("max_evidence", -3, "at least 1"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: EvidenceDeduper(**{**{}, **changed}), parameter, value, rule)

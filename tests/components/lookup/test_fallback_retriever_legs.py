@@ -48,9 +48,9 @@ def leg_thread(names: set[str]) -> bool:
 
 def settled(retriever: FallbackRetriever) -> FallbackRetriever:
     """The retriever once every search it started has ended (a dropped retry may still run after `run`)."""
-    if retriever._pool is not None:
-        retriever._pool.shutdown(wait=True)
-        retriever._pool = None
+    if retriever._legs.pool is not None:
+        retriever._legs.pool.shutdown(wait=True)
+        retriever._legs.pool = None
     return retriever
 
 

@@ -12,6 +12,7 @@ from components.common.text import terms
 from components.contracts import EntityRef
 from components.lookup.l0_hint_extractor import L0HintExtractor, common_words
 from components.stores.l0_index import L0Entry, L0Index
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips
 
 TYPE = "components.lookup.l0_hint_extractor.L0HintExtractor"
@@ -194,3 +195,19 @@ class TestL0HintExtractor:
         assert "KafkaConsumerGroupLag" in hints(kb, "[FIRING:1] KafkaConsumerGroupLag").uncovered_terms
         # A team's own name for a covered alert mostly reuses the titles' words: not uncovered.
         assert hints(kb, "[FIRING:1] DiskSpaceAlmostFull").uncovered_terms == []
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("title_min_overlap", 1.5, "[0, 1]"),
+    ("domain_from_matches", "yes", "true or false"),
+    ("domain_min_precision", -0.1, "[0, 1]"),
+    ("tokenizer_model", "", "non-empty"),
+    ("subject_elsewhere_margin", 2, "[0, 1]"),
+    ("passing_mention_df", -1, "at least 0"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: L0HintExtractor(**changed), parameter, value, rule)

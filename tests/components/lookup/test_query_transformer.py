@@ -4,6 +4,7 @@ from components.contracts import InvalidQueryError
 from components.lookup.query_transformer import QueryTransformer
 from components.stores.l0_index import L0Entry, L0Index
 from components.stores.l0_index_file import save_l0_index
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips, count_stats
 
 
@@ -100,3 +101,19 @@ def test_a_changed_l0_index_file_is_read_again(tmp_path):
     save_l0_index(L0Index([L0Entry("a.md", "Disk Full", "disk"), L0Entry("b.md", "Replica Lag", "db")]), path)
     after = transformer.run(query="disk full")["l0_index"]
     assert [len(before.entries), len(after.entries)] == [1, 2]
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("l0_index_path", "", "non-empty"),
+    ("max_chars", -3, "at least 1"),
+    ("on_overlong", "explode", "one of truncate, error"),
+    ("expand_entities", "yes", "true or false"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(
+        lambda **changed: QueryTransformer(**{**{"l0_index_path": "kb.l0.json"}, **changed}), parameter, value, rule
+    )

@@ -27,6 +27,7 @@ from components.lookup.result_assembler import (
     retrieval_layer,
     sections_left_out,
 )
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips
 
 
@@ -243,3 +244,17 @@ def test_round_trips():
 def test_init_refuses_values_out_of_range_by_name(params, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         ResultAssembler(**params)
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("high_relevance", 1.2, "[0, 1]"),
+    ("reference_threshold", -0.1, "[0, 1]"),
+    ("high_margin", -0.01, "at least 0"),
+    ("high_needs_agreement", "no", "true or false"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: ResultAssembler(**changed), parameter, value, rule)

@@ -9,6 +9,7 @@ from components.common.choices import DEFAULT_RERANK_WEIGHTS
 from components.common.evidence import EvidenceBar
 from components.contracts import L0Hints, QueryTransform
 from components.lookup.rule_reranker import RuleReranker
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips, candidate
 
 BAR = EvidenceBar(configured=0.35, applied=0.35)
@@ -78,7 +79,7 @@ def test_bm25_is_a_signal_of_its_own_relative_to_the_best_bm25_score(l0_index):
 
 
 def test_an_unknown_signal_is_refused():
-    with pytest.raises(ValueError, match="unknown rerank signal"):
+    with pytest.raises(ValueError, match=r"^weights\.popularity=1\.0 is no rerank signal; known: similarity, "):
         RuleReranker(weights={"popularity": 1.0})
 
 
@@ -197,3 +198,16 @@ class TestRuleRerankerSignals:
 
     def test_no_candidates_give_no_candidates(self, l0_index):
         assert self.boosts(l0_index, "similarity", []) == {}
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("weights", {"bm25": -1}, "at least 0"),
+    ("weights", {"nope": 1}, "no rerank signal"),
+    ("weights", ["bm25"], "must map rerank signals"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: RuleReranker(**changed), parameter, value, rule)

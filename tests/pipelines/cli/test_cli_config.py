@@ -51,3 +51,11 @@ def test_mlflow_params_hide_the_trace_url_password(make_config):
     params = flatten_params(make_config("trace.db_url=postgresql://ops:pg-s3cret@127.0.0.1/test"))
     assert params["trace.db_url"] == "postgresql://ops:***@127.0.0.1/test"
     assert params["milvus.password"] == "None"  # an empty credential stays visibly empty
+
+
+@pytest.mark.parametrize("command", [["lookup"], ["eval"], ["serve"]])
+def test_cfg_refuses_a_value_a_component_refuses_naming_the_config_key(command, tmp_path, capsys):
+    assert main([*command, "--cfg", f"paths.state_dir={tmp_path}", "retrieval.top_k=-3"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "knowledge: error: retrieval.top_k=-3: must be at least 1\n"
+    assert captured.out == ""

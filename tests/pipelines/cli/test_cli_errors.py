@@ -122,7 +122,7 @@ def test_lookup_unknown_model_exit_2(capsys, sample_cfg):
 def test_lookup_bad_config_value_exit_2(capsys, sample_cfg):
     code, out, err = run(capsys, "lookup", DISK_QUERY, *sample_args(sample_cfg, "retrieval.top_k=0"))
     assert code == 2 and out == ""
-    assert_one_error_line(err, "retrieval.top_k=0 must be at least 1")
+    assert_one_error_line(err, "retrieval.top_k=0: must be at least 1")
 
 
 def test_lookup_store_failure_exit_1(capsys, sample_cfg, a_file):
@@ -218,7 +218,7 @@ def test_bench_bad_override_exit_2_before_any_work(capsys, tmp_path, bench_corpu
     argv = ["bench", "lookup", "--corpus", str(bench_corpus), *TINY_BENCH, f"paths.state_dir={tmp_path}"]
     code, out, err = run(capsys, *argv, "retrieval.top_k=0")
     assert code == 2 and out == ""
-    assert_one_error_line(err, "retrieval.top_k=0 must be at least 1")
+    assert_one_error_line(err, "retrieval.top_k=0: must be at least 1")
 
 
 def test_bench_missing_corpus_exit_2(capsys, tmp_path):
@@ -287,7 +287,7 @@ def test_serve_workers_refusals_exit_2(capsys, tmp_path, argv, reason):
 def test_serve_bad_override_exit_2(capsys, tmp_path):
     code, out, err = run(capsys, "serve", f"paths.state_dir={tmp_path}", "serve.port=0")
     assert code == 2 and out == ""
-    assert_one_error_line(err, "serve.port=0 must be at least 1")
+    assert_one_error_line(err, "serve.port=0: must be at least 1")
 
 
 # --- traces -----------------------------------------------------------------------------------------

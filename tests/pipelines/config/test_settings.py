@@ -1,9 +1,12 @@
 """load_config: typed Hydra configuration, overrides, and one-line errors (CLI exit status 2)."""
 
+import re
+
 import pytest
 
 from pipelines.cli import main
 from pipelines.config.settings import ConfigError, load_config
+from pipelines.serialized import load_checked_config
 from tests.helpers import run_cli, stderr_lines
 
 BAD_OVERRIDES = [
@@ -21,7 +24,7 @@ BAD_OVERRIDES = [
     ("retrieval.vector_store_mode=bogus", "retrieval.vector_store_mode", "sdk, haystack, auto"),
     ("sidecar.path=elsewhere", "sidecar.path", "other, sdk, haystack"),
     ("query.on_overlong=explode", "query.on_overlong", "truncate, error"),
-    ("context.budget_tokens=4", "context.budget_tokens", "at least 16"),
+    ("context.budget_tokens=0", "context.budget_tokens", "at least 1"),
     ("chunking.max_tokens=8", "chunking.max_tokens", "at least 16"),
     ("chunking.overlap_tokens=500", "chunking.overlap_tokens", "[0, max_tokens)"),
     ("rerank.weights.foo=1", "rerank.weights.foo", "not in struct"),
@@ -36,7 +39,7 @@ BAD_OVERRIDES = [
     ("embedder.backend=tensorflow", "embedder.backend", "torch, onnx, onnx_int8"),
     ("retrieval.max_evidence=-2", "retrieval.max_evidence", "at least 1"),
     ("retrieval.per_document_cap=-1", "retrieval.per_document_cap", "at least 1"),
-    ("context.budget_tokens=-5", "context.budget_tokens", "at least 16"),
+    ("context.budget_tokens=-5", "context.budget_tokens", "at least 1"),
     ("trace.summary_chars=-1", "trace.summary_chars", "at least 0"),
     ("chunking.min_tokens=-1", "chunking.min_tokens", "at least 0"),
     ("l0.title_min_overlap=1.5", "l0.title_min_overlap", "[0, 1]"),
@@ -49,13 +52,22 @@ BAD_OVERRIDES = [
     ("l0.subject_elsewhere_margin=-0.1", "l0.subject_elsewhere_margin", "[0, 1]"),
     ("milvus.full_text=maybe", "milvus.full_text", "not a valid bool"),
     ("l0.passing_mention_df=-1", "l0.passing_mention_df", "at least 0"),
+    ("milvus.timeout_ms=-1", "milvus.timeout_ms", "at least 0"),
+    ("milvus.collection=", "milvus.collection", "1-255 letters"),
+    ("milvus.uri=nowhere", "milvus.uri", "neither a Milvus Lite file"),
+    ("trace.timeout_s=-1", "trace.timeout_s", "at least 0"),
+    ("trace.retry_interval_s=-1", "trace.retry_interval", "at least 0"),
+    ("mlflow.sample_rate=2", "mlflow.sample_rate", "[0, 1]"),
+    ("mlflow.experiment=", "mlflow.experiment", "non-empty"),
+    ("serve.port=0", "serve.port", "at least 1"),
+    ("guard.level=1.5", "guard.level", "[0, 1]"),
 ]
 
 
 @pytest.mark.parametrize(("override", "key", "reason"), BAD_OVERRIDES, ids=[o for o, _, _ in BAD_OVERRIDES])
 def test_bad_override_is_a_one_line_config_error(override, key, reason):
     with pytest.raises(ConfigError) as error:
-        load_config([override])
+        load_checked_config([override])
     message = str(error.value)
     assert "\n" not in message.strip()
     assert key in message
@@ -196,3 +208,16 @@ def test_the_store_takes_every_milvus_key_of_the_config():
     assert (store.uri, store.collection, store.timeout_ms, store.full_text) == (cfg.milvus.uri, "kb2", 2500, True)
     assert (store.index_type, store.index_params, store.search_params) == ("IVF_FLAT", {"nlist": 128}, {"nprobe": 16})
     assert (store.auth.secure, store.auth.server_pem_path) == (False, None)
+
+
+def test_settings_bound_no_key_a_component_checks():
+    """One bound per key: a key wired into a component (pipelines/yaml, the store's `milvus.*`) is the component's."""
+    from pipelines.config import settings
+    from pipelines.serialized import YAML_DIR
+
+    wired = {f"milvus.{key}" for key in settings.STORE_KEYS}
+    for path in YAML_DIR.glob("*.yml"):
+        wired |= set(re.findall(r"\$\{([a-z_]+\.[a-z_.]+)\}", path.read_text(encoding="utf-8")))
+    bounded = {*settings._AT_LEAST, *settings._POSITIVE, *settings._UNIT_INTERVAL}
+    assert "retrieval.top_k" in wired and "serve.port" in bounded
+    assert not bounded & wired
