@@ -47,24 +47,27 @@ def check_overrides(overrides: Sequence[str]) -> None:
             raise UsageError(f"unexpected argument {override!r}: overrides look like key=value")
 
 
-def load(overrides: Sequence[str], extra: Sequence[str] = (), torch_free: bool = False):
+def load(overrides: Sequence[str], extra: Sequence[str] = (), torch_free: bool = False, components: bool = True):
     """
     The composed config, its component keys checked by the components that take them (their
     pipelines are built, not warmed up); a stray word among the overrides is a usage error.
 
     :param torch_free: The process embeds only with the configured backend (a lookup, a server, a
         printed config): with an ONNX backend torch is kept out, before the check loads Haystack.
+    :param components: False for a command that builds no pipeline (reading traces or labels): it
+        reads no component key, so it does not pay for importing the components to check them.
     """
     from components.common.embedding_models import keep_torch_out
     from pipelines.config.settings import load_config
 
     check_overrides(overrides)
     cfg = load_config([*extra, *overrides])
-    if torch_free:
+    if torch_free and components:
         keep_torch_out(cfg.embedder.backend)
-    from pipelines.serialized import check_pipelines  # after keep_torch_out: it imports Haystack
+    if components:
+        from pipelines.serialized import check_pipelines  # after keep_torch_out: it imports Haystack
 
-    check_pipelines(cfg)
+        check_pipelines(cfg)
     note_model_verdict(cfg)
     return cfg
 

@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     from pipelines.state import traces
 
     _check_options(args)
-    cfg = load(args.overrides, torch_free=True)
+    # Only a rerun runs the pipeline (it loads its own config): the other subcommands read or write rows.
+    cfg = load(args.overrides, torch_free=True, components=args.traces == "rerun")
     if args.traces == "rerun":
         return _rerun(args, cfg)
     if args.traces == "label":

@@ -11,11 +11,12 @@ from typing import Any, TextIO
 
 from omegaconf import DictConfig
 
-from components.errors import BadInputError, KnowledgeFailure
-from components.tracing.trace_database import redact, sqlite_path
+from components.errors import BadInputError, KnowledgeFailure, ParameterError
+from components.tracing.trace_database import check_trace_url, redact, sqlite_path
 from components.tracing.trace_records import finite_only, to_jsonable
 from components.tracing.trace_replay import ReplayReport
 from components.tracing.trace_store import TraceStore
+from pipelines.config.settings import ConfigError
 
 EXPORT_FORMATS = ("jsonl",)
 STATUSES = ("ok", "error")
@@ -39,6 +40,10 @@ def open_store(cfg: DictConfig, reading: bool = False) -> TraceStore:
     The trace store of a config, without building the lookup pipeline. `reading`: for list, show
     and export, which must not create a database (or its folder) where none was recorded.
     """
+    try:  # the store's own rule, before the path is read from the URL
+        check_trace_url(str(cfg.trace.db_url or ""))
+    except ParameterError as exc:
+        raise ConfigError(exc.rename("trace.db_url")) from exc
     if reading:
         path = sqlite_path(cfg.trace.db_url)
         if path is not None and not path.is_file():

@@ -349,4 +349,4 @@ def test_a_milvus_uri_pymilvus_cannot_open_exit_2(capsys, sample_cfg, uri):
     """Regression: an empty milvus.uri failed inside the retriever (exit 1) instead of as bad config."""
     code, out, err = run(capsys, "lookup", DISK_QUERY, *sample_args(sample_cfg, f"milvus.uri={uri}"))
     assert code == 2 and out == ""
-    assert len(err) == 1 and f"milvus.uri={uri!r} is neither a Milvus Lite file" in err[0]
+    assert len(err) == 1 and f"milvus.uri={uri!r}: is neither a Milvus Lite file" in err[0]

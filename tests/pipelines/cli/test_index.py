@@ -10,8 +10,7 @@ def test_an_index_without_a_terminal_says_what_it_does_and_what_it_did(small_kb,
     assert done.returncode == 0, done.stderr
     start, end = stderr_lines(done)  # no bar: stderr is a pipe here
     assert start == (
-        f"indexing {small_kb} into collection knowledge incrementally: unchanged documents are skipped "
-        "(the model loads first) ..."
+        f"indexing {small_kb} into collection knowledge incrementally: unchanged documents are skipped ..."
     )
     written = re.search(r"chunks written (\d+),", done.stdout).group(1)  # the report stays on stdout
     assert end.startswith("indexed in ") and end.endswith(
