@@ -110,7 +110,7 @@ class FallbackRetriever:
         decision_vectors: str | None = DEFAULT_DECISION_VECTORS,
         scan_depth: int = 0,
         decision_scope: str = "answer",
-        resident_max_chunks: int = 100000,
+        resident_max_chunks: int = 20000,
     ) -> None:
         """
         :param store: The Milvus collection (`KnowledgeStore`) and how to search it.

@@ -65,8 +65,8 @@ class ResidentRows:
     squared_norms: np.ndarray
 
     @classmethod
-    def of(cls, rows: list[dict]) -> "ResidentRows":
-        vectors = np.asarray([row.pop(VECTOR_FIELD) for row in rows], dtype=np.float32).reshape(len(rows), -1)
+    def of(cls, rows: list[dict], vectors: np.ndarray) -> "ResidentRows":
+        """`rows` without their vectors, and `vectors` (float32, one row each, in the same order)."""
         categories = np.asarray([row.get(CATEGORY_FIELD) or "" for row in rows], dtype=object)
         positions = {str(row[ID_FIELD]): i for i, row in enumerate(rows)}
         return cls(rows, positions, categories, vectors, np.einsum("ij,ij->i", vectors, vectors))
@@ -149,12 +149,19 @@ class ResidentCollection:
             self.search.collection, batch_size=ROWS_PER_READ, filter="", output_fields=fields
         )
         rows: list[dict] = []
+        # Each batch's vectors become float32 at once: as Python floats they take eight times the memory.
+        vectors: list[np.ndarray] = []
         try:
             while batch := iterator.next():
+                vectors.append(np.asarray([row.pop(VECTOR_FIELD) for row in batch], dtype=np.float32))
                 rows.extend(batch)
         finally:
             iterator.close()
-        return ResidentRows.of(rows) if len(rows) <= self.max_chunks else None
+        if len(rows) > self.max_chunks:
+            return None
+        return ResidentRows.of(
+            rows, np.concatenate(vectors) if vectors else np.zeros((0, self.search.layout.dim), np.float32)
+        )
 
     def candidate(self, rows: ResidentRows, hit: ScanHit) -> Candidate:
         """The chunk of `hit` as the dense search returns it: its raw score is the search's distance."""

@@ -67,7 +67,7 @@ def test_the_estimate_misses_no_row_of_the_exact_order():
     generator = np.random.default_rng(3)
     vectors = generator.normal(size=(2000, 16)).astype(np.float32) * 40
     vectors[1000:1100] = vectors[0] + generator.normal(size=(100, 16)).astype(np.float32) * 1e-3
-    rows = ResidentRows.of([{"id": f"k{i}", "category": "ab"[i % 2], "vector": list(v)} for i, v in enumerate(vectors)])
+    rows = ResidentRows.of([{"id": f"k{i}", "category": "ab"[i % 2]} for i in range(len(vectors))], vectors)
     for query in (vectors[0] + 1e-4, generator.normal(size=16).astype(np.float32) * 40):
         exact = np.linalg.norm(query[None, :] - vectors, axis=1)
         for category in (None, "a"):
