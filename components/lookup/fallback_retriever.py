@@ -19,6 +19,8 @@ from components.contracts import Candidate, L0Hints, QueryTransform, RetrievalAt
 from components.errors import ComponentFailure, first_line
 from components.lookup.fallback_policy import FallbackPolicy, FilteredFacts
 from components.lookup.hybrid_scan import EXACT_INDEX_TYPES, HybridScan
+from components.lookup.one_scan import OneScan
+from components.lookup.resident_scan import ResidentScan
 from components.lookup.retrieval_legs import DecisionScale, LegPool, PendingSearch, bm25_top_hits, merge_bm25, top_hits
 from components.stores.knowledge_store import KnowledgeStore, check_store
 from components.stores.milvus_collection import is_local_uri
@@ -56,8 +58,8 @@ class FallbackRetriever:
       also when an exact dense leg found nothing usable: `_bm25_cannot_change`).
     - A filtered attempt is retried unfiltered with the raw query when `FallbackPolicy`
       (components/lookup/fallback_policy.py) says why: no evidence, low quality or outscored.
-    - On an exact index, one unfiltered scan serves the filtered attempt, the outscored check and
-      the retry (components/lookup/hybrid_scan.py); otherwise each searches apart.
+    - On an exact index, one scan serves the filtered attempt, the outscored check and the retry:
+      the collection in memory, or a scan in Milvus (components/lookup/one_scan.py); else each searches apart.
     - After a retry the candidates of both attempts go on together (the deduper merges a chunk
       found by both, keeping both hit reasons); the unfiltered attempt is the selected one.
     - When the L0 hints name words the knowledge base never uses (`hints.uncovered_terms`), a
@@ -111,6 +113,7 @@ class FallbackRetriever:
         decision_vectors: str | None = DEFAULT_DECISION_VECTORS,
         scan_depth: int = 0,
         decision_scope: str = "answer",
+        resident_max_chunks: int = 20000,
     ) -> None:
         """
         :param store: The Milvus collection (`KnowledgeStore`) and how to search it.
@@ -137,6 +140,7 @@ class FallbackRetriever:
         :param decision_vectors: Its vectors of the indexed chunks (`.npz`; unused without `decision_model`).
         :param scan_depth: Hits per leg of a filtered lookup's one scan on an exact index (0: no scan).
         :param decision_scope: What it decides: "answer", only answer vs no evidence; "all", every threshold.
+        :param resident_max_chunks: On Milvus Lite, the most chunks held in memory to serve the dense legs (0: none).
         """
         check_store(store)
         check_choice("vector_store_mode", vector_store_mode, MODES)
@@ -152,7 +156,7 @@ class FallbackRetriever:
             ),
         )
         check_at_least(1, top_k=top_k)
-        check_at_least(0, bm25_top_k=bm25_top_k, scan_depth=scan_depth)
+        check_at_least(0, bm25_top_k=bm25_top_k, scan_depth=scan_depth, resident_max_chunks=resident_max_chunks)
         self.store = store
         self.top_k = top_k
         self.reference_threshold = reference_threshold
@@ -164,7 +168,8 @@ class FallbackRetriever:
         self.bm25_top_k = bm25_top_k
         self.outscored_margin = outscored_margin
         self.outscored_check_below = outscored_check_below
-        self.scan_depth = scan_depth
+        self.scan_depth, self.resident_max_chunks = scan_depth, resident_max_chunks
+        self._one_scan = OneScan(scan_depth, resident_max_chunks, top_k, bm25_top_k)
         self.policy = FallbackPolicy(reference_threshold, outscored_margin, outscored_check_below)  # checks them
         self.calibration = calibration
         self.raise_on_failure = raise_on_failure
@@ -271,13 +276,11 @@ class FallbackRetriever:
         # ones go on, to merge with the retry's (a chunk found by both keeps both hit reasons).
         return {"candidates": retry + usable(first, bar), "retrieval_trace": trace}
 
-    def _scan(self, query: str, embedding: Embedding) -> HybridScan | None:
-        """The lookup's one scan, on the sdk path of an open exact index; None elsewhere (searches apart)."""
-        if self.scan_depth == 0 or self._warm_path() != "sdk" or not HybridScan.serves(self._search("sdk")):
-            return None
-        return HybridScan(self._search("sdk"), query, embedding, self.scan_depth, self.top_k, self.bm25_top_k)
+    def _scan(self, query: str, embedding: Embedding) -> HybridScan | ResidentScan | None:
+        """The lookup's one scan on the sdk path of an open collection (components/lookup/one_scan.py)."""
+        return self._one_scan.start(self._search("sdk"), query, embedding) if self._warm_path() == "sdk" else None
 
-    def _unfiltered_top(self, path: str, embeddings, scan: HybridScan | None) -> float:
+    def _unfiltered_top(self, path: str, embeddings, scan: HybridScan | ResidentScan | None) -> float:
         """The best unfiltered similarity: on the decision scale, from the scan, or by a search of one hit."""
         best = self._scale.best(embeddings)
         if best is None:

@@ -120,6 +120,7 @@ class RetrievalConfig:
     bm25_top_k: int = MISSING
     outscored_margin: float = MISSING
     scan_depth: int = MISSING
+    resident_max_chunks: int = MISSING
     calibration: str = MISSING
 
 
