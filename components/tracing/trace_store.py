@@ -97,10 +97,7 @@ class TraceStore:
         :param read_only: Reads only (the review commands): the schema is checked, never created
             or migrated, and a database not at this code's revision is refused.
         """
-        check_trace_url(db_url)
-        check_named(spool_path=spool_path)
-        check_at_least(0, retry_interval=retry_interval, timeout_s=timeout_s)
-        check_flags(read_only=read_only)
+        self.check_parameters(db_url, spool_path, retry_interval, timeout_s, read_only)
         self.db_url = normalize_url(db_url)
         self.target = target_key(db_url)
         self.spool = TraceSpool(spool_path, self.target, redact(self.db_url))
@@ -118,6 +115,16 @@ class TraceStore:
         self._outage_warned = False
 
     # -- database ------------------------------------------------------------------------------
+
+    @staticmethod
+    def check_parameters(
+        db_url: str, spool_path: str, retry_interval: float, timeout_s: float, read_only: bool = False
+    ) -> None:
+        """The init parameters' rules, for whoever checks a configuration before opening a store."""
+        check_trace_url(db_url)
+        check_named(spool_path=spool_path)
+        check_at_least(0, retry_interval=retry_interval, timeout_s=timeout_s)
+        check_flags(read_only=read_only)
 
     @property
     def engine(self) -> Engine:

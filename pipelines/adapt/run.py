@@ -134,7 +134,11 @@ def adapt_model(cfg: DictConfig, options: AdaptOptions, say=print) -> AdaptResul
     record = trained_record(work, settings, options.overwrite) or _train(
         cfg, options, work, mined, settings, say, judged
     )
-    verdict = calibrate_and_judge(cfg, options, work, split, kb_path, say, labels) if options.calibrate else None
+    verdict = (
+        calibrate_and_judge(cfg, options, work, split, kb_path, say, labels, published=output)
+        if options.calibrate
+        else None
+    )
     publish(work, output)
     say(f"Adapted model written to {output}")
     say(f"  use it with: embedder.model={output}  (then `knowledge index` re-embeds the knowledge base)")
@@ -150,11 +154,13 @@ def calibrate_and_judge(
     kb_path: str,
     say,
     labels: LabelSplit | None = None,
+    published: Path | None = None,
 ):
     """
     Write the model's calibration (docs/adapt.md#calibration), then judge it against the base model
     (on the labels' check split when given, else on the KB's held-out anchors) and record the verdict
-    in its card and calibration; returns the verdict (None without one).
+    in its card and calibration; returns the verdict (None without one). `published`: the folder the
+    model moves to at the end, which the verdict names (the user's `embedder.model=`), not the work folder.
     """
     from pipelines.adapt.calibrate import calibration_lines, fit_calibration, packaged_decides, write_calibration
     from pipelines.adapt.verdict import guard_texts, judge, judged_queries
@@ -171,7 +177,7 @@ def calibrate_and_judge(
         return None
     sets = {**judged_queries(split, labels), **{s.name: s.queries for s in guard_sets}}
     say(f"Judging base against adapted model on {', '.join(f'{n} ({len(q)})' for n, q in sets.items())} ...")
-    verdict = judge(cfg, options.overrides, str(output), kb_path, sets)
+    verdict = judge(cfg, options.overrides, str(output), kb_path, sets, named=str(published or output))
     for line in verdict.lines():
         say(line)
     write_calibration(output, {**calibration, "verdict": verdict.as_dict()})

@@ -180,12 +180,14 @@ def judge(
     model_dir: str,
     kb_path: str,
     sets: dict[str, list[EvalQuery]],
+    named: str | None = None,
 ) -> AdaptVerdict:
+    """Base against the model in `model_dir` on `sets`; the verdict names the model as `named` (default: `model_dir`)."""
     root = Path(cfg.paths.state_dir) / "adapt-verdict"
     answers = {
         label: model_answers(overrides, model, root / label, kb_path, sets)
         for label, model in (("base", cfg.embedder.model), ("adapted", model_dir))
     }
-    decision = decide(cfg, sets, answers, f"embedder.model={model_dir}")
+    decision = decide(cfg, sets, answers, f"embedder.model={named or model_dir}")
     scores = {label: {n: set_scores(sets[n], answers[label][n]) for n in sets} for label in answers}
     return AdaptVerdict(decision, scores)

@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from omegaconf import DictConfig
 
 from components.errors import BadInputError, KnowledgeFailure, ParameterError
-from components.tracing.trace_database import check_trace_url, redact, sqlite_path
+from components.tracing.trace_database import redact, sqlite_path
 from components.tracing.trace_records import finite_only, to_jsonable
 from components.tracing.trace_replay import ReplayReport
 from components.tracing.trace_store import TraceStore
@@ -35,15 +35,31 @@ class ReadOnlyTraceFolderError(KnowledgeFailure):
     """A SQLite trace database in a read-only folder (exit status 1, like a read-only state folder for Milvus Lite)."""
 
 
+# The store's init parameters and the `trace.*` keys that give them.
+_TRACE_KEYS = {
+    "db_url": "db_url",
+    "spool_path": "spool_path",
+    "retry_interval": "retry_interval_s",
+    "timeout_s": "timeout_s",
+}
+
+
+def _check_trace_settings(cfg: DictConfig) -> None:
+    trace = cfg.trace
+    try:
+        TraceStore.check_parameters(
+            str(trace.db_url or ""), str(trace.spool_path or ""), trace.retry_interval_s, trace.timeout_s
+        )
+    except ParameterError as exc:
+        raise ConfigError(exc.rename(f"trace.{_TRACE_KEYS.get(exc.parameter, exc.parameter)}")) from exc
+
+
 def open_store(cfg: DictConfig, reading: bool = False) -> TraceStore:
     """
     The trace store of a config, without building the lookup pipeline. `reading`: for list, show
     and export, which must not create a database (or its folder) where none was recorded.
     """
-    try:  # the store's own rule, before the path is read from the URL
-        check_trace_url(str(cfg.trace.db_url or ""))
-    except ParameterError as exc:
-        raise ConfigError(exc.rename("trace.db_url")) from exc
+    _check_trace_settings(cfg)  # the store's own rules, before the path is read from the URL
     if reading:
         path = sqlite_path(cfg.trace.db_url)
         if path is not None and not path.is_file():

@@ -224,7 +224,7 @@ def test_a_read_timeout_that_is_not_positive_is_refused(value, shown, tmp_path):
     result = run_cli("serve", f"paths.state_dir={tmp_path}", "mlflow=off", f"serve.read_timeout_s={value}")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        f"knowledge: error: serve.read_timeout_s={shown} must be more than 0 (seconds)"
+        f"knowledge: error: serve.read_timeout_s={shown}: must be more than 0 (seconds)"
     ]
 
 
@@ -232,7 +232,7 @@ def test_a_read_timeout_that_is_not_positive_is_refused(value, shown, tmp_path):
 def test_an_endless_timeout_is_refused(key, tmp_path):
     result = run_cli("serve", f"paths.state_dir={tmp_path}", "mlflow=off", f"{key}=inf")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"knowledge: error: {key}=inf must be a finite number of seconds"]
+    assert result.stderr.strip().splitlines() == [f"knowledge: error: {key}=inf: must be a finite number of seconds"]
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,7 @@ def test_a_model_not_recommended_is_a_verdict_printed_once_and_its_folder_says_s
     assert done.returncode == 0 and "error:" not in done.stderr, done.stderr
     verdicts = [line for line in done.stdout.splitlines() if line.startswith("Verdict: ")]
     assert len(verdicts) == 1 and verdicts[0].startswith("Verdict: not recommended: "), done.stdout
+    assert f"embedder.model={output} is not better" in verdicts[0]  # the folder the user gets, not the work folder
     assert f"The adapted model stays in {output}, marked as not recommended in its card" in done.stdout
     assert "Verdict: not recommended" in (output / "README.md").read_text(encoding="utf-8")
 

@@ -82,7 +82,11 @@ def _search(state: Path, study: str, *extra: str) -> list[str]:
 def _interrupt_while_running(command: list[str], study_file: Path, study: str) -> subprocess.CompletedProcess:
     """Run `command` and send it SIGINT while a trial of `study` runs (the first: the current settings)."""
     child = subprocess.Popen(command, cwd=REPO, env=child_env(), stderr=subprocess.PIPE, text=True)
-    running = "SELECT count(*) FROM trials JOIN studies USING (study_id) WHERE study_name = ? AND state = 'RUNNING'"
+    # The first trial is enqueued (WAITING) and then runs: either state is "while a trial runs" for the count.
+    running = (
+        "SELECT count(*) FROM trials JOIN studies USING (study_id) "
+        "WHERE study_name = ? AND state IN ('WAITING', 'RUNNING')"
+    )
     deadline = time.monotonic() + 300
     while child.poll() is None and time.monotonic() < deadline:
         try:
@@ -91,7 +95,7 @@ def _interrupt_while_running(command: list[str], study_file: Path, study: str) -
                     break
         except sqlite3.Error:  # not created yet
             pass
-        time.sleep(0.1)
+        time.sleep(0.02)
     child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=120)
     return subprocess.CompletedProcess(command, child.returncode, "", err)
