@@ -5,12 +5,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from haystack.core.serialization import component_to_dict
 
 from components.common.evidence import EvidenceBar
 from components.contracts import Candidate
-from components.lookup.competition_detector import CompetitionDetector, shared_name_stem
+from components.lookup.competition_detector import CompetitionDetector, shared_name_stem, similarity_leader
 from components.stores.l0_index import L0Entry, L0Index
 from components.stores.l0_index_file import save_l0_index
+from tests.helpers import assert_round_trips
 
 
 @pytest.mark.parametrize(
@@ -21,6 +23,10 @@ from components.stores.l0_index_file import save_l0_index
         ("x/node-disk-space-filling-up.md", "x/node-disk-inodes-filling-up.md", "node-disk…filling-up"),
         ("k/KubeletDown.md", "k/KubeSchedulerDown.md", None),  # one word in common is no family
         ("k/KubeQuotaAlmostFull.md", "k/KubeQuotaAlmostFullSoon.md", "KubeQuotaAlmostFull"),
+        ("x/AlphaBetaGamma.md", "x/DeltaBetaGamma.md", None),  # later words in common are no family
+        ("k/KubeQuotaAlmostFull.md", "k/KubeQuotaAlmostExceeded.md", "KubeQuotaAlmost…"),
+        ("node/NodeRAIDDiskFailure.md", "node/NodeRAIDArrayFailure.md", "NodeRAID…Failure"),
+        ("x/NodeDiskDiskFull.md", "x/NodeDiskFull.md", "NodeDisk…Full"),  # the tail never reaches into the head
     ],
 )
 def test_shared_name_stem(leader, competitor, stem):
@@ -152,16 +158,68 @@ class TestSummaryVectorSiblings:
         save_l0_index(L0Index(entries, summary_vectors=vectors, model="test"), path)
         return path
 
-    def run(self, l0_path: str) -> dict:
+    def run(self, l0_path: str, **params) -> dict:
         # a margin of 0.1: beyond `margin` (0.05), within `sibling_margin` (0.2)
         ranked = [candidate(self.LEADER, 0.8, final_score=0.8), candidate(self.RUNNER_UP, 0.7, final_score=0.7)]
-        return CompetitionDetector(l0_index_path=l0_path).run(candidates=ranked, evidence_bar=BAR)
+        return CompetitionDetector(l0_index_path=l0_path, **params).run(candidates=ranked, evidence_bar=BAR)
 
     def test_alike_summary_vectors_make_a_runner_up_within_the_sibling_margin_compete(self, tmp_path):
         out = self.run(self.l0_with_vectors(tmp_path, [0.96, 0.28]))  # cosine 0.96 >= 0.85
         assert out["competition"].competitor == self.RUNNER_UP
         assert out["competition"].reasons == ["score margin 0.100 < 0.2", "document similarity 0.960 >= 0.85"]
 
+    def test_a_cosine_exactly_at_sibling_similarity_makes_siblings(self, tmp_path):
+        out = self.run(self.l0_with_vectors(tmp_path, [1.0, 0.0]), sibling_similarity=1.0)
+        assert out["competition"].reasons == ["score margin 0.100 < 0.2", "document similarity 1.000 >= 1.0"]
+
+    def test_a_runner_up_without_a_summary_vector_is_no_sibling_by_vector(self, tmp_path):
+        path = self.l0_with_vectors(tmp_path, [1.0, 0.0])
+        ranked = [candidate(self.LEADER, 0.8, final_score=0.8), candidate("other/Unindexed.md", 0.7, final_score=0.7)]
+        assert CompetitionDetector(l0_index_path=path).run(candidates=ranked, evidence_bar=BAR)["competition"] is None
+
     def test_unlike_summary_vectors_leave_the_leader_alone(self, tmp_path):
         out = self.run(self.l0_with_vectors(tmp_path, [0.6, 0.8]))  # cosine 0.6 < 0.85
         assert out["competition"] is None
+
+
+def detector(l0_path, **params) -> CompetitionDetector:
+    return CompetitionDetector(l0_index_path=l0_path, **params)
+
+
+class TestCompetitionDetector:
+    def test_to_dict(self, l0_path):
+        data = component_to_dict(detector(l0_path, margin=0.1, cross_reference=False), "detector")
+        assert data["init_parameters"] == {
+            "l0_index_path": l0_path,
+            "margin": 0.1,
+            "sibling_margin": 0.2,
+            "sibling_similarity": 0.85,
+            "cross_reference": False,
+        }
+
+    def test_round_trips(self, l0_path):
+        assert_round_trips(detector(l0_path, sibling_margin=0.3))
+
+    def test_run_names_the_shared_stem_of_sibling_documents(self, l0_path):
+        ranked = [candidate(SPACE, 0.8, final_score=0.8), candidate(FILES, 0.7, final_score=0.7)]
+        out = detector(l0_path).run(candidates=ranked, evidence_bar=BAR)
+        assert out["competition"].reasons == ["score margin 0.100 < 0.2", "shared name stem NodeFilesystem…FillingUp"]
+
+    def test_run_finds_a_named_runner_up_whatever_the_case_of_its_name(self, l0_path):
+        text = "This alert is similar to the nodefilesystemspacefillingup alert, but predicts inodes running out."
+        assert detector(l0_path).run(candidates=ranked_pair(text), evidence_bar=BAR)["competition"].competitor == SPACE
+
+    def test_run_ranks_documents_by_similarity_when_nothing_reranked(self, l0_path):
+        ranked = [candidate("x/a.md", 0.5, final_score=0.0), candidate("x/b.md", 0.8, final_score=0.0)]
+        out = detector(l0_path).run(candidates=ranked, evidence_bar=BAR)
+        assert (out["competition"], out["runner_up_margin"]) == (None, 0.3)
+
+    def test_run_keeps_the_first_of_a_documents_equally_scored_chunks(self, l0_path):
+        runner_up = [replace(candidate("x/b.md", 0.78, final_score=0.78), evidence_key=f"x/b.md#{n}") for n in (0, 1)]
+        out = detector(l0_path).run(
+            candidates=[candidate("x/a.md", 0.8, final_score=0.8), *runner_up], evidence_bar=BAR
+        )
+        assert out["competition"].evidence_key == "x/b.md#0"
+
+    def test_similarity_leader_of_no_candidates_is_none(self):
+        assert similarity_leader([]) is None

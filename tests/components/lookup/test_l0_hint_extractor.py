@@ -198,3 +198,9 @@ class TestL0HintExtractor:
         assert "KafkaConsumerGroupLag" in hints(kb, "[FIRING:1] KafkaConsumerGroupLag").uncovered_terms
         # A team's own name for a covered alert mostly reuses the titles' words: not uncovered.
         assert hints(kb, "[FIRING:1] DiskSpaceAlmostFull").uncovered_terms == []
+
+    def test_warm_up_without_a_tokenizer_loads_nothing(self, kb):
+        # A pipeline warms up every component, whatever its parameters.
+        extractor = L0HintExtractor(l0_index_path=kb, tokenizer_model=None)
+        extractor.warm_up()
+        assert extractor.run(query="zorblax crashed")["hints"].uncovered_terms == []
