@@ -3,12 +3,15 @@
 import copy
 import random
 
+import numpy as np
 import pytest
 
 from components.common.choices import DEFAULT_RERANK_WEIGHTS
 from components.common.evidence import EvidenceBar
 from components.contracts import L0Hints, QueryTransform
 from components.lookup.rule_reranker import RuleReranker
+from components.stores.l0_index import L0Entry, L0Index
+from components.stores.l0_index_file import save_l0_index
 from tests.helpers import assert_round_trips, candidate
 
 BAR = EvidenceBar(configured=0.35, applied=0.35)
@@ -188,3 +191,61 @@ class TestRuleRerankerSignals:
 
     def test_no_candidates_give_no_candidates(self, l0_path):
         assert self.boosts(l0_path, "similarity", []) == {}
+
+
+def ranked(l0_path, candidates, query="quokka", hints=None, embedding=None, **weights):
+    """The candidates reranked with only the given signals weighted."""
+    only = {name: 0.0 for name in DEFAULT_RERANK_WEIGHTS} | weights
+    return RuleReranker(l0_index_path=l0_path, weights=only).run(
+        query_transform=QueryTransform(raw=query, normalized=query, variants=[query]),
+        hints=hints or L0Hints(),
+        candidates=candidates,
+        query_embedding=embedding or [0.0] * 384,
+        evidence_bar=BAR,
+    )["candidates"]
+
+
+def l0_with_summary_vectors(tmp_path, vectors: dict[str, list[float]]) -> str:
+    entries = [L0Entry(source=source, title=source, category="ops") for source in vectors]
+    path = str(tmp_path / "kb.l0.json")
+    save_l0_index(L0Index(entries, summary_vectors=np.array(list(vectors.values()), dtype=np.float32), model="t"), path)
+    return path
+
+
+class TestRuleReranker:
+    def test_run_scores_document_similarity_as_the_cosine_with_the_summary_floored_at_zero(self, tmp_path):
+        path = l0_with_summary_vectors(tmp_path, {"x/a.md": [1.0, 0.0], "x/b.md": [-1.0, 0.0]})
+        out = ranked(
+            path,
+            [candidate("a", "x/a.md", 0.5), candidate("b", "x/b.md", 0.5)],
+            embedding=[0.6, 0.8],
+            document_similarity=1.0,
+        )
+        assert [(c.evidence_key, c.final_score, c.boosts) for c in out] == [
+            ("a", 0.6, {"document_similarity": 0.6}),
+            ("b", 0.0, {}),
+        ]
+
+    @pytest.mark.parametrize(
+        ("hints", "fields", "reason"),
+        [
+            (L0Hints(named_sources=["disk/DiskAlmostFull.md"]), {}, "l0_name: DiskAlmostFull"),
+            (L0Hints(matched_titles=["Disk Almost Full"]), {"title": "Disk Almost Full"}, "l0_title: Disk Almost Full"),
+            (L0Hints(domains=["disk"]), {"category": "disk"}, "l0_domain: disk"),
+            (L0Hints(entities=["PostgreSQL"]), {"entities": ["PostgreSQL", "Linux"]}, "l0_entity: PostgreSQL"),
+        ],
+    )
+    def test_run_gives_each_matched_hint_its_reason(self, l0_path, hints, fields, reason):
+        out = ranked(l0_path, [candidate("a", "disk/DiskAlmostFull.md", 0.5, **fields)], hints=hints)
+        assert out[0].hit_reasons == [reason]
+
+    def test_run_finds_query_terms_at_the_joins_of_title_breadcrumb_and_keywords(self, l0_path):
+        chunk = candidate(
+            "a", "x/a.md", 0.5, title="Disk Almost Full", keywords=["replication lag", "wal"], content="x"
+        )
+        assert ranked(l0_path, [chunk], query="full lag", lexical_overlap=1.0)[0].boosts == {"lexical_overlap": 1.0}
+
+    def test_run_saturates_the_keyword_match_at_two_keywords(self, l0_path):
+        hints = L0Hints(matched_keywords=["disk space", "disk full", "volume"])
+        chunk = candidate("a", "x/a.md", 0.5, keywords=["Disk Space", "Disk Full", "Volume"])
+        assert ranked(l0_path, [chunk], hints=hints, keyword_match=1.0)[0].boosts == {"keyword_match": 1.0}
