@@ -244,12 +244,50 @@ class TestContextPackerBudget:
     def test_run_cuts_the_top_block_to_the_budget_but_one_token(self, budget):
         pack = packed(budget, [block("a", 200, "A", REASONS), block("b", 200, "B", [])])
         assert (pack.used_tokens, pack.truncated, pack.omitted_evidence_keys) == (budget - 1, True, ["b"])
+        assert pack.text.startswith("[1] A" if budget > 5 else "[")
 
-    def test_run_packs_a_block_that_fits_exactly_whole(self):
-        blocks = [block("a", 30, "A", REASONS), block("b", 6, "B", REASONS)]
-        exact = packed(4000, blocks).used_tokens
-        pack = packed(exact, blocks)
-        assert (pack_keys(pack), pack.used_tokens, pack.truncated) == (["a", "b"], exact, False)
+    @pytest.mark.parametrize("budget", [3, 4])
+    def test_run_leaves_a_cut_mark_alone_when_the_budget_holds_no_word(self, budget):
+        pack = packed(budget, [block("a", 200, "A", REASONS)])
+        assert (pack.text, pack.truncated) == ("[…]", True)
+
+    def test_run_cuts_at_a_word_without_the_space_after_it(self, spaced_model):
+        text = packed(60, [block("a", 200, "A", REASONS)], spaced_model).text
+        assert text.endswith("word […]") and not text.endswith("  […]")
+
+    @pytest.mark.parametrize("model", [MODEL, "spaced"])
+    @pytest.mark.parametrize(
+        ("words", "known"),
+        [((30, 6), False), ((6,), False), ((6,), True)],
+        ids=["two-blocks", "short-top-block", "short-top-block-tokens-known"],  # short: less than a stub's room
+    )
+    def test_run_packs_blocks_that_fit_exactly_whole(self, model, words, known, spaced_model):
+        model = spaced_model if model == "spaced" else model
+        blocks = [
+            block(key, n, key.upper(), REASONS, tokens=count_tokens(model, "word " * n) if known else None)
+            for key, n in zip("ab", words, strict=False)
+        ]
+        exact = packed(4000, blocks, model).used_tokens
+        pack = packed(exact, blocks, model)
+        assert (pack_keys(pack), pack.used_tokens, pack.truncated) == ([b.evidence_key for b in blocks], exact, False)
+
+    def test_run_packs_the_competitor_at_every_budget_with_room_for_both_headers_and_a_stub(self):
+        top, between = block("a", 200, "A", REASONS, "ops/a.md"), block("b", 200, "B", [], "ops/b.md")
+        rival = block("c", 100, "Competitor with a long title", [*REASONS, "l0_keyword: disk"], "ops/c.md")
+        competition = Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c")
+        headers = sum(
+            packed(4000, [block(b.evidence_key, 0, b.title, b.hit_reasons)]).used_tokens for b in (top, rival)
+        )
+        for blocks in ([top, rival], [top, between, rival]):
+            for budget in range(headers + 2 * 24, 400, 7):
+                assert "c" in pack_keys(packed(budget, blocks, competition=competition)), budget
+
+    @pytest.mark.parametrize("budget", [8, 20])
+    def test_run_gives_the_top_block_a_budget_too_small_for_the_competitor_too(self, budget):
+        blocks = [block("a", 200, "A", REASONS, "ops/a.md"), block("c", 100, "C", REASONS, "ops/c.md")]
+        competition = Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c")
+        pack = packed(budget, blocks, competition=competition)
+        assert (pack_keys(pack), pack.used_tokens) == (["a"], budget - 1)
 
     def test_run_cuts_a_lower_block_with_a_stubs_room_and_omits_it_with_less(self):
         first = block("a", 30, "A", REASONS)

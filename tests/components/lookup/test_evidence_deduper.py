@@ -188,9 +188,7 @@ class TestEvidenceDeduper:
     def test_a_competitor_block_already_among_the_blocks_is_not_added_again(self):
         cands = [candidate("a0", "ops/a.md", 0.9), candidate("b0", "ops/b.md", 0.8)]
         competition = Competition("ops/a.md", "ops/b.md", 0.1, ["score margin 0.100 < 0.2"], evidence_key="b0")
-        assert keys(
-            EvidenceDeduper(max_evidence=2).run(candidates=cands, evidence_bar=BAR, competition=competition)
-        ) == [
+        assert keys(EvidenceDeduper().run(candidates=cands, evidence_bar=BAR, competition=competition)) == [
             "a0",
             "b0",
         ]
@@ -203,8 +201,8 @@ class TestEvidenceDeduper:
         assert keys(out) == ["a0", "a1", "b0"]
 
     def test_the_competitor_block_ranks_after_an_equal_score_of_higher_similarity(self):
-        cands = [candidate("a0", "ops/a.md", 0.9), candidate("a1", "ops/a.md", 0.8, final_score=0.7)]
-        cands.append(candidate("b0", "ops/b.md", 0.6, final_score=0.7))
+        cands = [candidate("a0", "ops/a.md", 0.9), candidate("c0", "ops/c.md", 0.75, final_score=0.72)]
+        cands += [candidate("a1", "ops/a.md", 0.8, final_score=0.7), candidate("b0", "ops/b.md", 0.6, final_score=0.7)]
         competition = Competition("ops/a.md", "ops/b.md", 0.2, ["named"], evidence_key="b0")
         out = EvidenceDeduper(max_evidence=3).run(candidates=cands, evidence_bar=BAR, competition=competition)
         assert keys(out) == ["a0", "a1", "b0"]

@@ -240,8 +240,9 @@ class TestRuleReranker:
         assert out[0].hit_reasons == [reason]
 
     def test_run_finds_query_terms_at_the_joins_of_title_breadcrumb_and_keywords(self, l0_path):
+        # Capitals: a word runs on into the next text only when the two are joined without a space.
         chunk = candidate(
-            "a", "x/a.md", 0.5, title="Disk Almost Full", keywords=["replication lag", "wal"], content="x"
+            "a", "x/a.md", 0.5, title="DISK ALMOST FULL", keywords=["REPLICATION LAG", "WAL"], content="x"
         )
         assert ranked(l0_path, [chunk], query="full lag", lexical_overlap=1.0)[0].boosts == {"lexical_overlap": 1.0}
 
