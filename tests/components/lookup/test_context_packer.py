@@ -251,6 +251,11 @@ class TestContextPackerBudget:
         pack = packed(budget, [block("a", 200, "A", REASONS)])
         assert (pack.text, pack.truncated) == ("[…]", True)
 
+    def test_run_marks_a_top_block_cut_to_its_header_and_the_mark_as_truncated(self):
+        header = packed(4000, [block("a", 0, "A", REASONS)]).used_tokens
+        pack = packed(header + 4, [block("a", 200, "A", REASONS)])
+        assert pack.text.endswith("\n[…]") and pack.truncated and pack.blocks[0].truncated
+
     def test_run_cuts_at_a_word_without_the_space_after_it(self, spaced_model):
         text = packed(60, [block("a", 200, "A", REASONS)], spaced_model).text
         assert text.endswith("word […]") and not text.endswith("  […]")
