@@ -34,6 +34,22 @@ class BadInputError(KnowledgeError, ValueError):
     exit_code = EXIT_BAD_INPUT
 
 
+class ParameterError(BadInputError):
+    """
+    An init parameter out of its bound: `parameter` (a dotted path into a mapping parameter, e.g.
+    `weights.bm25`), the value as shown and the rule it breaks, so that whoever built the component
+    from a config can name the config key instead (`rename`).
+    """
+
+    def __init__(self, parameter: str, shown: str, rule: str) -> None:
+        super().__init__(f"{parameter}={shown} {rule}")
+        self.parameter, self.shown, self.rule = parameter, shown, rule
+
+    def rename(self, key: str) -> str:
+        """The message with the parameter's config key in its place: `retrieval.top_k=-3: must be at least 1`."""
+        return f"{key}={self.shown}: {self.rule}"
+
+
 class KnowledgeFailure(KnowledgeError, RuntimeError):
     """Something the input does not explain failed: the vector store, the trace store."""
 

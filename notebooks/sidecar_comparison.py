@@ -88,9 +88,9 @@ SAMPLE_QUERIES = [
 
 run_id = RUN_ID or latest_run_id()
 if run_id is None:
-    from pipelines.compare import run_comparison
+    from pipelines.evaluation.compare import run_comparison
     from pipelines.indexing import run_indexing
-    from pipelines.settings import load_config
+    from pipelines.config.settings import load_config
 
     cfg = load_config([f"paths.state_dir={STATE_DIR}", f"kb.path={ROOT / 'knowledge'}"])
     run_indexing(cfg, rebuild=True)

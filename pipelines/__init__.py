@@ -1,4 +1,4 @@
-"""The YAML pipelines (yaml/) and their loader, the `knowledge` CLI, evaluation and benchmarks."""
+"""The YAML pipelines (yaml/), their loader and the two pipeline modules; the rest in wings (config/ lowest, cli/ the top)."""
 
 import os
 

@@ -5,6 +5,9 @@ The `lookup_knowledge` query pipeline (wired in pipelines/yaml/lookup_knowledge.
           -> (SidecarComparator, when enabled) -> RuleReranker -> CompetitionDetector -> EvidenceDeduper
           -> ContextPacker -> ResultAssembler -> TraceWriter
 
+QueryTransformer reads the L0 index file (once per lookup) and passes the index on: every
+component of one lookup sees the same version of it, even when a re-index lands meanwhile.
+
 loaded from the YAML file the Hydra config names, and `LookupService`, which runs it for one query or many.
 """
 
@@ -15,12 +18,12 @@ from typing import Any
 from haystack import Pipeline
 from omegaconf import DictConfig
 
-from components.contracts import InvalidQueryError, LookupResult
+from components.contracts import InvalidQueryError
 from components.errors import failed_component
-from components.stores.l0_index_file import L0IndexHandle
+from components.lookup_result import LookupResult
 from components.tracing import stage_recorder
 from components.tracing.trace_writer import TraceWriter
-from pipelines.errors import unwrap_pipeline_error
+from pipelines.config.errors import unwrap_pipeline_error
 from pipelines.serialized import ALLOWED_MODULES, load_pipeline
 
 __all__ = ["ALLOWED_MODULES", "LookupService", "build_lookup_pipeline"]
@@ -90,7 +93,7 @@ class LookupService:
         with self._warm_lock:
             if not self._warm:
                 # Fail before the model loads when nothing has been indexed yet.
-                L0IndexHandle(self.cfg.l0.index_path).get()
+                self.pipeline.get_component("query_transformer").warm_up()
                 self.pipeline.warm_up()
                 self._warm = True
 

@@ -11,6 +11,7 @@ How a file is resolved, and the ablations as config keys: docs/pipelines.md.
 import argparse
 import dataclasses
 import logging
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -19,11 +20,12 @@ from typing import Any
 import yaml
 from haystack import Pipeline
 from haystack.core.errors import DeserializationError, PipelineError
+from haystack.core.serialization import DeserializationCallbacks
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from components.errors import first_line
-from pipelines.settings import SECRET_KEYS, ConfigError, knowledge_store, load_config
+from components.errors import ParameterError, first_line
+from pipelines.config.settings import SECRET_KEYS, ConfigError, knowledge_store, load_config
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +109,8 @@ def derived_values(cfg: DictConfig, **overrides: Any) -> dict[str, Any]:
     fingerprint, whether the embedder shows a progress bar (`progress_bar=True` overrides) and
     adapt's verdict when it did not recommend the model (None otherwise).
     """
-    from pipelines.calibration import adapt_verdict
-    from pipelines.manifest import index_fingerprint
+    from pipelines.config.manifest import index_fingerprint
+    from pipelines.config.model_calibration import adapt_verdict
 
     derived = {"index_fingerprint": index_fingerprint(cfg), "progress_bar": False, "model_verdict": adapt_verdict(cfg)}
     return {**derived, **overrides}
@@ -186,14 +188,11 @@ def bypassed_by_config(cfg: DictConfig) -> dict[str, str]:
     return {} if cfg.pipeline.rerank else {"reranker": "candidates"}
 
 
-def pipeline_data(
-    cfg: DictConfig, name: str, leave_out: Iterable[str] = (), derived: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+def pipeline_template(cfg: DictConfig, name: str) -> dict[str, Any]:
     """
-    The resolved data of pipeline `name` ("lookup" or "indexing") of `cfg`, without the components
-    the config turns off (bypassed or left out) and those in `leave_out`.
+    The unresolved data of pipeline `name` of `cfg`, its `${...}` as written.
 
-    :raises ConfigError: The file is missing or no YAML mapping, or a `${...}` names no config key.
+    :raises ConfigError: The file is missing or no YAML mapping.
     """
     path = pipeline_path(cfg, name)
     try:
@@ -204,13 +203,84 @@ def pipeline_data(
         ) from exc
     if not isinstance(template, dict) or not isinstance(template.get("components"), dict):
         raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {path} is not a pipeline (no components mapping)")
+    return template
+
+
+def pipeline_data(
+    cfg: DictConfig,
+    name: str,
+    leave_out: Iterable[str] = (),
+    derived: Mapping[str, Any] | None = None,
+    pruned: bool = True,
+) -> dict[str, Any]:
+    """
+    The resolved data of pipeline `name` ("lookup" or "indexing") of `cfg`, without the components
+    the config turns off (bypassed or left out; kept when not `pruned`) and those in `leave_out`.
+
+    :raises ConfigError: The file is missing or no YAML mapping, or a `${...}` names no config key.
+    """
+    template = pipeline_template(cfg, name)
     try:
         resolved = resolve_pipeline_data(template, cfg, derived if derived is not None else derived_values(cfg))
     except OmegaConfBaseException as exc:
+        own = _resolver_config_error(exc)
+        if own is not None:  # `${knowledge_store:}` names the `milvus.*` key the store refused
+            raise own from exc
         raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {first_line(exc, from_cause=True)}") from exc
-    for component, socket in bypassed_by_config(cfg).items():
+    for component, socket in bypassed_by_config(cfg).items() if pruned else ():
         resolved = bypassing(resolved, component, socket)
-    return _config_secrets(without_components(resolved, left_out_by_config(cfg) | set(leave_out)), cfg)
+    left_out = (left_out_by_config(cfg) if pruned else set()) | set(leave_out)
+    return _config_secrets(without_components(resolved, left_out), cfg)
+
+
+def _resolver_config_error(exc: BaseException) -> ConfigError | None:
+    """The ConfigError a resolver raised, which OmegaConf wraps once per interpolation level."""
+    while exc is not None and not isinstance(exc, ConfigError):
+        exc = exc.__cause__ or exc.__context__
+    return exc
+
+
+def _config_key_message(cfg: DictConfig, name: str, component: str, error: ParameterError) -> str:
+    """
+    The error of a component's init parameter named by the config key the pipeline file wires into
+    it (`top_k: ${retrieval.top_k}` -> `retrieval.top_k=-3: must be at least 1`), or by the
+    component and parameter when the file sets it otherwise.
+    """
+    head, dot, rest = error.parameter.partition(".")  # `weights.bm25`: an entry of a mapping parameter
+    spec = pipeline_template(cfg, name)["components"].get(component) or {}
+    wired = re.fullmatch(r"\$\{([\w.]+)\}", str((spec.get("init_parameters") or {}).get(head, "")))
+    if wired and not wired.group(1).startswith("derived."):
+        return error.rename(wired.group(1) + dot + rest)
+    return f"pipeline.{name}={cfg.pipeline[name]}: " + error.rename(f"{component}.{error.parameter}")
+
+
+def _built(cfg: DictConfig, name: str, data: dict[str, Any]) -> Pipeline:
+    """Pipeline.from_dict, an init parameter a component refuses named by its config key."""
+    building: list[str] = []
+    callbacks = DeserializationCallbacks(component_pre_init=lambda component, _cls, _params: building.append(component))
+    try:
+        return Pipeline.from_dict(data, callbacks=callbacks, allowed_modules=ALLOWED_MODULES)
+    except (DeserializationError, PipelineError, TypeError, ValueError) as exc:
+        if isinstance(exc.__cause__, ParameterError) and building:
+            raise ConfigError(_config_key_message(cfg, name, building[-1], exc.__cause__)) from exc
+        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {first_line(exc, from_cause=True)}") from exc
+
+
+def check_pipelines(cfg: DictConfig) -> None:
+    """
+    The config check of the keys the components take: every component of both pipelines is built
+    from the config (also those it turns off), and so checks its init parameters; a refused one is
+    named by its config key. Nothing is warmed up: no model is loaded, no Milvus opened.
+    """
+    for name in PIPELINE_NAMES:
+        _built(cfg, name, pipeline_data(cfg, name, pruned=False))
+
+
+def load_checked_config(overrides: Sequence[str] = ()) -> DictConfig:
+    """`load_config`, and the components' own checks of their keys (`check_pipelines`): the CLI's config check."""
+    cfg = load_config(list(overrides))
+    check_pipelines(cfg)
+    return cfg
 
 
 def load_pipeline(
@@ -225,11 +295,7 @@ def load_pipeline(
     """
     leave_out = set(leave_out)
     full = pipeline_data(cfg, name, derived=derived)
-    data = without_components(full, leave_out)
-    try:
-        pipeline = Pipeline.from_dict(data, allowed_modules=ALLOWED_MODULES)
-    except (DeserializationError, PipelineError, TypeError, ValueError) as exc:
-        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {first_line(exc, from_cause=True)}") from exc
+    pipeline = _built(cfg, name, without_components(full, leave_out))
     _check_left_out_fed_only_optional_inputs(pipeline, full, leave_out)
     logger.debug("Loaded pipeline %s from %s without %s", name, pipeline_path(cfg, name), sorted(leave_out))
     return pipeline
@@ -252,7 +318,7 @@ def render_pipeline_yaml(cfg: DictConfig, name: str) -> str:
     """
     refuse_config_secrets(cfg)
     pipeline = load_pipeline(cfg, name)
-    template = yaml.safe_load(pipeline_path(cfg, name).read_text(encoding="utf-8"))
+    template = pipeline_template(cfg, name)
     present = set(pipeline.graph.nodes)
     io = {
         key: {io_name: target for io_name, target in template[key].items() if target.split(".")[0] in present}

@@ -1,18 +1,27 @@
 """
-Structure checks that ruff does not make: no module of the project over MAX_LINES lines, and no
-import cycle between its modules. Every import counts, also one inside a function or under
-`TYPE_CHECKING`: such an import hides a cycle, it does not remove it.
+Structure checks that ruff does not make: no module of the project over MAX_LINES lines, no
+import cycle between its modules, no upward import (a component importing `pipelines`, a module
+outside the CLI importing `pipelines.cli`, the top) and no import of a package's private modules
+(PUBLIC_API_ONLY). Every import counts, also one inside a function or under `TYPE_CHECKING`: such
+an import hides a cycle, it does not remove it.
 
 Usage: python scripts/check_structure.py [PACKAGE_DIR ...]   (default: components pipelines)
 Exit status 1 and one line per finding when something is wrong.
 """
 
 import ast
+import importlib
 import sys
 from pathlib import Path
 
 MAX_LINES = 450
 PACKAGES = ("components", "pipelines")
+# (importer's package, imported package): the importer sits below what it imports. The CLI's own
+# modules are not below it.
+UPWARD = (("components", "pipelines"), ("pipelines", "pipelines.cli"))
+# Packages whose API is what the top-level package exports: their submodules change between
+# releases without notice, so an import of one could break the project on an upgrade.
+PUBLIC_API_ONLY = ("hayhooks",)
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -34,6 +43,35 @@ def imported(tree: ast.AST, name: str, is_package: bool) -> set[str]:
                 base = ".".join([*anchor, base] if base else anchor)
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def exported(package: str) -> set[str] | None:
+    """The names `package` exports (`__all__`); None when it is not installed here."""
+    try:
+        return set(importlib.import_module(package).__all__)
+    except ImportError:
+        return None
+
+
+def private_imports(tree: ast.AST, packages: tuple[str, ...] = PUBLIC_API_ONLY) -> list[str]:
+    """
+    The imports of `packages` other than their exported names, as `line N: name`: a submodule
+    (`import hayhooks.settings`, `from hayhooks.server.app import x`) or a name the package does
+    not export (`from hayhooks import settings` imports the submodule too).
+    """
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module in packages:
+            public = exported(node.module)
+            names = [f"{node.module}.{a.name}" for a in node.names if public is not None and a.name not in public]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        else:
+            continue
+        found += [f"line {node.lineno}: {name}" for name in names if "." in name and name.split(".")[0] in packages]
     return found
 
 
@@ -84,6 +122,21 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) for every import of a package above the importer's (UPWARD)."""
+    return sorted(
+        (name, target)
+        for name, targets in edges.items()
+        for target in targets
+        for low, high in UPWARD
+        if within(name, low) and not within(name, high) and within(target, high)
+    )
+
+
 def main(argv: list[str]) -> int:
     root = Path(__file__).resolve().parent.parent
     packages = tuple(argv) or PACKAGES
@@ -94,6 +147,12 @@ def main(argv: list[str]) -> int:
         if lines > MAX_LINES:
             problems.append(f"{path.relative_to(root)}: {lines} lines; the limit is {MAX_LINES}")
     problems += [f"import cycle: {' <-> '.join(cycle)}" for cycle in cycles(edges)]
+    problems += [f"upward import: {name} imports {target}" for name, target in upward_imports(edges)]
+    for path in sorted(paths.values()):
+        private = private_imports(ast.parse(path.read_text(encoding="utf-8")))
+        problems += [
+            f"{path.relative_to(root)}: {where} is private: import what the package exports" for where in private
+        ]
     for problem in problems:
         print(problem)
     return 1 if problems else 0

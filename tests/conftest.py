@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import pytest
 
-from pipelines.settings import load_config
+from pipelines.config.settings import load_config
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_KB = REPO / "knowledge"

@@ -88,7 +88,7 @@ def stderr_lines(result: subprocess.CompletedProcess) -> list[str]:
 
 def derived_config(cfg, *overrides: str):
     """The config of an indexed test knowledge base (same state and KB) with more overrides."""
-    from pipelines.settings import load_config
+    from pipelines.config.settings import load_config
 
     return load_config([f"paths.state_dir={cfg.paths.state_dir}", f"kb.path={cfg.kb.path}", "mlflow=off", *overrides])
 
@@ -170,3 +170,18 @@ def shifted_model(folder: Path, shift: float = 10.0) -> Path:
     calibration = {"method": "packaged_decides", "decision_model": MODEL, "thresholds": {}, "model_revision": ""}
     (folder / "calibration.json").write_text(json.dumps(calibration), encoding="utf-8")
     return folder
+
+
+def count_stats(monkeypatch, path) -> list[str]:
+    """The `os.stat` and `os.lstat` calls on `path` from now on, one item ("stat" or "lstat") each."""
+    calls, target = [], os.path.abspath(path)
+    for name in ("stat", "lstat"):
+        real = getattr(os, name)
+
+        def counting(file, *args, _real=real, _name=name, **kwargs):
+            if isinstance(file, (str, os.PathLike)) and os.path.abspath(os.fspath(file)) == target:
+                calls.append(_name)
+            return _real(file, *args, **kwargs)
+
+        monkeypatch.setattr(os, name, counting)
+    return calls

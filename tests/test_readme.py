@@ -37,13 +37,13 @@ COVERED = {
     "make test": "tests/test_readme.py::test_make_targets_are_the_scripts_the_readme_names",
     "make adapt KB=~/runbooks": "tests/test_readme.py::test_make_targets_are_the_scripts_the_readme_names",
     "knowledge adapt --kb ~/runbooks --labels labels.jsonl --labels-only --epochs 2": (
-        "tests/pipelines/test_adapt_labels.py::test_adapt_with_labels_trains_on_them_and_judges_on_the_held_out_ones"
+        "tests/pipelines/adapt/test_adapt_labels.py::test_adapt_with_labels_trains_on_them_and_judges_on_the_held_out_ones"
     ),
     "knowledge index --kb ~/runbooks --rebuild embedder.model=.knowledge/models/adapted-runbooks": (
-        "tests/pipelines/test_adapt.py::test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model"
+        "tests/pipelines/adapt/test_adapt.py::test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model"
     ),
     'knowledge lookup "disk almost full" embedder.model=.knowledge/models/adapted-runbooks': (
-        "tests/pipelines/test_adapt.py::test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model"
+        "tests/pipelines/adapt/test_adapt.py::test_adapt_trains_resumes_deterministically_and_serves_as_embedder_model"
     ),
     "knowledge serve": "tests/integration/test_serve.py::test_lookup_returns_the_evidence_first_result_and_its_trace_row",
     "knowledge serve --mcp": "tests/integration/test_serve_mcp.py::test_call_tool_returns_evidence",

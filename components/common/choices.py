@@ -6,8 +6,10 @@ and the components check their init parameters against the same sets.
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
+
+from components.errors import ParameterError
 
 
 class Choice(StrEnum):
@@ -116,27 +118,28 @@ DEFAULT_RERANK_WEIGHTS: dict[str, float] = {
 
 def check_rerank_weights(weights: Mapping[str, float], name: str = "weights") -> None:
     """
-    The rule for rerank weights, for `RuleReranker` and the config (`name`: `rerank.weights`):
-    known signals only, none below 0. A ValueError naming the weight and the allowed values.
+    The rule for rerank weights (`RuleReranker`): known signals only, none below 0. A ParameterError
+    naming the weight (`weights.bm25`) and the allowed values.
     """
-    unknown = sorted(set(weights) - set(DEFAULT_RERANK_WEIGHTS))
-    if unknown:
-        raise ValueError(f"{name} has unknown rerank signal(s) {unknown}; known: {', '.join(DEFAULT_RERANK_WEIGHTS)}")
-    negative = sorted(signal for signal, weight in weights.items() if weight < 0)
-    if negative:
-        raise ValueError(f"{name}.{negative[0]}={weights[negative[0]]} must be at least 0")
+    if not isinstance(weights, Mapping):
+        raise ParameterError(name, repr(weights), "must map rerank signals to weights")
+    for signal, weight in sorted(weights.items()):
+        if signal not in DEFAULT_RERANK_WEIGHTS:
+            raise ParameterError(
+                f"{name}.{signal}", str(weight), f"is no rerank signal; known: {', '.join(DEFAULT_RERANK_WEIGHTS)}"
+            )
+        check_at_least(0, **{f"{name}.{signal}": weight})
 
 
 # The smallest chunk window in tokens: a smaller one splits sentences into fragments that match nothing.
 MIN_CHUNK_TOKENS = 16
 
 
-def check_chunk_sizes(max_tokens: int, overlap_tokens: int, prefix: str = "") -> None:
-    """The rule for chunk sizes, for `MarkdownChunker` and the config (`prefix`: `chunking.`)."""
-    if max_tokens < MIN_CHUNK_TOKENS:
-        raise ValueError(f"{prefix}max_tokens={max_tokens} must be at least {MIN_CHUNK_TOKENS}")
-    if not 0 <= overlap_tokens < max_tokens:
-        raise ValueError(f"{prefix}overlap_tokens={overlap_tokens} must lie in [0, max_tokens) = [0, {max_tokens})")
+def check_chunk_sizes(max_tokens: int, overlap_tokens: int) -> None:
+    """The rule for chunk sizes (`MarkdownChunker`): a window of at least 16 tokens, overlapping by less than itself."""
+    check_at_least(MIN_CHUNK_TOKENS, max_tokens=max_tokens)
+    if not (_is_number(overlap_tokens) and 0 <= overlap_tokens < max_tokens):
+        raise ParameterError("overlap_tokens", str(overlap_tokens), f"must lie in [0, max_tokens) = [0, {max_tokens})")
 
 
 # The server URI schemes pymilvus accepts; a Milvus Lite store is a file path ending in .db.
@@ -144,11 +147,14 @@ MILVUS_URI_SCHEMES = ("http", "https", "tcp", "unix")
 
 
 def check_milvus_uri(uri: str, name: str = "uri") -> None:
-    """The rule for a Milvus URI, for `KnowledgeStore` and the config (`name`: `milvus.uri`)."""
-    if not (uri.endswith(".db") or uri.split("://", 1)[0] in MILVUS_URI_SCHEMES and "://" in uri):
-        raise ValueError(
-            f"{name}={uri!r} is neither a Milvus Lite file ending in .db nor a server URI "
-            f"({', '.join(s + '://' for s in MILVUS_URI_SCHEMES)})"
+    """The rule for a Milvus URI (`KnowledgeStore`)."""
+    text = uri if isinstance(uri, str) else ""
+    if not (text.endswith(".db") or text.split("://", 1)[0] in MILVUS_URI_SCHEMES and "://" in text):
+        raise ParameterError(
+            name,
+            repr(uri),
+            "is neither a Milvus Lite file ending in .db nor a server URI "
+            f"({', '.join(s + '://' for s in MILVUS_URI_SCHEMES)})",
         )
 
 
@@ -157,31 +163,65 @@ COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
 
 
 def check_collection_name(collection: str, name: str = "collection") -> None:
-    """The rule for a Milvus collection name, for `KnowledgeStore` (`name`: the config key)."""
+    """The rule for a Milvus collection name (`KnowledgeStore`)."""
     if not (isinstance(collection, str) and COLLECTION_NAME.fullmatch(collection)):
-        raise ValueError(
-            f"{name}={collection!r} must be 1-255 letters, digits or underscores, not starting with a digit"
+        raise ParameterError(
+            name, repr(collection), "must be 1-255 letters, digits or underscores, not starting with a digit"
         )
 
 
-def check_unit_interval(**values: float) -> None:
-    """Shares and normalized similarities lie in [0, 1]: a ValueError naming the first that does not."""
+def check_choice(name: str, value: str, choices: Iterable[str]) -> None:
+    """A parameter that takes one of a closed set of values (an enum's `values()`)."""
+    allowed = tuple(choices)
+    if value not in allowed:
+        raise ParameterError(name, repr(value), f"must be one of {', '.join(allowed)}")
+
+
+def check_named(**values: str | None) -> None:
+    """Paths, model names and labels: a ParameterError naming the first that is no non-empty string."""
     for name, value in values.items():
-        if not 0.0 <= value <= 1.0:  # NaN too
-            raise ValueError(f"{name}={value} must lie in [0, 1]")
+        if not (isinstance(value, str) and value.strip()):
+            raise ParameterError(name, repr(value), "must be a non-empty string")
+
+
+def check_named_or_none(**values: str | None) -> None:
+    """Like `check_named`, where None means "none" (no MLflow, no decision model)."""
+    check_named(**{name: value for name, value in values.items() if value is not None})
+
+
+def check_flags(**values: bool) -> None:
+    """Switches: a string such as "false" would be true, so only a bool passes."""
+    for name, value in values.items():
+        if not isinstance(value, bool):
+            raise ParameterError(name, repr(value), "must be true or false")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _shown(value: object) -> str:
+    return str(value) if _is_number(value) else repr(value)
+
+
+def check_unit_interval(**values: float) -> None:
+    """Shares and normalized similarities lie in [0, 1]: a ParameterError naming the first that does not."""
+    for name, value in values.items():
+        if not (_is_number(value) and 0.0 <= value <= 1.0):  # NaN too
+            raise ParameterError(name, _shown(value), "must lie in [0, 1]")
 
 
 def check_seconds(**values: float) -> None:
-    """Durations that bound a wait: a ValueError naming the first that is not more than 0, or not finite."""
+    """Durations that bound a wait: a ParameterError naming the first that is not more than 0, or not finite."""
     for name, value in values.items():
-        if not value > 0:  # NaN too
-            raise ValueError(f"{name}={value} must be more than 0 (seconds)")
+        if not (_is_number(value) and value > 0):  # NaN too
+            raise ParameterError(name, _shown(value), "must be more than 0 (seconds)")
         if math.isinf(value):  # an endless wait is no deadline: a stalled client would hold its connection
-            raise ValueError(f"{name}={value} must be a finite number of seconds")
+            raise ParameterError(name, _shown(value), "must be a finite number of seconds")
 
 
 def check_at_least(lowest: float, **values: float) -> None:
-    """Counts and sizes have a lower bound: a ValueError naming the first value under it."""
+    """Counts and sizes have a lower bound: a ParameterError naming the first value under it."""
     for name, value in values.items():
-        if not value >= lowest:  # NaN too
-            raise ValueError(f"{name}={value} must be at least {lowest}")
+        if not (_is_number(value) and value >= lowest):  # NaN too
+            raise ParameterError(name, _shown(value), f"must be at least {lowest}")

@@ -11,7 +11,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from components.common.choices import EmbeddingBackend
+from components.common.choices import EmbeddingBackend, check_choice
 from components.common.model_folder import ADAPT_RECORD
 from components.errors import BadInputError
 
@@ -68,8 +68,7 @@ def model_revision(spec: str) -> str:
 
 
 def check_backend(backend: str) -> None:
-    if backend not in EmbeddingBackend.values():
-        raise ValueError(f"unknown embedding backend {backend!r}: one of {', '.join(EmbeddingBackend.values())}")
+    check_choice("backend", backend, EmbeddingBackend.values())
 
 
 def vector_space(spec: str, backend: str) -> str:

@@ -4,6 +4,7 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 
+from components.common.choices import check_named, check_named_or_none
 from components.common.decision_scale import DecisionVectors, DecisionVectorsError
 from components.contracts import IndexPlan
 
@@ -39,8 +40,8 @@ class DecisionVectorPruner:
         :param model: The decision model (`embedder.decision_model`); None: nothing to prune.
         :param path: The `.npz` file of its vectors.
         """
-        if model is not None and not str(model).strip():
-            raise ValueError("model must name the decision model, or be None")
+        check_named_or_none(model=model)
+        check_named(path=path)
         self.model = model
         self.path = path
 

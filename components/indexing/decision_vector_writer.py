@@ -5,9 +5,9 @@ from typing import Any
 import numpy as np
 from haystack import Document, component
 
-from components.common.choices import check_at_least
+from components.common.choices import check_at_least, check_named, check_named_or_none
 from components.common.decision_scale import DecisionVectors, DecisionVectorsError
-from components.common.embedding_models import DEFAULT_BACKEND
+from components.common.embedding_models import DEFAULT_BACKEND, check_backend
 from components.contracts import IndexPlan
 from components.indexing.document_embedder import KnowledgeDocumentEmbedder
 
@@ -63,9 +63,10 @@ class DecisionVectorWriter:
         :param batch_size: Texts per encode batch.
         :param onnx_cache_dir: Where ONNX exports are cached.
         """
+        check_named_or_none(model=model, onnx_cache_dir=onnx_cache_dir)
+        check_named(path=path, device=device)
+        check_backend(backend)
         check_at_least(1, batch_size=batch_size)
-        if model is not None and not str(model).strip():
-            raise ValueError("model must name the decision model, or be None")
         self.model = model
         self.path = path
         self.backend = backend

@@ -4,7 +4,7 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.common.choices import EmbeddingBackend, check_at_least
+from components.common.choices import EmbeddingBackend, check_at_least, check_flags, check_named, check_named_or_none
 from components.common.embedding_models import (
     DEFAULT_BACKEND,
     DEFAULT_MODEL,
@@ -12,6 +12,7 @@ from components.common.embedding_models import (
     load_onnx_encoder,
     resolve_model,
 )
+from components.errors import ParameterError
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +64,18 @@ class KnowledgeDocumentEmbedder:
         :param backend: "torch", "onnx" or "onnx_int8".
         :param onnx_cache_dir: Where ONNX exports are cached (default: the user cache folder).
         """
-        check_backend(backend)
+        check_named(model=model, device=device)
         check_at_least(1, batch_size=batch_size)
+        check_flags(progress_bar=progress_bar)
+        if meta_fields_to_embed is not None and not (
+            isinstance(meta_fields_to_embed, list | tuple)
+            and all(isinstance(f, str) and f for f in meta_fields_to_embed)
+        ):
+            raise ParameterError(
+                "meta_fields_to_embed", repr(meta_fields_to_embed), "must be a list of meta field names"
+            )
+        check_backend(backend)
+        check_named_or_none(onnx_cache_dir=onnx_cache_dir)
         self.model = model
         self.device = device
         self.batch_size = batch_size

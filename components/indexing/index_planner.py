@@ -5,7 +5,8 @@ from typing import Any
 from haystack import Document, component
 
 from components.contracts import IndexPlan
-from components.stores.knowledge_store import KnowledgeStore
+from components.errors import ParameterError
+from components.stores.knowledge_store import KnowledgeStore, check_store
 from components.stores.milvus_collection import ID_FIELD, METADATA_FIELD
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,9 @@ class IndexPlanner:
         :param store: The Milvus collection (`KnowledgeStore`).
         :param fingerprint: Everything besides the file content that changes the chunks or vectors.
         """
+        check_store(store)
+        if not isinstance(fingerprint, str):
+            raise ParameterError("fingerprint", repr(fingerprint), "must be a string")
         self.store = store
         self.collection = store.collection
         self.fingerprint = fingerprint

@@ -5,6 +5,7 @@ from typing import Any
 import numpy as np
 from haystack import Document, component
 
+from components.common.choices import check_named
 from components.common.embedding_models import DEFAULT_BACKEND, DEFAULT_MODEL, vector_space
 from components.common.l0_words import joined_words
 from components.common.markdown_sections import split_sections
@@ -59,6 +60,7 @@ class L0IndexWriter:
         :param backend: The chunks' embedding backend: "torch", "onnx" or "onnx_int8".
         :param onnx_cache_dir: Where ONNX exports are cached (default: the user cache folder).
         """
+        check_named(index_path=index_path)  # the model, device and backend: checked by its embedder below
         self.index_path = index_path
         self.model = model
         self.device = device

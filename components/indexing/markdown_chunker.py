@@ -4,7 +4,7 @@ from typing import Any
 
 from haystack import Document, component
 
-from components.common.choices import check_at_least, check_chunk_sizes
+from components.common.choices import check_at_least, check_chunk_sizes, check_named
 from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.markdown_sections import Section, section_kind, split_sections
 from components.common.text import is_cjk, terms
@@ -69,6 +69,7 @@ class MarkdownChunker:
         check_chunk_sizes(max_tokens, overlap_tokens)
         check_at_least(0, min_tokens=min_tokens)
         check_at_least(1, max_chars=max_chars)
+        check_named(tokenizer_model=tokenizer_model)
         self.max_tokens = max_tokens
         self.overlap_tokens = overlap_tokens
         self.min_tokens = min_tokens

@@ -10,6 +10,7 @@ import frontmatter
 import yaml
 from haystack import Document, component
 
+from components.common.choices import check_named
 from components.common.markdown_sections import first_heading, is_blank_document
 from components.common.text import clean
 from components.contracts import SkippedFile
@@ -73,6 +74,7 @@ class MarkdownKnowledgeReader:
         :param kb_path: The knowledge base folder.
         :param default_category: Category of files at the top level of the folder without one.
         """
+        check_named(kb_path=kb_path, default_category=default_category)
         self.kb_path = kb_path
         self.default_category = default_category
 

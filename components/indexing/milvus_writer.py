@@ -6,7 +6,7 @@ from typing import Any
 from haystack import Document, component
 
 from components.contracts import IndexPlan
-from components.stores.knowledge_store import KnowledgeStore
+from components.stores.knowledge_store import KnowledgeStore, check_store
 from components.stores.lite_db import collection_folder, damaged_collection, move_plain_file_aside
 from components.stores.milvus_collection import (
     CATEGORY_FIELD,
@@ -87,6 +87,7 @@ class MilvusChunkWriter:
         :param store: The Milvus collection (`KnowledgeStore`), with the index and full-text field
             a new collection gets.
         """
+        check_store(store)
         self.store = store
         self.collection = store.collection
 

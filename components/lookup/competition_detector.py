@@ -5,11 +5,11 @@ from typing import Any
 import numpy as np
 from haystack import component
 
-from components.common.choices import check_at_least, check_unit_interval
+from components.common.choices import check_at_least, check_flags, check_unit_interval
 from components.common.evidence import EvidenceBar, usable
 from components.common.text import identifier_words
 from components.contracts import Candidate, Competition
-from components.stores.l0_index_file import L0IndexHandle
+from components.stores.l0_index import L0Index
 
 # Two document names sharing this many leading words are one family ("NodeFilesystem...").
 _FAMILY_PREFIX_WORDS = 2
@@ -90,18 +90,15 @@ class CompetitionDetector:
     Usage example:
 
     ```python
-    >>> import tempfile
     >>> from components.common.evidence import EvidenceBar
     >>> from components.contracts import Candidate
     >>> from components.stores.l0_index import L0Index
-    >>> from components.stores.l0_index_file import save_l0_index
-    >>> path = f"{tempfile.mkdtemp()}/kb.l0.json"
-    >>> save_l0_index(L0Index([]), path)  # no summary vectors: siblings by name only
+    >>> index = L0Index([])  # no summary vectors: siblings by name only
     >>> def chunk(source, score):
     ...     return Candidate(f"{source}#0", source, "text", score, 2 - 2 * score, "l2", "sdk", final_score=score)
     >>> ranked = [chunk("node/NodeFilesystemSpaceFillingUp.md", 0.8), chunk("node/NodeFilesystemFilesFillingUp.md", 0.7)]
-    >>> detector = CompetitionDetector(l0_index_path=path)
-    >>> out = detector.run(candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.35))
+    >>> detector = CompetitionDetector()
+    >>> out = detector.run(candidates=ranked, evidence_bar=EvidenceBar(configured=0.35, applied=0.35), l0_index=index)
     >>> out["competition"].competitor, out["runner_up_margin"]
     ('node/NodeFilesystemFilesFillingUp.md', 0.1)
     >>> out["competition"].reasons  # siblings by name: within sibling_margin
@@ -112,14 +109,12 @@ class CompetitionDetector:
 
     def __init__(
         self,
-        l0_index_path: str,
         margin: float = 0.05,
         sibling_margin: float = 0.2,
         sibling_similarity: float = 0.85,
         cross_reference: bool = True,
     ) -> None:
         """
-        :param l0_index_path: The L0 index (document summary vectors).
         :param margin: A runner-up within this rerank-score margin of the leader competes.
         :param sibling_margin: A sibling runner-up within this margin competes.
         :param sibling_similarity: Summary-vector cosine at or above which two documents are siblings.
@@ -127,20 +122,20 @@ class CompetitionDetector:
         """
         check_at_least(0, margin=margin, sibling_margin=sibling_margin)
         check_unit_interval(sibling_similarity=sibling_similarity)
-        self.l0_index_path = l0_index_path
+        check_flags(cross_reference=cross_reference)
         self.margin = margin
         self.sibling_margin = sibling_margin
         self.sibling_similarity = sibling_similarity
         self.cross_reference = cross_reference
-        self._l0 = L0IndexHandle(l0_index_path)
 
     @component.output_types(
         competition=Competition | None, runner_up_margin=float | None, similarity_agrees=bool | None
     )
-    def run(self, candidates: list[Candidate], evidence_bar: EvidenceBar) -> dict[str, Any]:
+    def run(self, candidates: list[Candidate], evidence_bar: EvidenceBar, l0_index: L0Index) -> dict[str, Any]:
         """
         :param candidates: Reranked candidates, in rank order.
         :param evidence_bar: The retriever's; only candidates at or above its applied bar are considered.
+        :param l0_index: The L0 index the lookup read (document summary vectors).
         :returns: `competition` (None when the leader stands alone), `runner_up_margin` (None
             without a second usable document) and `similarity_agrees`: whether the leader is also
             the best document by vector similarity alone (None without a usable candidate).
@@ -152,7 +147,7 @@ class CompetitionDetector:
             return {"competition": None, "runner_up_margin": None, "similarity_agrees": agrees}
         (leader, (leader_score, leader_best)), (runner_up, (runner_score, best)) = documents[0], documents[1]
         margin = runner_up_margin = round(leader_score - runner_score, 4)
-        reasons = self._sibling_reasons(leader, runner_up)
+        reasons = self._sibling_reasons(l0_index, leader, runner_up)
         limit = self.sibling_margin if reasons else self.margin
         named = self._named_runner_up(leader_best, documents[1:]) if margin >= limit else None
         if margin < limit:
@@ -160,7 +155,7 @@ class CompetitionDetector:
         elif named is not None:
             runner_up, (runner_score, best) = named
             margin = round(leader_score - runner_score, 4)
-            reasons = self._sibling_reasons(leader, runner_up)
+            reasons = self._sibling_reasons(l0_index, leader, runner_up)
             reasons.insert(0, f"the leader's best block names {PurePosixPath(runner_up).stem} (margin {margin:.3f})")
         else:
             return {"competition": None, "runner_up_margin": margin, "similarity_agrees": agrees}
@@ -175,12 +170,11 @@ class CompetitionDetector:
             return None
         return next((document for document in runners_up if names_document(leader_best.content, document[0])), None)
 
-    def _sibling_reasons(self, leader: str, runner_up: str) -> list[str]:
+    def _sibling_reasons(self, index: L0Index, leader: str, runner_up: str) -> list[str]:
         reasons = []
         stem = shared_name_stem(leader, runner_up)
         if stem:
             reasons.append(f"shared name stem {stem}")
-        index = self._l0.get()
         first, second = index.summary_vector(leader), index.summary_vector(runner_up)
         if first is not None and second is not None:
             similarity = float(np.dot(first, second))

@@ -4,7 +4,7 @@ from typing import Any
 
 from haystack import component
 
-from components.common.choices import check_at_least
+from components.common.choices import check_at_least, check_named
 from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.text import unique
 from components.contracts import Competition, ContextPack, EvidenceBlock, PackedBlock
@@ -53,6 +53,7 @@ class ContextPacker:
         :param tokenizer_model: The model whose tokenizer counts tokens (the embedding model).
         """
         check_at_least(1, budget_tokens=budget_tokens)  # a smaller budget than a header still packs a cut block
+        check_named(tokenizer_model=tokenizer_model)
         self.budget_tokens = budget_tokens
         self.tokenizer_model = tokenizer_model
         self._tokenizer = None

@@ -17,7 +17,6 @@ from components.contracts import (
     QueryTransform,
     RerankEntry,
 )
-from components.lookup.rule_reranker import needed_section_kinds
 
 L0_REASON_PREFIX = "l0_"
 
@@ -81,7 +80,7 @@ class EvidenceDeduper:
         :param candidates: Candidates in rank order (from `RuleReranker`).
         :param evidence_bar: The retriever's; its applied bar decides which candidates are evidence.
         :param competition: A document competing with the best one: its best block is kept.
-        :param query_transform: The query, for the sections of the leading document it needs.
+        :param query_transform: The query, for the sections of the leading document it needs (`needed_sections`).
         :returns: `evidence_blocks`, `rerank_trace` and `dedup` counts.
         """
         merged: dict[str, Candidate] = {}
@@ -103,7 +102,7 @@ class EvidenceDeduper:
         if competition is not None:
             final = _with_competitor(final, merged.get(competition.evidence_key or ""), self.max_evidence)
         if query_transform is not None and final:
-            final = _with_needed_sections(final, candidates_usable, needed_section_kinds(query_transform.normalized))
+            final = _with_needed_sections(final, candidates_usable, query_transform.needed_sections)
 
         blocks = [_block(c) for c in final]
         trace = [
@@ -148,14 +147,16 @@ def _with_competitor(final: list[Candidate], best: Candidate | None, max_evidenc
     return sorted([*kept, best], key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
 
 
-def _with_needed_sections(final: list[Candidate], candidates: list[Candidate], needed: set[str]) -> list[Candidate]:
+def _with_needed_sections(
+    final: list[Candidate], candidates: list[Candidate], needed: frozenset[str]
+) -> list[Candidate]:
     """
     The final blocks with the leading document's best candidate of each needed section kind it
     lacks, each in the place of the leader's last block of a section not needed (its first stays).
     """
     leader = final[0].source
     own = [c for c in final if c.source == leader]
-    missing = needed - {c.section_kind for c in own}
+    missing = set(needed) - {c.section_kind for c in own}
     spare = [c for c in own[1:] if c.section_kind not in needed]
     chosen = {c.evidence_key for c in final}
     kept = final

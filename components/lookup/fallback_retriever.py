@@ -1,21 +1,28 @@
-import contextvars
 import logging
-import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from haystack import component
 
-from components.common.choices import RetrievalLeg, VectorStoreMode, check_at_least, check_unit_interval
+from components.common.choices import (
+    RetrievalLeg,
+    VectorStoreMode,
+    check_at_least,
+    check_choice,
+    check_flags,
+    check_named,
+    check_unit_interval,
+)
 from components.common.decision_scale import DEFAULT_DECISION_VECTORS
 from components.common.evidence import EvidenceBar, usable
 from components.contracts import Candidate, L0Hints, QueryTransform, RetrievalAttempt, RetrievalTrace
 from components.errors import ComponentFailure, first_line
 from components.lookup.fallback_policy import FallbackPolicy, FilteredFacts
 from components.lookup.hybrid_scan import EXACT_INDEX_TYPES, HybridScan
-from components.lookup.retrieval_legs import DecisionScale, PendingSearch, bm25_top_hits, merge_bm25, top_hits
-from components.stores.knowledge_store import KnowledgeStore
+from components.lookup.one_scan import OneScan
+from components.lookup.resident_scan import ResidentScan
+from components.lookup.retrieval_legs import DecisionScale, LegPool, PendingSearch, bm25_top_hits, merge_bm25, top_hits
+from components.stores.knowledge_store import KnowledgeStore, check_store
 from components.stores.milvus_collection import is_local_uri
 from components.stores.milvus_deadline import lookup_deadline
 from components.stores.vector_search import (
@@ -33,8 +40,6 @@ DENSE = RetrievalLeg.dense.value
 BM25 = RetrievalLeg.bm25.value
 BM25_OFF = "disabled: retrieval.bm25_top_k=0"
 BM25_CANNOT_CHANGE = "not run: the exact dense leg found nothing usable in this filtered attempt, so it is retried"
-# Threads of a retriever for the searches it waits on side by side (BM25 legs, a speculative retry).
-LEG_THREADS = 8
 
 
 @component
@@ -53,8 +58,8 @@ class FallbackRetriever:
       also when an exact dense leg found nothing usable: `_bm25_cannot_change`).
     - A filtered attempt is retried unfiltered with the raw query when `FallbackPolicy`
       (components/lookup/fallback_policy.py) says why: no evidence, low quality or outscored.
-    - On an exact index, one unfiltered scan serves the filtered attempt, the outscored check and
-      the retry (components/lookup/hybrid_scan.py); otherwise each searches apart.
+    - On an exact index, one scan serves the filtered attempt, the outscored check and the retry:
+      the collection in memory, or a scan in Milvus (components/lookup/one_scan.py); else each searches apart.
     - After a retry the candidates of both attempts go on together (the deduper merges a chunk
       found by both, keeping both hit reasons); the unfiltered attempt is the selected one.
     - When the L0 hints name words the knowledge base never uses (`hints.uncovered_terms`), a
@@ -108,6 +113,7 @@ class FallbackRetriever:
         decision_vectors: str | None = DEFAULT_DECISION_VECTORS,
         scan_depth: int = 0,
         decision_scope: str = "answer",
+        resident_max_chunks: int = 20000,
     ) -> None:
         """
         :param store: The Milvus collection (`KnowledgeStore`) and how to search it.
@@ -134,9 +140,12 @@ class FallbackRetriever:
         :param decision_vectors: Its vectors of the indexed chunks (`.npz`; unused without `decision_model`).
         :param scan_depth: Hits per leg of a filtered lookup's one scan on an exact index (0: no scan).
         :param decision_scope: What it decides: "answer", only answer vs no evidence; "all", every threshold.
+        :param resident_max_chunks: On Milvus Lite, the most chunks held in memory to serve the dense legs (0: none).
         """
-        if vector_store_mode not in MODES:
-            raise ValueError(f"vector_store_mode must be one of {', '.join(MODES)}, not {vector_store_mode!r}")
+        check_store(store)
+        check_choice("vector_store_mode", vector_store_mode, MODES)
+        check_flags(l1_enabled=l1_enabled, category_filter=category_filter, raise_on_failure=raise_on_failure)
+        check_named(calibration=calibration)
         check_unit_interval(
             reference_threshold=reference_threshold,
             evidence_threshold=evidence_threshold,
@@ -147,7 +156,7 @@ class FallbackRetriever:
             ),
         )
         check_at_least(1, top_k=top_k)
-        check_at_least(0, bm25_top_k=bm25_top_k, scan_depth=scan_depth)
+        check_at_least(0, bm25_top_k=bm25_top_k, scan_depth=scan_depth, resident_max_chunks=resident_max_chunks)
         self.store = store
         self.top_k = top_k
         self.reference_threshold = reference_threshold
@@ -159,7 +168,8 @@ class FallbackRetriever:
         self.bm25_top_k = bm25_top_k
         self.outscored_margin = outscored_margin
         self.outscored_check_below = outscored_check_below
-        self.scan_depth = scan_depth
+        self.scan_depth, self.resident_max_chunks = scan_depth, resident_max_chunks
+        self._one_scan = OneScan(scan_depth, resident_max_chunks, top_k, bm25_top_k)
         self.policy = FallbackPolicy(reference_threshold, outscored_margin, outscored_check_below)  # checks them
         self.calibration = calibration
         self.raise_on_failure = raise_on_failure
@@ -167,15 +177,7 @@ class FallbackRetriever:
         self.decision_scope = decision_scope
         self._scale = DecisionScale(decision_model, decision_vectors, decision_scope)
         self._searches: dict[str, VectorSearch] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
-
-    def _in_background(self, function, *args) -> Future:
-        """Run `function(*args)` in the retriever's pool, in a copy of this context (the Milvus deadline)."""
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=LEG_THREADS, thread_name_prefix="retrieval-leg")
-        return self._pool.submit(contextvars.copy_context().run, function, *args)
+        self._legs = LegPool()
 
     def _search(self, path: str) -> VectorSearch:
         if path not in self._searches:
@@ -274,13 +276,11 @@ class FallbackRetriever:
         # ones go on, to merge with the retry's (a chunk found by both keeps both hit reasons).
         return {"candidates": retry + usable(first, bar), "retrieval_trace": trace}
 
-    def _scan(self, query: str, embedding: Embedding) -> HybridScan | None:
-        """The lookup's one scan, on the sdk path of an open exact index; None elsewhere (searches apart)."""
-        if self.scan_depth == 0 or self._warm_path() != "sdk" or not HybridScan.serves(self._search("sdk")):
-            return None
-        return HybridScan(self._search("sdk"), query, embedding, self.scan_depth, self.top_k, self.bm25_top_k)
+    def _scan(self, query: str, embedding: Embedding) -> HybridScan | ResidentScan | None:
+        """The lookup's one scan on the sdk path of an open collection (components/lookup/one_scan.py)."""
+        return self._one_scan.start(self._search("sdk"), query, embedding) if self._warm_path() == "sdk" else None
 
-    def _unfiltered_top(self, path: str, embeddings, scan: HybridScan | None) -> float:
+    def _unfiltered_top(self, path: str, embeddings, scan: HybridScan | ResidentScan | None) -> float:
         """The best unfiltered similarity: on the decision scale, from the scan, or by a search of one hit."""
         best = self._scale.best(embeddings)
         if best is None:
@@ -298,7 +298,7 @@ class FallbackRetriever:
         path = self._warm_path()
         if path is None or is_local_uri(self.store.uri):
             return None
-        dense = PendingSearch(self._in_background(self._search_with_mode, embeddings.query, None), path)
+        dense = PendingSearch(self._legs.submit(self._search_with_mode, embeddings.query, None), path)
         return dense, self._start_bm25(None, query_transform.normalized, embeddings.query)
 
     def _warm_path(self) -> str | None:
@@ -319,7 +319,7 @@ class FallbackRetriever:
         if not self._search(path).known_layout.has_sparse:
             return PendingSearch(None)
         search = self._search(path)
-        return PendingSearch(self._in_background(search.bm25_search, query, embedding, self.bm25_top_k, category), path)
+        return PendingSearch(self._legs.submit(search.bm25_search, query, embedding, self.bm25_top_k, category), path)
 
     def evidence_bar(self, hints: L0Hints) -> float:
         """The similarity a candidate needs to be usable evidence for a query with these hints."""
@@ -346,17 +346,13 @@ class FallbackRetriever:
         """
         started_ns = time.time_ns()
         bm25 = bm25 or self._start_bm25(category, query, embedding)
-        if dense is not None and dense.future is not None:
-            candidates, path, note = dense.result()
-        else:
-            candidates, path, note = self._search_with_mode(embedding, category)
+        candidates, path, note = self._dense_leg(dense, embedding, category)
         candidates = self._scale.apply(candidates, decision)
         dense_top = top_hits(DENSE, candidates)
-        scope = "category=" + repr(category) if category else "unfiltered"
-        reason = f"vector:{path} attempt {index} ({scope})"
+        where = f"{path} attempt {index} ({'category=' + repr(category) if category else 'unfiltered'})"
         for candidate in candidates:
             candidate.attempt = index
-            candidate.hit_reasons.append(reason)
+            candidate.hit_reasons.append(f"vector:{where}")
         legs = [DENSE]
         exact = category and decision is None and self._bm25_cannot_change(path, candidates, bar)  # same scale only
         skipped = BM25_CANNOT_CHANGE if exact else None
@@ -364,12 +360,7 @@ class FallbackRetriever:
         bm25_only: list[Candidate] = []
         if hits is not None:
             legs.append(BM25)
-            bm25_only = self._scale.apply(merge_bm25(candidates, hits), decision)
-            for candidate in bm25_only:
-                candidate.attempt = index
-            for candidate in candidates + bm25_only:
-                if candidate.bm25_rank is not None:
-                    candidate.hit_reasons.append(f"bm25:{path} attempt {index} ({scope}) rank {candidate.bm25_rank}")
+            bm25_only = self._scale.apply(merge_bm25(candidates, hits, index, f"bm25:{where}"), decision)
             candidates = candidates + bm25_only
         trace.legs = [leg for leg in (DENSE, BM25) if leg in trace.legs or leg in legs]
         good = usable(candidates, bar)
@@ -393,6 +384,14 @@ class FallbackRetriever:
             ended_ns=time.time_ns(),
         )
         return candidates, attempt
+
+    def _dense_leg(
+        self, started: PendingSearch | None, embedding: list[float], category: str | None
+    ) -> tuple[list[Candidate], str, str | None]:
+        """The dense leg's candidates, path and note: of its search started already, else of one run now."""
+        if started is not None and started.future is not None:
+            return started.result()
+        return self._search_with_mode(embedding, category)
 
     def _bm25_cannot_change(self, path: str, dense: list[Candidate], bar: float) -> bool:
         """

@@ -4,11 +4,12 @@ from typing import Any
 
 from haystack import component
 
-from components.common.choices import check_at_least, check_unit_interval
+from components.common.choices import check_at_least, check_flags, check_named_or_none, check_unit_interval
 from components.common.embedding_models import DEFAULT_MODEL, load_tokenizer
 from components.common.text import ascii_word_terms
 from components.contracts import L0Hints
-from components.stores.l0_index_file import L0IndexHandle
+from components.lookup.l0_matching import match, uncovered_terms
+from components.stores.l0_index import L0Index
 
 logger = logging.getLogger(__name__)
 
@@ -30,15 +31,12 @@ class L0HintExtractor:
     Usage example:
 
     ```python
-    >>> import tempfile
     >>> from components.contracts import EntityRef
     >>> from components.stores.l0_index import L0Entry, L0Index
-    >>> from components.stores.l0_index_file import save_l0_index
-    >>> path = f"{tempfile.mkdtemp()}/kb.l0.json"
     >>> pg = EntityRef("PostgreSQL", aliases=["postgres"])
-    >>> save_l0_index(L0Index([L0Entry("database/replica-lag.md", "Replica Lag", "database", entities=[pg])]), path)
-    >>> extractor = L0HintExtractor(l0_index_path=path)
-    >>> hints = extractor.run(query="postgres replica is lagging")["hints"]
+    >>> index = L0Index([L0Entry("database/replica-lag.md", "Replica Lag", "database", entities=[pg])])
+    >>> extractor = L0HintExtractor()
+    >>> hints = extractor.run(query="postgres replica is lagging", l0_index=index)["hints"]
     >>> hints.entities, hints.single_domain
     (['PostgreSQL'], 'database')
 
@@ -47,7 +45,6 @@ class L0HintExtractor:
 
     def __init__(
         self,
-        l0_index_path: str,
         title_min_overlap: float = 0.6,
         domain_from_matches: bool = True,
         domain_min_precision: float = 0.5,
@@ -56,7 +53,6 @@ class L0HintExtractor:
         passing_mention_df: int = 1,
     ) -> None:
         """
-        :param l0_index_path: The L0 index written by `knowledge index`.
         :param title_min_overlap: IDF-weighted share of a title's words that must occur in the query.
         :param domain_from_matches: Also take domains from the categories of matched entries.
         :param domain_min_precision: A category named in the query is a domain only when at least this
@@ -69,20 +65,20 @@ class L0HintExtractor:
         :param passing_mention_df: A word that at most this many documents use, and no title,
             keyword or entity, is uncovered too (mentioned in passing); 0 turns the rule off.
         """
+        check_named_or_none(tokenizer_model=tokenizer_model)
+        check_flags(domain_from_matches=domain_from_matches)
         check_unit_interval(
             title_min_overlap=title_min_overlap,
             domain_min_precision=domain_min_precision,
             subject_elsewhere_margin=subject_elsewhere_margin,
         )
         check_at_least(0, passing_mention_df=passing_mention_df)
-        self.l0_index_path = l0_index_path
         self.title_min_overlap = title_min_overlap
         self.domain_from_matches = domain_from_matches
         self.domain_min_precision = domain_min_precision
         self.tokenizer_model = tokenizer_model
         self.subject_elsewhere_margin = subject_elsewhere_margin
         self.passing_mention_df = passing_mention_df
-        self._l0 = L0IndexHandle(l0_index_path)
         self._common_words: frozenset[str] | None = None
 
     def warm_up(self) -> None:
@@ -90,13 +86,14 @@ class L0HintExtractor:
             self._common_words = common_words(self.tokenizer_model)
 
     @component.output_types(hints=L0Hints)
-    def run(self, query: str) -> dict[str, Any]:
+    def run(self, query: str, l0_index: L0Index) -> dict[str, Any]:
         """
         :param query: The normalised query.
+        :param l0_index: The L0 index the lookup read (`QueryTransformer`'s `l0_index`).
         :returns: `hints`, an `L0Hints`.
         """
-        index = self._l0.get()
-        hints = index.match(
+        hints = match(
+            l0_index,
             query,
             self.title_min_overlap,
             self.domain_from_matches,
@@ -105,8 +102,8 @@ class L0HintExtractor:
         )
         if self.tokenizer_model:
             self.warm_up()
-            hints.uncovered_terms = index.uncovered_terms(
-                query, self._common_words or frozenset(), self.passing_mention_df
+            hints.uncovered_terms = uncovered_terms(
+                l0_index, query, self._common_words or frozenset(), self.passing_mention_df
             )
         logger.debug("L0 hints for %r: %s", query, hints)
         return {"hints": hints}

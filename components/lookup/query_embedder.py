@@ -4,7 +4,7 @@ from typing import Any
 import numpy as np
 from haystack import component
 
-from components.common.choices import EmbeddingBackend
+from components.common.choices import EmbeddingBackend, check_named, check_named_or_none
 from components.common.embedding_models import (
     DEFAULT_BACKEND,
     DEFAULT_MODEL,
@@ -60,9 +60,9 @@ class KnowledgeQueryEmbedder:
             `model` ranks (components/common/decision_scale.py), on the same backend; None: no second
             embedding (the decision outputs are None).
         """
+        check_named(model=model, device=device)
         check_backend(backend)
-        if decision_model is not None and not str(decision_model).strip():
-            raise ValueError("decision_model must name a model, or be None")
+        check_named_or_none(onnx_cache_dir=onnx_cache_dir, decision_model=decision_model)
         self.model = model
         self.device = device
         self.backend = backend

@@ -2,9 +2,12 @@ from typing import Any
 
 from haystack import component
 
-from components.common.choices import OnOverlong, check_at_least
+from components.common.choices import OnOverlong, check_at_least, check_choice, check_flags, check_named
 from components.common.text import clean, printable, template_actions_as_words
 from components.contracts import InvalidQueryError, QueryTransform
+from components.lookup.l0_matching import entity_expansions, name_expansions
+from components.lookup.query_intents import needed_section_kinds
+from components.stores.l0_index import L0Index
 from components.stores.l0_index_file import L0IndexHandle
 
 
@@ -23,7 +26,12 @@ class QueryTransformer:
     firing (Kube Quota Almost Full)"), and an alert name that a notification quotes but no
     document has, in words ("[FIRING:1] ContainerCpuThrottled" -> "... (Container Cpu Throttled)");
     the variant is embedded for the first attempt, while an unfiltered retry uses the plain
-    normalised query.
+    normalised query. The section kinds the query needs of its leading document (a fix, a
+    diagnosis, ...; `needed_section_kinds`) are decided here, once, in `needed_sections`.
+
+    It is the one component of `lookup_knowledge` that reads the L0 index file: once per run (one
+    `stat`, a reload only when the file changed), passing the loaded index on as `l0_index` so that
+    every later component of the lookup sees the same version of it.
 
     Usage example:
 
@@ -41,6 +49,10 @@ class QueryTransformer:
     'pg replica lag'
     >>> result["expanded_query"]
     'pg replica lag (PostgreSQL)'
+    >>> sorted(result["query_transform"].needed_sections)  # an alert or a symptom needs its fix
+    ['mitigation']
+    >>> result["l0_index"].entries[0].title
+    'Replica Lag'
 
     ```
     """
@@ -53,27 +65,35 @@ class QueryTransformer:
         expand_entities: bool = True,
     ) -> None:
         """
-        :param l0_index_path: The L0 index (for entity aliases).
+        :param l0_index_path: The L0 index file, read once per run and passed on (`l0_index`).
         :param max_chars: Longest query accepted as is.
         :param on_overlong: "truncate" (recorded in query_transform) or "error".
         :param expand_entities: Add a variant naming the canonical entities of aliases in the query
             and the titles of documents it names.
         """
-        if on_overlong not in OnOverlong.values():
-            raise ValueError(f"on_overlong must be one of {', '.join(OnOverlong.values())}, not {on_overlong!r}")
+        check_named(l0_index_path=l0_index_path)
         check_at_least(1, max_chars=max_chars)
+        check_choice("on_overlong", on_overlong, OnOverlong.values())
+        check_flags(expand_entities=expand_entities)
         self.l0_index_path = l0_index_path
         self.max_chars = max_chars
         self.on_overlong = on_overlong
         self.expand_entities = expand_entities
         self._l0 = L0IndexHandle(l0_index_path)
 
-    @component.output_types(query_transform=QueryTransform, query=str, expanded_query=str | None)
+    def warm_up(self) -> None:
+        """Read the L0 index now: a knowledge base not indexed yet fails here, not in the first lookup."""
+        # Haystack warms every component up at each run: once read, the run's own stat suffices.
+        if not self._l0.loaded:
+            self._l0.get()
+
+    @component.output_types(query_transform=QueryTransform, query=str, expanded_query=str | None, l0_index=L0Index)
     def run(self, query: str) -> dict[str, Any]:
         """
         :param query: The agent's query, as given.
-        :returns: `query_transform` (the record), `query` (the normalised query) and
-            `expanded_query` (the query with its entity and name expansions; None without any).
+        :returns: `query_transform` (the record), `query` (the normalised query),
+            `expanded_query` (the query with its entity and name expansions; None without any) and
+            `l0_index` (the L0 index as this run read it, for the components after this one).
         :raises InvalidQueryError: Empty or whitespace-only query, or over-long with `on_overlong="error"`.
         """
         if not isinstance(query, str):
@@ -92,7 +112,7 @@ class QueryTransformer:
             truncated = True
         index = self._l0.get()
         expansions = (
-            index.entity_expansions(normalized) + index.name_expansions(normalized) if self.expand_entities else []
+            entity_expansions(index, normalized) + name_expansions(index, normalized) if self.expand_entities else []
         )
         variants = [normalized]
         if expansions:
@@ -104,9 +124,10 @@ class QueryTransformer:
             expansions=expansions,
             truncated=truncated,
             original_chars=len(query),
+            needed_sections=needed_section_kinds(normalized),
         )
         expanded = variants[-1] if expansions else None
-        return {"query_transform": transform, "query": normalized, "expanded_query": expanded}
+        return {"query_transform": transform, "query": normalized, "expanded_query": expanded, "l0_index": index}
 
 
 def _truncate_at_word(text: str, limit: int) -> str:

@@ -3,7 +3,7 @@ from typing import Any
 
 from haystack import component
 
-from components.common.choices import check_at_least, check_unit_interval
+from components.common.choices import check_at_least, check_flags, check_unit_interval
 from components.common.evidence import EvidenceBar
 from components.common.l0_words import is_identifier_name
 from components.common.markdown_sections import section_kind
@@ -17,15 +17,14 @@ from components.contracts import (
     DedupStats,
     EvidenceBlock,
     L0Hints,
-    LookupResult,
     PackedBlock,
     QueryTransform,
     RerankEntry,
     RetrievalTrace,
     SidecarReport,
 )
-from components.lookup.rule_reranker import needed_section_kinds
-from components.stores.l0_index_file import L0IndexHandle
+from components.lookup_result import LookupResult
+from components.stores.l0_index import L0Index
 
 LAYER_L0 = "L0"
 LAYER_NONE = "none"
@@ -69,14 +68,13 @@ def relevance_level(
     return "low"
 
 
-def sections_left_out(query: str, headings: list[str], blocks: list[PackedBlock]) -> list[str]:
+def sections_left_out(needed_sections: frozenset[str], headings: list[str], blocks: list[PackedBlock]) -> list[str]:
     """
-    The headings of the leading document's sections the query needs that no packed block of it
-    comes from: the kinds the query asks for (a fix, a diagnosis, a meaning, an impact), else its
-    mitigation; only kinds the document has.
+    The headings of the leading document's sections the query needs (`QueryTransform.needed_sections`)
+    that no packed block of it comes from; only kinds the document has.
     """
     kinds = {section_kind([h]): h for h in reversed(headings[1:])}
-    needed = needed_section_kinds(query) & set(kinds)
+    needed = needed_sections & set(kinds)
     covered = {section_kind((b.breadcrumb or "").split(" > ")) for b in blocks}
     return [kinds[kind] for kind in sorted(needed - covered)]
 
@@ -144,7 +142,7 @@ class ResultAssembler:
     >>> from components.common.evidence import EvidenceBar
     >>> from components.contracts import ContextPack, DedupStats, L0Hints, QueryTransform, RetrievalTrace
     >>> qt = QueryTransform(raw="bake bread", normalized="bake bread", variants=["bake bread"])
-    >>> assembler = ResultAssembler(l0_index_path=None, high_relevance=0.5)
+    >>> assembler = ResultAssembler(high_relevance=0.5)
     >>> result = assembler.run(query_transform=qt, hints=L0Hints(), retrieval_trace=RetrievalTrace(),
     ...                        evidence_bar=EvidenceBar(configured=0.35, applied=0.35), rerank_trace=[],
     ...                        evidence_blocks=[], dedup=DedupStats(0, 0, 0, 0),
@@ -157,15 +155,12 @@ class ResultAssembler:
 
     def __init__(
         self,
-        l0_index_path: str | None,
         high_relevance: float = 0.5,
         reference_threshold: float = 0.5,
         high_margin: float = 0.1,
         high_needs_agreement: bool = True,
     ) -> None:
         """
-        :param l0_index_path: The L0 index, for the sections of the leading document; None leaves
-            the sections out of the completeness hint.
         :param high_relevance: Best similarity for `relevanceLevel="high"`.
         :param reference_threshold: Best similarity for `"medium"`.
         :param high_margin: How far the runner-up document must trail for `"high"`.
@@ -174,12 +169,11 @@ class ResultAssembler:
         """
         check_unit_interval(high_relevance=high_relevance, reference_threshold=reference_threshold)
         check_at_least(0, high_margin=high_margin)
+        check_flags(high_needs_agreement=high_needs_agreement)
         self.high_relevance = high_relevance
         self.reference_threshold = reference_threshold
         self.high_margin = high_margin
         self.high_needs_agreement = high_needs_agreement
-        self.l0_index_path = l0_index_path
-        self._l0 = L0IndexHandle(l0_index_path) if l0_index_path else None
 
     @component.output_types(result=LookupResult)
     def run(
@@ -196,12 +190,15 @@ class ResultAssembler:
         competition: Competition | None = None,
         runner_up_margin: float | None = None,
         similarity_agrees: bool | None = None,
+        l0_index: L0Index | None = None,
     ) -> dict[str, Any]:
         """
         :param evidence_bar: The retriever's, quoted in the no-evidence message.
         :param competition: A document competing with the best one (from `CompetitionDetector`).
         :param runner_up_margin: How far the second document trails the best one.
         :param similarity_agrees: Whether the best document is also first by similarity alone.
+        :param l0_index: The L0 index the lookup read, for the sections of the leading document;
+            None leaves the sections out of the completeness hint.
         :returns: `result`, the `LookupResult`.
         """
         found = bool(evidence_blocks)
@@ -229,7 +226,7 @@ class ResultAssembler:
                 context_pack,
                 level,
                 competition,
-                self._left_out(query_transform, evidence_blocks, context_pack),
+                self._left_out(l0_index, query_transform, evidence_blocks, context_pack),
             ),
             query_transform=query_transform,
             l0_hints=hints,
@@ -241,14 +238,18 @@ class ResultAssembler:
         )
         return {"result": result}
 
-    def _left_out(self, query: QueryTransform, blocks: list[EvidenceBlock], pack: ContextPack) -> list[str]:
+    @staticmethod
+    def _left_out(
+        index: L0Index | None, query: QueryTransform, blocks: list[EvidenceBlock], pack: ContextPack
+    ) -> list[str]:
         """The needed sections of the leading document that the pack lacks (see `sections_left_out`)."""
-        if self._l0 is None or not blocks:
+        if index is None or not blocks:
             return []
-        entry = self._l0.get().entry(blocks[0].source)
+        entry = index.entry(blocks[0].source)
         if entry is None:
             return []
-        return sections_left_out(query.normalized, entry.headings, [b for b in pack.blocks if b.source == entry.source])
+        packed = [b for b in pack.blocks if b.source == entry.source]
+        return sections_left_out(query.needed_sections, entry.headings, packed)
 
     def _no_evidence_message(self, trace: RetrievalTrace, hints: L0Hints, evidence_bar: EvidenceBar) -> str:
         if not trace.l1_enabled:

@@ -3,19 +3,24 @@ The retriever's working parts that are not the component: the two query embeddin
 search with, a search started in the background, and the best hits of a leg kept for the trace.
 """
 
-from concurrent.futures import Future
+import contextvars
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple
 
-from components.common.choices import DecisionScope, RetrievalLeg
+from components.common.choices import DecisionScope, RetrievalLeg, check_choice, check_named_or_none
 from components.common.decision_scale import DecisionVectorsFile, on_decision_scale
 from components.common.evidence import usable
 from components.contracts import AttemptHit, Candidate
+from components.errors import ParameterError
 from components.stores.vector_search import Bm25Hit, Embedding
 
 BM25 = RetrievalLeg.bm25.value
 # Best hits of each leg kept per attempt for the MLflow trace, and the characters of their preview.
 TOP_HITS = 5
 HIT_PREVIEW_CHARS = 200
+# Threads of a retriever for the searches it waits on side by side.
+LEG_THREADS = 8
 
 
 class QueryVectors(NamedTuple):
@@ -36,10 +41,10 @@ class DecisionScale:
     """
 
     def __init__(self, model: str | None, vectors: str | None, scope: str = DecisionScope.answer.value) -> None:
+        check_named_or_none(decision_model=model, decision_vectors=vectors)
         if model is not None and not vectors:
-            raise ValueError(f"decision_model {model} needs decision_vectors, the file of its chunk vectors")
-        if scope not in DecisionScope.values():
-            raise ValueError(f"decision_scope must be one of {', '.join(DecisionScope.values())}, not {scope!r}")
+            raise ParameterError("decision_vectors", repr(vectors), f"must name the file of {model}'s chunk vectors")
+        check_choice("decision_scope", scope, DecisionScope.values())
         self.model = model
         self.answer_only = scope == DecisionScope.answer
         self._file = None if model is None else DecisionVectorsFile(vectors, model)
@@ -79,6 +84,23 @@ class DecisionScale:
     def best(self, embeddings: QueryVectors) -> float | None:
         """The best decision similarity over every chunk; None without a decision model (search instead)."""
         return None if embeddings.decision_expanded is None else self._file.get().best(embeddings.decision_expanded)
+
+
+class LegPool:
+    """
+    The threads of a retriever for the searches it waits on side by side (BM25 legs, a speculative
+    retry), started on first use; each search runs in a copy of the caller's context (the Milvus deadline).
+    """
+
+    def __init__(self) -> None:
+        self.pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, function, *args) -> Future:
+        with self._lock:
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(max_workers=LEG_THREADS, thread_name_prefix="retrieval-leg")
+        return self.pool.submit(contextvars.copy_context().run, function, *args)
 
 
 class PendingSearch:
@@ -129,10 +151,11 @@ def bm25_top_hits(hits: list[Bm25Hit]) -> tuple[AttemptHit, ...]:
     return top_hits(BM25, [hit.candidate for hit in ranked], ranked)
 
 
-def merge_bm25(dense: list[Candidate], hits: list[Bm25Hit]) -> list[Candidate]:
+def merge_bm25(dense: list[Candidate], hits: list[Bm25Hit], attempt: int, reason: str) -> list[Candidate]:
     """
-    Label the dense candidates the BM25 leg found too, and return the chunks only it found
-    (in BM25 rank order, with the dense similarity of their stored vectors).
+    Label the dense candidates the BM25 leg found too, and return the chunks only it found (in BM25
+    rank order, with the dense similarity of their stored vectors, marked with their `attempt`).
+    Each chunk found gets its BM25 score and rank, and `reason` with the rank as a hit reason.
     """
     by_key = {candidate.evidence_key: candidate for candidate in dense}
     extra = []
@@ -140,6 +163,10 @@ def merge_bm25(dense: list[Candidate], hits: list[Bm25Hit]) -> list[Candidate]:
         candidate = by_key.get(hit.key)
         if candidate is None:
             candidate = hit.candidate
+            candidate.attempt = attempt
             extra.append(candidate)
         candidate.bm25_score, candidate.bm25_rank = hit.score, hit.rank
+    for candidate in dense + extra:
+        if candidate.bm25_rank is not None:
+            candidate.hit_reasons.append(f"{reason} rank {candidate.bm25_rank}")
     return extra

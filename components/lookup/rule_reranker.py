@@ -1,6 +1,6 @@
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 from types import MappingProxyType
 from typing import Any
@@ -13,60 +13,28 @@ from components.common.decision_scale import ranking_similarity
 from components.common.evidence import EvidenceBar
 from components.common.text import fold, terms
 from components.contracts import Candidate, L0Hints, QueryTransform
+from components.lookup.query_intents import query_intents
 from components.stores.l0_index import L0Index
-from components.stores.l0_index_file import L0IndexHandle
+from components.stores.l0_index_file import check_summary_dimension
 from components.stores.vector_search import Embedding
 
-# What a query asks for, by words it uses; matched against the kind of a chunk's section.
-_INTENTS: dict[str, tuple[str, ...]] = {
-    "mitigation": (
-        "fix",
-        "resolve",
-        "mitigate",
-        "remediate",
-        "solve",
-        "recover",
-        "workaround",
-        "what to do",
-        "how do i",
-        "how to",
-        "处理",
-        "解决",
-        "怎么办",
-        "恢复",
-    ),
-    "diagnosis": (
-        "why",
-        "diagnose",
-        "investigate",
-        "debug",
-        "root cause",
-        "cause",
-        "troubleshoot",
-        "check",
-        "原因",
-        "排查",
-        "诊断",
-    ),
-    "overview": ("what is", "what does", "meaning", "mean", "explain", "是什么", "含义"),
-    "impact": ("impact", "affect", "consequence", "影响"),
-}
 _SUPPORT_SATURATION = 3
 
 
-def query_intents(query: str) -> set[str]:
-    folded = fold(query)
-    return {kind for kind, markers in _INTENTS.items() if any(marker in folded for marker in markers)}
+@dataclass(frozen=True)
+class _QueryFacts:
+    """What every candidate of one run is scored against: the query's terms, intents and hints, the run's figures."""
 
-
-# The sections a query needs of its document when it names no intent: an alert text or a bare
-# symptom needs what to do about it.
-DEFAULT_NEEDED_SECTIONS = frozenset({"mitigation"})
-
-
-def needed_section_kinds(query: str) -> set[str]:
-    """The section kinds a query needs of its leading document: those it asks for, else the mitigation."""
-    return query_intents(query) or set(DEFAULT_NEEDED_SECTIONS)
+    weighted_terms: dict[str, float]
+    intents: set[str]
+    document_scores: dict[str, float]
+    support: Counter
+    best_bm25: float
+    named_sources: set[str]
+    matched_titles: set[str]
+    matched_keywords: set[str]
+    matched_entities: set[str]
+    domains: set[str]
 
 
 @component
@@ -98,20 +66,17 @@ class RuleReranker:
     Usage example:
 
     ```python
-    >>> import tempfile
     >>> from components.common.evidence import EvidenceBar
     >>> from components.contracts import Candidate, L0Hints, QueryTransform
     >>> from components.stores.l0_index import L0Index
-    >>> from components.stores.l0_index_file import save_l0_index
-    >>> path = f"{tempfile.mkdtemp()}/kb.l0.json"
-    >>> save_l0_index(L0Index([], term_df={"disk": 1, "space": 1}), path)  # the idf of the query's terms
+    >>> index = L0Index([], term_df={"disk": 1, "space": 1})  # the idf of the query's terms
     >>> def chunk(key, source, text, similarity):
     ...     return Candidate(key, source, text, similarity, 2 - 2 * similarity, "l2", "sdk")
     >>> candidates = [chunk("a#0", "a.md", "restart the service", 0.62), chunk("b#0", "b.md", "free disk space", 0.6)]
     >>> qt = QueryTransform(raw="disk space", normalized="disk space", variants=["disk space"])
-    >>> reranker = RuleReranker(l0_index_path=path, weights={"lexical_overlap": 0.3})
+    >>> reranker = RuleReranker(weights={"lexical_overlap": 0.3})
     >>> ranked = reranker.run(query_transform=qt, hints=L0Hints(), candidates=candidates, query_embedding=[0.0] * 384,
-    ...                       evidence_bar=EvidenceBar(configured=0.35, applied=0.35))["candidates"]
+    ...                       evidence_bar=EvidenceBar(configured=0.35, applied=0.35), l0_index=index)["candidates"]
     >>> [(c.evidence_key, c.boosts) for c in ranked]
     [('b#0', {'lexical_overlap': 0.3}), ('a#0', {})]
 
@@ -120,17 +85,13 @@ class RuleReranker:
 
     def __init__(
         self,
-        l0_index_path: str,
         weights: Mapping[str, float] | None = MappingProxyType(DEFAULT_RERANK_WEIGHTS),
     ) -> None:
         """
-        :param l0_index_path: The L0 index (summary vectors, term statistics, document metadata).
         :param weights: Signal weights; missing signals take the defaults, 0 turns one off.
         """
         check_rerank_weights(weights or {})
-        self.l0_index_path = l0_index_path
         self.weights = {**DEFAULT_RERANK_WEIGHTS, **(weights or {})}
-        self._l0 = L0IndexHandle(l0_index_path)
 
     @component.output_types(candidates=list[Candidate])
     def run(
@@ -140,6 +101,7 @@ class RuleReranker:
         candidates: list[Candidate],
         query_embedding: Embedding,
         evidence_bar: EvidenceBar,
+        l0_index: L0Index,
     ) -> dict[str, Any]:
         """
         :param query_transform: The transformed query.
@@ -148,73 +110,71 @@ class RuleReranker:
         :param query_embedding: The normalised query's embedding, compared with document summaries.
         :param evidence_bar: The retriever's; candidates at or above its configured threshold count
             as document support.
+        :param l0_index: The L0 index the lookup read (summary vectors, term statistics, document metadata).
         :returns: The candidates sorted by final score, with `final_score`, `boosts` and hit reasons set.
         """
         if not candidates:
             return {"candidates": []}
-        index = self._l0.get()
         query_term_set = set(terms(query_transform.normalized, drop_noise=True))
-        query_terms = self._weighted_query_terms(index, query_term_set)
+        query_terms = self._weighted_query_terms(l0_index, query_term_set)
         intents = query_intents(query_transform.normalized)
-        self._l0.check_dimension(index, len(query_embedding))
-        document_scores = self._document_similarities(index, candidates, query_embedding)
-        support = Counter(
-            c.source
-            for c in {c.evidence_key: c for c in candidates}.values()
-            if c.similarity >= evidence_bar.configured
+        check_summary_dimension(l0_index, len(query_embedding))
+        facts = _QueryFacts(
+            weighted_terms=query_terms,
+            intents=intents,
+            document_scores=self._document_similarities(l0_index, candidates, query_embedding),
+            support=_document_support(candidates, evidence_bar),
+            best_bm25=max((c.bm25_score or 0.0 for c in candidates), default=0.0),
+            named_sources=set(hints.named_sources),
+            matched_titles=set(hints.matched_titles),
+            matched_keywords={fold(k) for k in hints.matched_keywords},
+            matched_entities=set(hints.entities),
+            domains=set(hints.domains),
         )
-        named_sources = set(hints.named_sources)
-        matched_titles = set(hints.matched_titles)
-        matched_keywords = {fold(k) for k in hints.matched_keywords}
-        matched_entities = set(hints.entities)
-        domains = set(hints.domains)
-        best_bm25 = max((c.bm25_score or 0.0 for c in candidates), default=0.0)
-
         # Document-level signals are the same for every chunk of a source: computed once each.
-        document_signals: dict[str, tuple[float, float]] = {}
-        scored = []
-        for candidate in candidates:
-            source = candidate.source
-            if source not in document_signals:
-                document_signals[source] = (
-                    index.title_overlap(source, query_term_set),
-                    _coverage(query_terms, index.document_terms(source)),
-                )
-            title_overlap, document_lexical = document_signals[source]
-            signals = {
-                "similarity": ranking_similarity(candidate),  # the ranking model's, beside a decision model
-                "document_similarity": document_scores.get(source, 0.0),
-                "lexical_overlap": self._lexical_overlap(query_terms, candidate),
-                "title_overlap": title_overlap,
-                "document_lexical": document_lexical,
-                "name_match": 1.0 if source in named_sources else 0.0,
-                "title_match": 1.0 if candidate.title in matched_titles else 0.0,
-                "keyword_match": _keyword_share(candidate, matched_keywords),
-                "entity_match": 1.0 if matched_entities & set(candidate.entities) else 0.0,
-                "domain_match": 1.0 if candidate.category in domains else 0.0,
-                "section_match": 1.0 if candidate.section_kind in intents else 0.0,
-                "document_support": min(1.0, max(0, support[candidate.source] - 1) / _SUPPORT_SATURATION),
-                "bm25": (candidate.bm25_score or 0.0) / best_bm25 if best_bm25 > 0 else 0.0,
-            }
-            contributions = {name: self.weights[name] * value for name, value in signals.items()}
-            reasons = self._hint_reasons(
-                candidate, source in named_sources, matched_titles, matched_keywords, matched_entities, domains
+        documents = {
+            source: (
+                l0_index.title_overlap(source, query_term_set),
+                _coverage(query_terms, l0_index.document_terms(source)),
             )
-            # A new candidate: the caller's list (also read by other components) stays as it came.
-            scored.append(
-                replace(
-                    candidate,
-                    final_score=round(sum(contributions.values()), 6),
-                    boosts={
-                        name: round(value, 4)
-                        for name, value in contributions.items()
-                        if name != "similarity" and value > 0
-                    },
-                    hit_reasons=[*candidate.hit_reasons, *reasons],
-                )
-            )
+            for source in dict.fromkeys(c.source for c in candidates)
+        }
+        scored = [self._scored(candidate, facts, documents[candidate.source]) for candidate in candidates]
         ranked = sorted(scored, key=lambda c: (-c.final_score, -c.similarity, c.evidence_key))
         return {"candidates": ranked}
+
+    def _scored(self, candidate: Candidate, facts: _QueryFacts, document: tuple[float, float]) -> Candidate:
+        contributions = {
+            name: self.weights[name] * value for name, value in self._signals(candidate, facts, document).items()
+        }
+        reasons = self._hint_reasons(candidate, facts)
+        # A new candidate: the caller's list (also read by other components) stays as it came.
+        return replace(
+            candidate,
+            final_score=round(sum(contributions.values()), 6),
+            boosts={
+                name: round(value, 4) for name, value in contributions.items() if name != "similarity" and value > 0
+            },
+            hit_reasons=[*candidate.hit_reasons, *reasons],
+        )
+
+    def _signals(self, candidate: Candidate, facts: _QueryFacts, document: tuple[float, float]) -> dict[str, float]:
+        title_overlap, document_lexical = document
+        return {
+            "similarity": ranking_similarity(candidate),  # the ranking model's, beside a decision model
+            "document_similarity": facts.document_scores.get(candidate.source, 0.0),
+            "lexical_overlap": self._lexical_overlap(facts.weighted_terms, candidate),
+            "title_overlap": title_overlap,
+            "document_lexical": document_lexical,
+            "name_match": 1.0 if candidate.source in facts.named_sources else 0.0,
+            "title_match": 1.0 if candidate.title in facts.matched_titles else 0.0,
+            "keyword_match": _keyword_share(candidate, facts.matched_keywords),
+            "entity_match": 1.0 if facts.matched_entities & set(candidate.entities) else 0.0,
+            "domain_match": 1.0 if candidate.category in facts.domains else 0.0,
+            "section_match": 1.0 if candidate.section_kind in facts.intents else 0.0,
+            "document_support": min(1.0, max(0, facts.support[candidate.source] - 1) / _SUPPORT_SATURATION),
+            "bm25": (candidate.bm25_score or 0.0) / facts.best_bm25 if facts.best_bm25 > 0 else 0.0,
+        }
 
     @staticmethod
     def _weighted_query_terms(index: L0Index, query_terms: set[str]) -> dict[str, float]:
@@ -242,19 +202,24 @@ class RuleReranker:
         return scores
 
     @staticmethod
-    def _hint_reasons(
-        candidate: Candidate, named: bool, titles: set[str], keywords: set[str], entities: set[str], domains: set[str]
-    ) -> list[str]:
+    def _hint_reasons(candidate: Candidate, facts: _QueryFacts) -> list[str]:
         reasons = []
-        if named:
+        if candidate.source in facts.named_sources:
             reasons.append(f"l0_name: {PurePosixPath(candidate.source).stem}")
-        if candidate.title in titles:
+        if candidate.title in facts.matched_titles:
             reasons.append(f"l0_title: {candidate.title}")
-        reasons.extend(f"l0_keyword: {k}" for k in candidate.keywords if fold(k) in keywords)
-        reasons.extend(f"l0_entity: {e}" for e in candidate.entities if e in entities)
-        if candidate.category in domains:
+        reasons.extend(f"l0_keyword: {k}" for k in candidate.keywords if fold(k) in facts.matched_keywords)
+        reasons.extend(f"l0_entity: {e}" for e in candidate.entities if e in facts.matched_entities)
+        if candidate.category in facts.domains:
             reasons.append(f"l0_domain: {candidate.category}")
         return [r for r in reasons if r not in candidate.hit_reasons]
+
+
+def _document_support(candidates: list[Candidate], evidence_bar: EvidenceBar) -> Counter:
+    """Per source, its distinct candidates at or above the configured threshold."""
+    return Counter(
+        c.source for c in {c.evidence_key: c for c in candidates}.values() if c.similarity >= evidence_bar.configured
+    )
 
 
 def chunk_terms(candidate: Candidate) -> list[str]:

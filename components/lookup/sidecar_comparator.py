@@ -4,10 +4,10 @@ from typing import Any
 
 from haystack import component
 
-from components.common.choices import check_at_least
+from components.common.choices import check_at_least, check_choice, check_flags
 from components.common.decision_scale import ranking_similarity
 from components.contracts import Candidate, RetrievalTrace, SidecarReport
-from components.stores.knowledge_store import KnowledgeStore
+from components.stores.knowledge_store import KnowledgeStore, check_store
 from components.stores.vector_search import PATHS, Embedding, VectorSearch
 
 logger = logging.getLogger(__name__)
@@ -155,8 +155,9 @@ class SidecarComparator:
             "haystack" or "sdk".
         :param top_k: Results compared per path.
         """
-        if path not in (OTHER_PATH, *PATHS):
-            raise ValueError(f"sidecar path must be one of {OTHER_PATH}, {', '.join(PATHS)}, not {path!r}")
+        check_store(store)
+        check_flags(enabled=enabled)
+        check_choice("path", path, (OTHER_PATH, *PATHS))
         check_at_least(1, top_k=top_k)
         self.store = store
         self.enabled = enabled

@@ -9,14 +9,22 @@ credentials as `MilvusAuth` (environment variable names, never values), so a pip
 loads it back as a nested init parameter. Design notes: docs/milvus.md.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from haystack.core.serialization import default_from_dict, default_to_dict
 from pymilvus import MilvusClient
 
-from components.common.choices import IndexType, check_at_least, check_collection_name, check_milvus_uri
+from components.common.choices import (
+    IndexType,
+    check_at_least,
+    check_choice,
+    check_collection_name,
+    check_flags,
+    check_milvus_uri,
+)
+from components.errors import ParameterError
 from components.stores.lite_db import damaged_error
 from components.stores.milvus_auth import MilvusAuth
 from components.stores.milvus_collection import (
@@ -31,6 +39,12 @@ from components.stores.milvus_collection import (
 )
 from components.stores.milvus_deadline import call_timeout
 from components.stores.vector_search import VectorSearch, make_search
+
+
+def check_store(store: "KnowledgeStore") -> None:
+    """The `store` init parameter of the components that open Milvus."""
+    if not isinstance(store, KnowledgeStore):
+        raise ParameterError("store", type(store).__name__, "must be a KnowledgeStore")
 
 
 @dataclass(frozen=True)
@@ -65,10 +79,15 @@ class KnowledgeStore:
         # Any other form would fail only at the first search, as a failure rather than bad input.
         check_milvus_uri(self.uri)
         check_collection_name(self.collection)
+        if self.auth is not None and not isinstance(self.auth, MilvusAuth):
+            raise ParameterError("auth", repr(self.auth), "must be a MilvusAuth, or None")
         if self.timeout_ms is not None:
             check_at_least(0, timeout_ms=self.timeout_ms)
-        if self.index_type not in IndexType.values():
-            raise ValueError(f"index_type must be one of {', '.join(IndexType.values())}, not {self.index_type!r}")
+        check_choice("index_type", self.index_type, IndexType.values())
+        for name in ("index_params", "search_params"):
+            if not isinstance(getattr(self, name) or {}, Mapping):
+                raise ParameterError(name, repr(getattr(self, name)), "must map Milvus parameters to values")
+        check_flags(full_text=self.full_text)
         # Copies, so that a caller's dict changed later cannot change a frozen store.
         object.__setattr__(self, "index_params", dict(self.index_params or {}))
         object.__setattr__(self, "search_params", dict(self.search_params or {}))

@@ -88,6 +88,7 @@ def load_l0_index(path: str | Path) -> L0Index:
         payload.get("term_df"),
         payload.get("domain_precision"),
         payload.get("joined_words"),
+        path=path,
     )
 
 
@@ -110,13 +111,17 @@ def _shared_l0_index(path: Path, stamp: tuple[int, int]) -> L0Index:
 class L0IndexHandle:
     """
     Lazily loads an L0 index and reloads it when the file changes (a re-index under a running
-    server), at the cost of one `stat` per lookup. Handles of the same file share the loaded index.
+    server), at the cost of one `stat` per `get`. Handles of the same file share the loaded index.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._stamp: tuple[int, int] | None = None
         self._index: L0Index | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._index is not None
 
     def get(self) -> L0Index:
         try:
@@ -129,14 +134,16 @@ class L0IndexHandle:
             self._stamp = stamp
         return self._index
 
-    def check_dimension(self, index: L0Index, dimension: int) -> None:
-        """
-        Summary vectors of another dimension than the query embedding's (another model's file, or
-        one replaced by hand) cannot be compared with it: refuse them, naming the file.
-        """
-        vectors = index.summary_vectors
-        if vectors is not None and vectors.shape[1] != dimension:
-            raise L0IndexDamagedError(
-                f"the L0 summary vectors {summary_vectors_path(self.path)} are {vectors.shape[1]}-d, the query "
-                f"embedding {dimension}-d: run `knowledge index` to write them again"
-            )
+
+def check_summary_dimension(index: L0Index, dimension: int) -> None:
+    """
+    Summary vectors of another dimension than the query embedding's (another model's file, or
+    one replaced by hand) cannot be compared with it: refuse them, naming the file.
+    """
+    vectors = index.summary_vectors
+    if vectors is not None and vectors.shape[1] != dimension:
+        where = summary_vectors_path(index.path) if index.path is not None else "(built in memory)"
+        raise L0IndexDamagedError(
+            f"the L0 summary vectors {where} are {vectors.shape[1]}-d, the query "
+            f"embedding {dimension}-d: run `knowledge index` to write them again"
+        )

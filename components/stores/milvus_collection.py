@@ -179,7 +179,7 @@ def connect(uri: str, timeout_ms: int | None = None, auth: dict[str, Any] | None
     return client
 
 
-# The Lite dbs this process opened: their lock is its own (pipelines/lite_snapshot.py reads the others' copies).
+# The Lite dbs this process opened: their lock is its own (pipelines/state/lite_snapshot.py reads the others' copies).
 _OPENED_HERE: set[str] = set()
 
 

@@ -23,6 +23,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, StatementError
 
 from components.common.masking import masked
+from components.errors import ParameterError
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,20 @@ def normalize_url(db_url: str) -> str:
         if db_url.startswith(prefix):
             return "postgresql+psycopg://" + db_url[len(prefix) :]
     return db_url
+
+
+# The databases the trace store can write (SQLAlchemy URL schemes, before any `+driver`).
+TRACE_DB_SCHEMES = ("sqlite", "postgresql", "postgres")
+
+
+def check_trace_url(db_url: str) -> None:
+    """A trace database URL the store can open: anything else would fail only at the first write or read."""
+    scheme, separator, _rest = db_url.partition("://") if isinstance(db_url, str) else ("", "", "")
+    if not separator or scheme.split("+", 1)[0] not in TRACE_DB_SCHEMES:
+        shown = repr(redact(db_url) if isinstance(db_url, str) else db_url)
+        raise ParameterError(
+            "db_url", shown, "is not a database URL: give sqlite:///PATH or postgresql://USER@HOST:PORT/DB"
+        )
 
 
 def redact(db_url: str) -> str:

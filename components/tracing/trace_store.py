@@ -29,11 +29,13 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
+from components.common.choices import check_at_least, check_flags, check_named
 from components.errors import KnowledgeFailure, first_line
 from components.tracing.label_records import insert_labels, spooled_label
 from components.tracing.trace_database import (
     DEFAULT_TIMEOUT_S,
     CallDeadline,
+    check_trace_url,
     is_content_error,
     make_engine,
     normalize_url,
@@ -95,8 +97,10 @@ class TraceStore:
         :param read_only: Reads only (the review commands): the schema is checked, never created
             or migrated, and a database not at this code's revision is refused.
         """
-        if timeout_s < 0:
-            raise ValueError(f"timeout_s must be >= 0, not {timeout_s}")
+        check_trace_url(db_url)
+        check_named(spool_path=spool_path)
+        check_at_least(0, retry_interval=retry_interval, timeout_s=timeout_s)
+        check_flags(read_only=read_only)
         self.db_url = normalize_url(db_url)
         self.target = target_key(db_url)
         self.spool = TraceSpool(spool_path, self.target, redact(self.db_url))

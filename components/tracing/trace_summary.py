@@ -24,12 +24,12 @@ from components.contracts import (
     ContextPack,
     DedupStats,
     L0Hints,
-    LookupResult,
     QueryTransform,
     RerankEntry,
     RetrievalAttempt,
     RetrievalTrace,
 )
+from components.lookup_result import LookupResult
 from components.tracing.stage_recorder import StageRecording
 
 ROOT_SPAN = "lookup_knowledge"

@@ -9,10 +9,12 @@ from typing import Any
 
 from haystack import component, default_from_dict, default_to_dict
 
-from components.common.choices import check_at_least, check_unit_interval
+from components.common.choices import check_at_least, check_named, check_named_or_none, check_unit_interval
 from components.common.masking import masked
-from components.contracts import STATUS_ERROR, LookupResult
+from components.contracts import STATUS_ERROR
+from components.lookup_result import LookupResult
 from components.tracing import stage_recorder
+from components.tracing.finished_stages import with_finished_stages
 from components.tracing.mlflow_sink import MlflowTraceSink, get_sink
 from components.tracing.trace_database import DEFAULT_TIMEOUT_S
 from components.tracing.trace_records import STATUS_OK, TRACE_LOST
@@ -60,51 +62,6 @@ def error_info(exc: BaseException, component_name: str | None = None) -> dict[st
         "message": text or type(exc).__name__,
         "component": component_name,
     }
-
-
-# What each stage contributes to a result, and the retrieval_details keys it fills.
-_STAGE_PARTS: dict[str, dict[str, tuple[str, ...]]] = {
-    "query_transformer": {"query_transform": ("query_transform",)},
-    "l0_hints": {"hints": ("l0_hints",)},
-    "retriever": {"retrieval_trace": ("retrieval_trace", "fallback_reason")},
-    "deduper": {
-        "rerank_trace": ("rerank_trace",),
-        "evidence_blocks": ("evidence_blocks", "final_evidence_count"),
-        "dedup": ("candidate_count",),
-    },
-    "context_packer": {"context_pack": ("context_pack_summary",)},
-}
-_RESULT_FIELDS = {"hints": "l0_hints", "dedup": "dedup"}
-
-
-def with_finished_stages(
-    failure: LookupResult,
-    recording: stage_recorder.StageRecording | None,
-    failed_stage: str | None = None,
-    partial_outputs: dict[str, Any] | None = None,
-) -> tuple[LookupResult, set[str]]:
-    """
-    The error result with the outputs of every stage that finished before the failure, and the
-    `retrieval_details` keys they fill. A component that failed after producing part of its work
-    returns it as its failure's outputs (`partial_outputs` of `failed_stage`; the retriever's
-    `retrieval_trace` of the attempts that ran): those are kept too.
-    """
-    changes: dict[str, Any] = {}
-    keys: set[str] = set()
-    finished = [
-        (stage.name, stage.outputs)
-        for stage in (recording.stages if recording else [])
-        if stage.end_ns and not stage.error and isinstance(stage.outputs, dict)
-    ]
-    if failed_stage is not None and partial_outputs:
-        finished.append((failed_stage, partial_outputs))
-    for name, outputs in finished:
-        for output, detail_keys in _STAGE_PARTS.get(name, {}).items():
-            field = _RESULT_FIELDS.get(output, output)
-            if output in outputs and field not in changes:
-                changes[field] = outputs[output]
-                keys.update(detail_keys)
-    return dataclasses.replace(failure, **changes, completed_parts=sorted(changes)), keys
 
 
 def sidecar_tags(sidecar: dict[str, Any] | None) -> dict[str, str]:
@@ -194,6 +151,8 @@ class TraceWriter:
         """
         check_at_least(0, summary_chars=summary_chars, retry_interval=retry_interval, timeout_s=timeout_s)
         check_unit_interval(sample_rate=sample_rate)
+        check_named(tool_name=tool_name, experiment=experiment)  # db_url and spool_path: checked by the store below
+        check_named_or_none(tracking_uri=tracking_uri, artifact_location=artifact_location, model_verdict=model_verdict)
         self.db_url = db_url
         self.spool_path = spool_path
         self.summary_chars = summary_chars

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from components.common.stats import percentile
 from pipelines.bench.all_table import PARTS, format_table, table_rows
 from pipelines.bench.machine import OtherCpu, call_ms, format_other_cpu, load_average, peak_rss_mb
-from pipelines.settings import knowledge_store
+from pipelines.config.settings import knowledge_store
 
 EXPERIMENT = "lookup-knowledge-bench"
 SIDECAR_RATIO_TARGET = 1.2
@@ -172,7 +172,7 @@ def bench_all(
     Each part composes its own config from `overrides` (see `pipelines.bench.corpus.bench_overrides`);
     the serve part and the MLflow run use the config of `overrides` alone.
     """
-    from pipelines.settings import load_config
+    from pipelines.config.settings import load_config
 
     cfg = load_config(overrides)
     unknown = sorted(set(options.skip) - set(PARTS))
@@ -219,7 +219,7 @@ def log_bench_run(cfg: DictConfig, report: dict[str, Any]) -> str:
     """One MLflow run: the options as params, every figure as a metric, the whole report as JSON."""
     import mlflow
 
-    from pipelines.compare import experiment_id_for
+    from pipelines.evaluation.compare import experiment_id_for
 
     client = mlflow.MlflowClient(cfg.mlflow.tracking_uri)
     run_id = client.create_run(experiment_id_for(client, cfg, EXPERIMENT), run_name="bench-all").info.run_id

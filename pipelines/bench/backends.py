@@ -26,7 +26,7 @@ from typing import Any
 from components.common.stats import percentile
 from pipelines.bench.cold_start import COLD_QUERY, REPO, bare_imports_of, run_seconds
 from pipelines.bench.machine import OtherCpu, format_other_cpu
-from pipelines.settings import embedder_params, load_config
+from pipelines.config.settings import embedder_params, load_config
 
 BACKENDS = ("torch", "onnx", "onnx_int8")
 PARTS = ("vectors", "embed", "index", "cold_start", "serve")

@@ -141,7 +141,7 @@ def bench_overrides(overrides: Sequence[str], state_dir: Path, kb_root: Path) ->
 
 def load_bench_config(overrides: Sequence[str], state_dir: Path, kb_root: Path) -> DictConfig:
     """The benchmark's config, composed by the normal loader from `bench_overrides`."""
-    from pipelines.settings import load_config
+    from pipelines.config.settings import load_config
 
     return load_config(bench_overrides(overrides, state_dir, kb_root))
 

@@ -18,7 +18,7 @@ from pipelines.bench.corpus import (
     write_copy,
 )
 from pipelines.bench.machine import OtherCpu, Timing, format_other_cpu, load_average, peak_rss_mb, timed, timed_cpu
-from pipelines.settings import embedder_params, knowledge_store
+from pipelines.config.settings import embedder_params, knowledge_store
 
 INDEX_RATIO_TARGET = 0.85
 

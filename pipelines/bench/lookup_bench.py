@@ -33,7 +33,7 @@ from pipelines.bench.machine import (
     settle,
     timed,
 )
-from pipelines.settings import knowledge_store
+from pipelines.config.settings import knowledge_store
 
 LOOKUP_RATIO_TARGETS = {"filtered": 1.3, "fallback": 2.2}
 HYBRID_RATIO_TARGETS = {"filtered": 1.15, "fallback": 2.0}

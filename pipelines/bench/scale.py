@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from components.common.stats import percentile
 from pipelines.bench.machine import OtherCpu, call_ms, latency_summary, peak_rss_mb, settle, timed
-from pipelines.settings import knowledge_store
+from pipelines.config.settings import knowledge_store
 
 SAMPLE_KB = Path(__file__).resolve().parents[2] / "knowledge"
 SCALE_RATIO_TARGET = 2.0

@@ -25,7 +25,7 @@ from pipelines.bench.machine import OtherCpu, format_other_cpu
 from pipelines.dev.milvus_server import free_port
 from pipelines.serving.bind import API_KEY_ENV
 from pipelines.serving.loadgen import LoadResult, run_load
-from pipelines.traces import open_store
+from pipelines.state.traces import open_store
 
 WARM_UP_REQUESTS_S = 3.0
 

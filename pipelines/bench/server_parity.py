@@ -25,8 +25,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from pipelines.evaluation import load_queries
-from pipelines.evaluation_metrics import EvalQuery
+from pipelines.evaluation.metrics import EvalQuery
+from pipelines.evaluation.run import load_queries
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE_KB = REPO / "knowledge"
@@ -91,9 +91,9 @@ class Pipelines:
         return self._built[kb, engine]
 
     def _build(self, kb: Path, engine: str):
+        from pipelines.config.settings import load_config
         from pipelines.indexing import run_indexing
         from pipelines.lookup import build_lookup_pipeline
-        from pipelines.settings import load_config
 
         # The Lite file is shared by `file` and `file-dense`: indexed once, by `file` (the first engine).
         state_dir = self.state / ("file" if engine == "file-dense" else engine) / kb.name

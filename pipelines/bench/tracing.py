@@ -327,7 +327,7 @@ def small_kb_config(overrides: Sequence[str], work: Path, kb: str | Path) -> Dic
     server named in the overrides is kept (a sqlite store is replaced by one under `work`).
     """
     from pipelines.bench.corpus import load_bench_config
-    from pipelines.settings import load_config
+    from pipelines.config.settings import load_config
 
     mlflow = load_config(overrides).mlflow
     bench = load_bench_config(overrides, work / "state", Path(kb).resolve())

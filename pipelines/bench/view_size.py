@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 from components.common.embedding_models import count_tokens
+from pipelines.config.settings import load_config
 from pipelines.lookup import LookupService, build_lookup_pipeline
-from pipelines.settings import load_config
-from pipelines.views import VIEWS, agent_view
+from pipelines.serving.views import VIEWS, agent_view
 
 
 def read_queries(path: Path) -> list[str]:

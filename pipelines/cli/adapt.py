@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--{name.replace('_', '-')} {value} must be 1 or more")
     cfg = load(args.overrides)  # a bad config fails before the slow imports below
 
-    from pipelines.adapt import AdaptOptions, adapt_model, default_output
-    from pipelines.adapt_verdict import NotRecommendedError
+    from pipelines.adapt.run import AdaptOptions, adapt_model, default_output
+    from pipelines.adapt.verdict import NotRecommendedError
 
     options = AdaptOptions(
         kb_path=args.kb,

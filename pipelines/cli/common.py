@@ -47,12 +47,27 @@ def check_overrides(overrides: Sequence[str]) -> None:
             raise UsageError(f"unexpected argument {override!r}: overrides look like key=value")
 
 
-def load(overrides: Sequence[str], extra: Sequence[str] = ()):
-    """The composed config; a stray word among the overrides is a usage error."""
-    from pipelines.settings import load_config
+def load(overrides: Sequence[str], extra: Sequence[str] = (), torch_free: bool = False, components: bool = True):
+    """
+    The composed config, its component keys checked by the components that take them (their
+    pipelines are built, not warmed up); a stray word among the overrides is a usage error.
+
+    :param torch_free: The process embeds only with the configured backend (a lookup, a server, a
+        printed config): with an ONNX backend torch is kept out, before the check loads Haystack.
+    :param components: False for a command that builds no pipeline (reading traces or labels): it
+        reads no component key, so it does not pay for importing the components to check them.
+    """
+    from components.common.embedding_models import keep_torch_out
+    from pipelines.config.settings import load_config
 
     check_overrides(overrides)
     cfg = load_config([*extra, *overrides])
+    if torch_free and components:
+        keep_torch_out(cfg.embedder.backend)
+    if components:
+        from pipelines.serialized import check_pipelines  # after keep_torch_out: it imports Haystack
+
+        check_pipelines(cfg)
     note_model_verdict(cfg)
     return cfg
 
@@ -62,7 +77,7 @@ _noted: set[str] = set()
 
 def note_model_verdict(cfg) -> None:
     """One stderr line per process for a model folder adapt did not recommend: it is used, as asked, but not silently."""
-    from pipelines.calibration import adapt_verdict
+    from pipelines.config.model_calibration import adapt_verdict
 
     verdict = adapt_verdict(cfg)
     model = str(cfg.embedder.model)
@@ -73,21 +88,17 @@ def note_model_verdict(cfg) -> None:
 
 def lookup_config(overrides: Sequence[str]):
     """The config of a lookup or serve process; with an ONNX backend, torch is kept out before Haystack loads."""
-    from components.common.embedding_models import keep_torch_out
-
-    cfg = load(overrides)
-    keep_torch_out(cfg.embedder.backend)
-    return cfg
+    return load(overrides, torch_free=True)
 
 
 def print_config(overrides: Sequence[str]) -> int:
     """The composed config as YAML, secrets masked (`--cfg`)."""
     from omegaconf import OmegaConf
 
-    from pipelines.calibration import adapt_verdict
-    from pipelines.settings import mask_secrets
+    from pipelines.config.model_calibration import adapt_verdict
+    from pipelines.config.settings import mask_secrets
 
-    cfg = load(overrides)
+    cfg = load(overrides, torch_free=True)
     print(OmegaConf.to_yaml(mask_secrets(cfg)), end="")
     verdict = adapt_verdict(cfg)
     if verdict:

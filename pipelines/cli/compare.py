@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.compare import QueryFileError, format_summary, read_queries, run_comparison
+    from pipelines.evaluation.compare import QueryFileError, format_summary, read_queries, run_comparison
 
     if args.a is not None or args.b is not None:
         return _compare_ab(args)
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compare_ab(args: argparse.Namespace) -> int:
-    from pipelines.eval_queries import EvaluationInputError, load_queries
+    from pipelines.evaluation.queries import EvaluationInputError, load_queries
     from pipelines.tuning.ab import format_ab, run_ab, split_overrides
 
     if args.top_k is not None:
@@ -71,7 +71,7 @@ def _compare_ab(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     guards, constraints = _guard(args)
-    from pipelines.lite_snapshot import snapshot_overrides
+    from pipelines.state.lite_snapshot import snapshot_overrides
 
     with snapshot_overrides(load(args.overrides), say) as snapshot:
         base = [*snapshot, *args.overrides]

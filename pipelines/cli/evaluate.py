@@ -117,7 +117,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.eval_queries import EvaluationInputError
+    from pipelines.evaluation.queries import EvaluationInputError
 
     overrides = [o for o in args.overrides if not o.startswith("search=")]
     search = args.search or next((o.split("=", 1)[1] for o in args.overrides if o.startswith("search=")), None)
@@ -135,10 +135,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _snapshot(args: argparse.Namespace, overrides: list[str]):
-    """A snapshot copy of the Lite db while `knowledge serve` holds it (pipelines/lite_snapshot.py); none to index."""
+    """A snapshot copy of the Lite db while `knowledge serve` holds it (pipelines/state/lite_snapshot.py); none to index."""
     from contextlib import nullcontext
 
-    from pipelines.lite_snapshot import snapshot_overrides
+    from pipelines.state.lite_snapshot import snapshot_overrides
     from pipelines.tuning.sweep import parse_overrides
 
     if args.kb:
@@ -186,9 +186,9 @@ def _run_kind(args: argparse.Namespace, search: str | None, overrides: list[str]
 
 def _eval_builtin(args: argparse.Namespace, cfg) -> int:
     """Each query set evaluated and logged apart (the knowledge base indexed once, before the first)."""
-    from pipelines.evaluation import run_evaluation_full
-    from pipelines.evaluation_metrics import format_metrics
-    from pipelines.reliability import format_reliability
+    from pipelines.evaluation.metrics import format_metrics
+    from pipelines.evaluation.reliability import format_reliability
+    from pipelines.evaluation.run import run_evaluation_full
     from pipelines.tuning.runs import RunLogger
 
     for number, queries in enumerate(args.queries):
@@ -222,7 +222,7 @@ def _progress(queries: str, done: int, total: int) -> None:
 
 
 def _eval_genai(args: argparse.Namespace, cfg) -> int:
-    from pipelines.evaluation import index_first, load_queries
+    from pipelines.evaluation.run import index_first, load_queries
     from pipelines.tuning.mlflow_eval import run_genai_evaluation
 
     if len(args.queries) > 1:

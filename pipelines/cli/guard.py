@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     check_writable(args.out)
 
     from components.stores.l0_index_file import load_l0_index
-    from pipelines.evaluation import index_first
-    from pipelines.manifest import indexed_kb
+    from pipelines.config.manifest import indexed_kb
+    from pipelines.evaluation.run import index_first
     from pipelines.tuning.guard_build import build_guard, built_guard_path, read_catalogue, write_guard
 
     kb = args.kb or indexed_kb(cfg)

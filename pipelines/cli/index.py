@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines.manifest import format_manifest, kb_to_index, manifest_status
+    from pipelines.config.manifest import format_manifest, kb_to_index, manifest_status
 
     cfg = load(args.overrides)  # a bad config fails before the slow imports below
     if args.status:
@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
 
     from pipelines.indexing import run_indexing
 
-    report = run_indexing(cfg, rebuild=args.rebuild, progress_bar=sys.stderr.isatty())
+    # Progress on stderr whatever it is (a log, a pipe); the bar only on a terminal.
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    report = run_indexing(cfg, rebuild=args.rebuild, progress_bar=sys.stderr.isatty(), say=say)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

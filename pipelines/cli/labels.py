@@ -58,12 +58,12 @@ def _add_import(actions) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines import traces
+    from pipelines.state import traces
 
     if args.labels == "list" and args.last < 0:
         raise UsageError(f"--last {args.last} must be 0 (all) or more")
     since = _since(args) if args.labels == "pull" else None
-    cfg = load(args.overrides)
+    cfg = load(args.overrides, torch_free=True, components=False)  # labels are rows: no pipeline runs
     store = traces.open_store(cfg, reading=args.labels in ("list", "export"))
     if args.labels == "list":
         from pipelines.labels.listing import format_labels

@@ -161,7 +161,7 @@ def _lookup_remote(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from exc
         raise
     if args.view == "agent" and status == 200:
-        from pipelines.views import agent_view
+        from pipelines.serving.views import agent_view
 
         result = agent_view(result)
     print(json.dumps(result, ensure_ascii=False, indent=None if args.compact else 2))
@@ -173,7 +173,7 @@ def _lookup_remote(args: argparse.Namespace) -> int:
 
 def _shown(result, view: str) -> dict:
     """The result as `--view` shows it: the full result, or the agent view (packed context and citations)."""
-    from pipelines.views import shown
+    from pipelines.serving.views import shown
 
     return shown(result.to_dict(), view)
 

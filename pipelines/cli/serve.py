@@ -1,4 +1,4 @@
-"""`knowledge serve`: lookup_knowledge over HTTP (hayhooks REST) or MCP, on loopback unless a key guards it."""
+"""`knowledge serve`: lookup_knowledge over HTTP (REST) or MCP, on loopback unless a key guards it."""
 
 import argparse
 
@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
     parser = command_parser(
         sub,
         NAME,
-        help="serve lookup_knowledge over HTTP (hayhooks REST) or, with --mcp, over MCP",
+        help="serve lookup_knowledge over HTTP (REST) or, with --mcp, over MCP",
         description="Serve POST /lookup_knowledge/run and GET /health (REST, default port serve.port=1416), or "
         "the MCP tool lookup_knowledge at /mcp and /sse (--mcp, serve.mcp_port=1417). Binds to 127.0.0.1; "
         "any other address needs an API key (KNOWLEDGE_API_KEY or serve.api_key).",

@@ -86,10 +86,11 @@ def _add_rerun(actions) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pipelines import traces
+    from pipelines.state import traces
 
     _check_options(args)
-    cfg = load(args.overrides)
+    # Only a rerun runs the pipeline (it loads its own config): the other subcommands read or write rows.
+    cfg = load(args.overrides, torch_free=True, components=args.traces == "rerun")
     if args.traces == "rerun":
         return _rerun(args, cfg)
     if args.traces == "label":
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_options(args: argparse.Namespace) -> None:
-    from pipelines import traces
+    from pipelines.state import traces
 
     status = getattr(args, "status", None)
     if status is not None and status not in traces.STATUSES:
@@ -121,7 +122,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 
 def _show(args: argparse.Namespace, cfg, store) -> None:
-    from pipelines import traces
+    from pipelines.state import traces
 
     row = store.get(args.id)
     if row is None:
@@ -134,9 +135,9 @@ def _show(args: argparse.Namespace, cfg, store) -> None:
 
 def _label(args: argparse.Namespace, cfg) -> int:
     from components.tracing.label_records import OFF_TOPIC, RIGHT_SOURCES, WRONG
-    from pipelines import traces
     from pipelines.cli.labels import default_reviewer
     from pipelines.labels.record import label_invocation
+    from pipelines.state import traces
 
     verdict = RIGHT_SOURCES if args.source else OFF_TOPIC if args.off_topic else WRONG
     store = traces.open_store(cfg)
@@ -155,7 +156,7 @@ def _label(args: argparse.Namespace, cfg) -> int:
 
 
 def _export(args: argparse.Namespace, store) -> None:
-    from pipelines import traces
+    from pipelines.state import traces
 
     rows = store.iter_all(status=args.status)
     if not args.output:
@@ -170,7 +171,7 @@ def _export(args: argparse.Namespace, store) -> None:
 
 
 def _rerun(args: argparse.Namespace, cfg) -> int:
-    from pipelines.lite_snapshot import snapshot_overrides
+    from pipelines.state.lite_snapshot import snapshot_overrides
     from pipelines.tuning.rerun import parse_since
 
     parse_since(args.since)  # a bad date is refused before any copy is made

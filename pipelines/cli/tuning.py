@@ -28,42 +28,49 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int:
-    from pipelines.evaluation import index_first
-    from pipelines.tuning.guard_fit import fit_guard, measure_guard
-    from pipelines.tuning.guards import check_measurable, guard_constraints
+    from pipelines.evaluation.run import index_first
+    from pipelines.tuning.guard_fit import check_relative, fit_guard, fit_query_sets, measure_groups
+    from pipelines.tuning.guards import NO_CONSTRAINTS, check_measurable, guard_constraints
     from pipelines.tuning.search import format_search, run_search
     from pipelines.tuning.space import SearchSpace
     from pipelines.tuning.study import check_study_file, study_storage
 
     space = SearchSpace.load(name)
     cfg = load(overrides)
-    constraints = guard_constraints(cfg, space.constraints, args.constraint, space.origin)
+    floors = guard_constraints(cfg, space.constraints, args.constraint, space.origin)
+    relative = [] if NO_CONSTRAINTS in args.constraint else space.relative
     tuning, guards, held_out = _search_sets(args, cfg)
     if args.kb:
         index_first(cfg, args.kb)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    check_measurable(constraints, [*tuning, *guards])  # a constraint that guards nothing fails before any work
+    check_measurable(floors, [*tuning, *guards])  # a constraint that guards nothing fails before any work
+    check_relative(relative, [*tuning, *guards], space.origin)
     check_study_file(study_storage(cfg.paths.state_dir, args.study_file))  # so does a damaged or busy study file
-    guard = fit_guard(cfg, guards, constraints, measure_guard(cfg, guards))
-    for line in guard.lines():
+    current, held_current = measure_groups(cfg, [[*tuning, *guards], held_out])
+    guard = fit_guard(cfg, guards, floors, current)
+    own = {s.name: current[s.name] for s in tuning}
+    bounds, bound_lines = fit_query_sets(cfg, relative, [own, held_current], floors)
+    # A held-out file's bound judges the best and the defaults only: no trial is scored on it.
+    held_out_bounds = [c for c in bounds if c.set_name not in own]
+    for line in [*guard.lines(), *bound_lines]:
         say(line)
-    guards, constraints = guard.guard_sets, guard.constraints
     result = run_search(
         space,
         overrides,
         tuning,
-        guards,
+        guard.guard_sets,
         held_out,
         args.trials,
         args.seed,
-        constraints=constraints,
+        constraints=[*guard.constraints, *(c for c in bounds if c.set_name in own)],
         study_name=args.study,
         resume=args.resume,
         experiment=args.experiment,
         say=say,
         study_file=args.study_file,
+        held_out_bounds=held_out_bounds,
     )
-    result.guard = guard
+    result.guard, result.bounds = guard, bound_lines
     print(format_search(result))
     for line in result.runs.announce(result.parent_run_id, f"parent run of this run's {args.trials} trial runs"):
         print(line)

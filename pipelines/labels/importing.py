@@ -12,7 +12,7 @@ from pathlib import Path
 
 from components.tracing.label_records import OFF_TOPIC, RIGHT_SOURCES
 from components.tracing.trace_store import TraceStore
-from pipelines.eval_queries import load_queries
+from pipelines.evaluation.queries import load_queries
 from pipelines.labels.record import new_label
 from pipelines.labels.split import normalised_query
 

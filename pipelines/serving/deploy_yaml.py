@@ -13,9 +13,9 @@ import sys
 import yaml
 from omegaconf import DictConfig
 
+from pipelines.config.settings import ConfigError
 from pipelines.lookup import ALLOWED_MODULES, build_lookup_pipeline
-from pipelines.serialized import refuse_config_secrets
-from pipelines.settings import load_config
+from pipelines.serialized import load_checked_config, refuse_config_secrets
 
 # The variable the hayhooks process needs: it loads YAML without an allowlist of its own.
 ALLOWLIST_ENV = {"HAYSTACK_DESERIALIZATION_ALLOWLIST": ",".join(ALLOWED_MODULES)}
@@ -35,8 +35,13 @@ def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m pipelines.serving.deploy_yaml OUT.yml [key=value ...]", file=sys.stderr)
         return 2
+    try:
+        text = deployable_yaml(load_checked_config(argv[1:]))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     with open(argv[0], "w", encoding="utf-8") as stream:
-        stream.write(deployable_yaml(load_config(argv[1:])))
+        stream.write(text)
     print(f"wrote {argv[0]}; deploy it with: {' '.join(f'{k}={v}' for k, v in ALLOWLIST_ENV.items())} hayhooks ...")
     return 0
 

@@ -94,7 +94,7 @@ def jsonrpc_refusal(head: bytes, tail: bytes, reason: str) -> dict[str, Any] | N
 
 class RequestGuard:
     """
-    Checks each HTTP request: paths it does not serve (404), `Authorization: Bearer <key>` when a key is set (401, constant-time
+    Checks each HTTP request: `Authorization: Bearer <key>` when a key is set (401, constant-time
     compare), the body size (413 over `max_body_bytes`), and for `validated_paths` the lookup body
     (422). The key is never logged.
 
@@ -111,12 +111,10 @@ class RequestGuard:
         api_key: str | None,
         max_body_bytes: int,
         validated_paths: Iterable[str] = (),
-        blocked_prefixes: Iterable[str] = (),
         read_timeout_s: float | None = None,
         jsonrpc_prefixes: Iterable[str] = (),
     ) -> None:
         self.app = app
-        self.blocked_prefixes = tuple(blocked_prefixes)
         self._expected = api_key.encode() if api_key else None
         self.max_body_bytes = max_body_bytes
         self.validated_paths = tuple(validated_paths)
@@ -130,8 +128,6 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         try:
-            if self.blocked_prefixes and scope["path"].startswith(self.blocked_prefixes):
-                raise RequestRefused(404, "not_found", f"{scope['path']} is not served here")
             self._authorize(scope)
             body = await self._read_body(scope, receive)
             if body is not None and scope["method"] == "POST" and scope["path"] in self.validated_paths:

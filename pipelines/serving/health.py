@@ -22,10 +22,10 @@ from components.errors import first_line
 from components.stores.l0_index_file import L0IndexHandle
 from components.stores.milvus_collection import close_quietly
 from components.tracing.trace_store import TraceStore
-from pipelines.calibration import calibration_in_force
+from pipelines.config.model_calibration import calibration_in_force
+from pipelines.config.settings import knowledge_store
 from pipelines.serving.bind import lookup_slots
-from pipelines.settings import knowledge_store
-from pipelines.traces import redact_url
+from pipelines.state.traces import redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -158,3 +158,19 @@ class HealthCheck:
         status = "ok" if all(check["ok"] for check in checks.values()) else "degraded"
         # The pid tells apart the worker processes of `knowledge serve --workers N` behind one port.
         return {"status": status, "pid": os.getpid(), "checks": checks, "config": self.config()}
+
+
+def health_route(health: HealthCheck):
+    """`GET /health` of a served app: 200 when every check passes, else 503 with the report."""
+    import anyio
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+
+    # Threads of its own: a health request never waits for a slot behind lookups or other requests.
+    limiter = anyio.CapacityLimiter(4)
+
+    async def health_endpoint(request: Request) -> JSONResponse:
+        report = await anyio.to_thread.run_sync(health.report, limiter=limiter)
+        return JSONResponse(report, status_code=200 if report["status"] == "ok" else 503)
+
+    return health_endpoint

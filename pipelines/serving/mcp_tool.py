@@ -1,16 +1,16 @@
 """
 The MCP server of `knowledge serve --mcp`: two tools, `lookup_knowledge` and
-`lookup_knowledge_feedback`, and nothing else (no hayhooks status or deploy tools). Their
-arguments are checked here, so a bad call is a tool error that says what is wrong; a lookup's
-result is the agent view by default (`view: "full"` for everything).
+`lookup_knowledge_feedback`, and nothing else (no status or deploy tools), both answered by the
+wrapper the REST routes call. Their arguments are checked here, so a bad call is a tool error that
+says what is wrong; a lookup's result is the agent view by default (`view: "full"` for everything).
 """
 
 import functools
 import json
 from typing import Any
 
-from pipelines.agent import TOOL_NAME, TOOL_PARAMETERS, tool_description
-from pipelines.views import FULL_VIEW_KEYS, VIEWS, agent_view, described
+from pipelines.serving.agent_tool import TOOL_NAME, TOOL_PARAMETERS, tool_description
+from pipelines.serving.views import FULL_VIEW_KEYS, VIEWS, described
 
 MCP_DEFAULT_VIEW = "agent"
 MCP_TOOL_SCHEMA: dict[str, Any] = {
@@ -89,13 +89,15 @@ def check_feedback_arguments(arguments: dict[str, Any] | None) -> tuple[str, boo
     return invocation_id, useful, source
 
 
-def create_lookup_mcp_server(service, max_concurrent: int | None = None):
-    """An MCP `Server` offering `lookup_knowledge` and its feedback tool on `service`, at most `max_concurrent` lookups at once."""
+def create_lookup_mcp_server(wrapper, max_concurrent: int | None = None):
+    """
+    An MCP `Server` offering `lookup_knowledge` and its feedback tool through `wrapper` (the REST
+    routes' door), at most `max_concurrent` lookups at once.
+    """
     import anyio
     from mcp.server import Server
     from mcp.types import TextContent, Tool
 
-    from components.contracts import STATUS_ERROR
     from pipelines.serving.bind import lookup_slots
 
     server = Server("lookup-knowledge")
@@ -113,28 +115,31 @@ def create_lookup_mcp_server(service, max_concurrent: int | None = None):
     @server.call_tool(validate_input=False)
     async def call_tool(name: str, arguments: dict[str, Any]) -> list[TextContent]:
         if name == FEEDBACK_TOOL_NAME:
-            return await _feedback(service, arguments)
+            invocation_id, useful, source = check_feedback_arguments(arguments)
+            label = await through_the_door(functools.partial(wrapper.feedback, invocation_id, useful, source, "mcp"))
+            return [TextContent(type="text", text=json.dumps(label.model_dump(mode="json"), ensure_ascii=False))]
         if name != TOOL_NAME:
             raise ToolCallRefused(f"no tool {name!r}: the tools are {TOOL_NAME} and {FEEDBACK_TOOL_NAME}")
         query, view = check_arguments(arguments)
-        # An empty query raises InvalidQueryError (after its trace row): its message is the tool error.
-        result = await anyio.to_thread.run_sync(functools.partial(service.lookup, query), limiter=limiter)
-        body = result.to_dict()
-        if result.evidence_status == STATUS_ERROR:
-            raise RuntimeError(f"{result.message} (invocation {result.invocation_id})")
-        shown = agent_view(body) if view == "agent" else body
-        return [TextContent(type="text", text=json.dumps(shown, ensure_ascii=False))]
+        # An empty query is refused by the service after its trace row: the reason is the tool error.
+        result = await through_the_door(functools.partial(wrapper.run_api, query), limiter)
+        return [TextContent(type="text", text=json.dumps(result.shown(view), ensure_ascii=False))]
 
     return server
 
 
-async def _feedback(service, arguments: dict[str, Any] | None) -> list:
-    """One feedback call: its label, described as JSON; an unknown id or source is a tool error with the reason."""
+async def through_the_door(call, limiter=None):
+    """
+    Run one wrapper call in a worker thread; its HTTP error becomes the tool error an agent reads:
+    the refusal's reason, or for a failed lookup its message and the invocation of its trace row.
+    """
     import anyio
-    from mcp.types import TextContent
+    from starlette.exceptions import HTTPException
 
-    from pipelines.serving.feedback import give_feedback
-
-    invocation_id, useful, source = check_feedback_arguments(arguments)
-    call = functools.partial(give_feedback, service, invocation_id, useful, source, "mcp")
-    return [TextContent(type="text", text=json.dumps(await anyio.to_thread.run_sync(call), ensure_ascii=False))]
+    try:
+        return await anyio.to_thread.run_sync(call, limiter=limiter)
+    except HTTPException as exc:
+        if exc.status_code >= 500:
+            failed = exc.detail
+            raise RuntimeError(f"{failed['message']} (invocation {failed['invocationId']})") from exc
+        raise ToolCallRefused(exc.detail["detail"]) from exc

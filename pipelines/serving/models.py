@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
+from pipelines.serving.views import agent_view
+
 
 def _absent(value: Any) -> bool:
     return value is None
@@ -78,6 +80,11 @@ class LookupResponse(BaseModel):
         # hayhooks' MCP transport sends str(result) as the tool's text content: make that the JSON.
         return self.model_dump_json()
 
+    def shown(self, view: str) -> dict[str, Any]:
+        """The result as JSON data in `view`: `full`, the whole record, or `agent` (`pipelines/serving/views.py`)."""
+        body = self.model_dump(mode="json")
+        return agent_view(body) if view == "agent" else body
+
 
 class FeedbackRequest(BaseModel):
     """An agent's verdict on one lookup it made (`POST /lookup_knowledge/feedback`)."""
@@ -99,3 +106,17 @@ class FeedbackResponse(BaseModel):
     verdict: str = Field(description="useful or not_useful")
     sources: list[str] = Field(description="The source(s) the verdict is about")
     traceStatus: str = Field(description="recorded, or spooled while the trace database is away")
+
+
+class StatusResponse(BaseModel):
+    """`GET /status`: the server is up, and the pipeline it serves."""
+
+    status: str = Field(description="Up! while the server answers")
+    pipelines: list[str]
+
+
+class PipelineStatusResponse(BaseModel):
+    """`GET /status/{pipeline_name}` of the served pipeline (any other name: 404)."""
+
+    status: str = Field(description="Up! while the server answers")
+    pipeline: str

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from pipelines.settings import load_config
+from pipelines.config.settings import load_config
 
 if TYPE_CHECKING:  # imported on first use: a worker keeps torch out before Haystack loads (worker.py)
     from pipelines.lookup import LookupService

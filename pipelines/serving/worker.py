@@ -7,7 +7,7 @@ backend torch is kept out of the process before Haystack loads (a few hundred MB
 
 def worker_app():
     from components.common.embedding_models import keep_torch_out
-    from pipelines.cli.entry_point import configure_logging
+    from pipelines.config.logs import configure_logging
 
     configure_logging(0)  # a spawned worker logs (masked) as the parent process does
     from pipelines.serving.service import served_config

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from pipelines.evaluation import PipelineSystem, index_first
-from pipelines.evaluation_metrics import EvalQuery, Ranked
-from pipelines.manifest import indexed_kb
-from pipelines.settings import ConfigError, load_config
+from pipelines.config.manifest import indexed_kb
+from pipelines.config.settings import ConfigError, load_config
+from pipelines.evaluation.metrics import EvalQuery, Ranked
+from pipelines.evaluation.run import PipelineSystem, index_first
 from pipelines.tuning.guard_fit import fit_guard, without_sets
 from pipelines.tuning.guards import Constraint, QuerySet, evaluate_sets, untested_guards
 from pipelines.tuning.recommend import (

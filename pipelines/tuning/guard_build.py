@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from components.common.text import terms
-from pipelines.settings import CONF_DIR, ConfigError
+from pipelines.config.settings import CONF_DIR, ConfigError
 
 CATALOGUE = CONF_DIR.resolve().parent / "eval" / "guard-catalogue.jsonl"
 # Where `guard=built` (conf/guard/built.yaml) looks for it, under the state dir.

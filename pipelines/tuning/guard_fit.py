@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.tuning.guards import OFF_TOPIC_METRICS, Constraint, QuerySet, evaluate_sets
+from pipelines.config.settings import ConfigError
+from pipelines.tuning.guards import OFF_TOPIC_METRICS, Constraint, QuerySet, evaluate_sets, query_counts
 
 REJECTION = OFF_TOPIC_METRICS[0]
 BUILD_HINT = "build one that fits: knowledge guard build --kb DIR, then guard=built (docs/tuning.md#guard-sets)"
@@ -98,14 +99,14 @@ def fit_guard(cfg, sets: list[QuerySet], constraints: list[Constraint], current:
             continue
         kept.append(query_set)
         if policy.tolerance is not None:
-            relative.append(_relative(query_set.name, rate, policy.tolerance))
+            relative.append(relative_bound(REJECTION, query_set.name, rate, policy.tolerance))
     floors = [c for c in constraints if c.set_name not in left_out]
     return GuardFit(kept, [*floors, *relative], policy, current, left_out)
 
 
 def measure_guard(cfg, sets: list[QuerySet]) -> dict[str, dict[str, Any]]:
     """The guard sets' metrics at `cfg` (the current settings): what `fit_guard` needs when nothing measured them."""
-    from pipelines.evaluation import PipelineSystem
+    from pipelines.evaluation.run import PipelineSystem
 
     guards = [s for s in sets if s.role == "guard"]
     if not guards:
@@ -114,15 +115,80 @@ def measure_guard(cfg, sets: list[QuerySet]) -> dict[str, dict[str, Any]]:
     return per_set
 
 
+def check_relative(metrics: list[str], sets: list[QuerySet], origin: str) -> None:
+    """Refuse a relative bound that no query of the sets can measure: it would hold nothing."""
+    for metric in metrics:
+        probe = Constraint(metric, ">=", 0.0)
+        if not any(probe.counts(query_counts(s.queries)) for s in sets):
+            kind = "off-topic" if metric in OFF_TOPIC_METRICS else "answerable"
+            raise ConfigError(
+                f"{origin} bounds {metric} on each query set relative to the current settings, but "
+                f"the query sets {', '.join(s.name for s in sets)} have no {kind} queries: add a query set that has some (--guard FILE, "
+                "e.g. eval/offtopic-alerts.jsonl for the runbook corpus) or drop the space's constraints with --constraint none"
+            )
+
+
+def measure_groups(cfg, groups: list[list[QuerySet]]) -> list[dict[str, dict[str, Any]]]:
+    """Each group of sets' metrics at `cfg` (the current settings), one pass per group (a split's parts share names)."""
+    from pipelines.evaluation.run import PipelineSystem
+
+    system = PipelineSystem(cfg)
+    return [evaluate_sets(cfg, sets, [system])[1] if sets else {} for sets in groups]
+
+
 def without_sets(per_set: dict[str, Any], names) -> dict[str, Any]:
     """A per-set mapping without the sets left out."""
     return {name: value for name, value in per_set.items() if name not in names}
 
 
-def _relative(name: str, rate: float, tolerance: float) -> Constraint:
+def relative_bound(metric: str, name: str, current: float, tolerance: float) -> Constraint:
+    """`METRIC@NAME>=CURRENT-tolerance`: a setting may lose no more than `tolerance` of what the current settings get."""
     # Floored to 3 decimals so the label reads as the rate is printed and the current settings always keep it.
-    bound = max(0.0, math.floor((rate - tolerance) * 1000 + 1e-9) / 1000)
-    return Constraint(REJECTION, ">=", bound, name, f"guard.tolerance={tolerance:g} below the current settings")
+    bound = max(0.0, math.floor((current - tolerance) * 1000 + 1e-9) / 1000)
+    return Constraint(metric, ">=", bound, name, f"guard.tolerance={tolerance:g} below the current settings")
+
+
+def fit_query_sets(
+    cfg, metrics: list[str], measured: list[dict[str, dict[str, Any]]], floors: list[Constraint]
+) -> tuple[list[Constraint], list[str]]:
+    """
+    The bounds of a search's own query sets (tuning and held-out, named in `measured`: each group's
+    metrics at the current settings): per set and metric of `metrics` it counts, the relative bound of
+    the guard's rule, from the lowest value of the set's parts (a split's tuning and held-out parts share
+    a name, and the current settings keep the bound on both); and one line per set naming its bounds.
+    """
+    tolerance = GuardPolicy.from_config(cfg).tolerance
+    constraints, lines = [], []
+    if not metrics:  # the space bounds nothing relative: its floors are named with the guard
+        return constraints, lines
+    for name in dict.fromkeys(n for per_set in measured for n in per_set):
+        parts = [per_set[name] for per_set in measured if name in per_set]
+        current = {m: _lowest(m, name, parts) for m in metrics}
+        current = {m: value for m, value in current.items() if value is not None}
+        mine = [relative_bound(m, name, value, tolerance) for m, value in current.items() if tolerance is not None]
+        constraints += mine
+        counted = [c for c in floors if c.applies_to(name) and any(c.counts(p) for p in parts)]
+        lines.append(_bounds_line(name, current, mine, counted, tolerance))
+    return constraints, lines
+
+
+def _lowest(metric: str, name: str, parts: list[dict[str, Any]]) -> float | None:
+    probe = Constraint(metric, ">=", 0.0, name)
+    values = [float(p[metric]) for p in parts if probe.counts(p) and p.get(metric) is not None]
+    return min(values) if values else None
+
+
+def _bounds_line(name: str, current: dict[str, float], relative: list[Constraint], floors, tolerance) -> str:
+    got = ", ".join(f"{metric} {value:.3f}" for metric, value in current.items()) or "none of the bounded metrics"
+    line = f"bounds on {name}: the current settings get {got}"
+    if relative:
+        labels = ", ".join(c.label for c in relative)
+        line += f"; relative: a setting must keep {labels} (guard.tolerance={tolerance:g})"
+    elif current:
+        line += "; no relative bound (guard.tolerance=null)"
+    if floors:
+        line += f"; absolute: {', '.join(f'{c.label} ({c.origin})' for c in floors)}"
+    return line
 
 
 def _not_fitting(query_set: QuerySet, metrics: dict[str, Any], policy: GuardPolicy) -> str:

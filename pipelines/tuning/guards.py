@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.evaluation import Evaluation, evaluate, load_queries
-from pipelines.evaluation_metrics import EvalQuery, score
-from pipelines.settings import ConfigError
+from pipelines.config.settings import ConfigError
+from pipelines.evaluation.metrics import EvalQuery, score
+from pipelines.evaluation.run import Evaluation, evaluate, load_queries
 from pipelines.tuning.ranking import RANKABLE, rankable
 from pipelines.tuning.runs import metric_name
 
@@ -219,7 +219,7 @@ def evaluate_sets(cfg, sets: list[QuerySet], systems: list[Any]) -> tuple[Evalua
 
 def resolve_guard_path(path: str) -> str:
     """A guard file as given, from the working directory, else from the project (where conf/ lives)."""
-    from pipelines.settings import CONF_DIR
+    from pipelines.config.settings import CONF_DIR
 
     given = Path(path)
     if given.exists():
@@ -265,22 +265,36 @@ def untested_guards(
     """
     warnings = []
     for constraint in [c for c in constraints if c.metric in OFF_TOPIC_METRICS]:
-        mine = [
-            {name: m for name, m in per_set.items() if constraint.applies_to(name) and constraint.counts(m)}
-            for per_set in per_set_of_each
-        ]
-        if not mine or not mine[0]:
-            continue
-        count = sum(constraint.counts(m) for m in mine[0].values())
-        if count < min_off_topic:
-            why = f"only {count} off-topic queries (fewer than guard.min_off_topic={min_off_topic})"
-        elif all(float(m.get(constraint.metric) or 0) >= 1.0 for per_set in mine for m in per_set.values()):
-            why = f"every one of the {count} off-topic queries was rejected at every setting tried"
-        else:
-            continue
-        warnings.append(
-            f"off-topic constraint {constraint.label} not tested: {why}; add a guard set of questions or alerts "
-            "about systems the knowledge base does not cover (--guard FILE or guard.sets=[FILE]; "
-            "docs/tuning.md#guard-sets)"
-        )
+        why = _why_untested(constraint, per_set_of_each, min_off_topic)
+        if why is not None:
+            warnings.append(
+                f"off-topic constraint {constraint.label} not tested: {why}; add a guard set of questions or alerts "
+                "about systems the knowledge base does not cover (--guard FILE or guard.sets=[FILE]; "
+                "docs/tuning.md#guard-sets)"
+            )
     return warnings
+
+
+def _why_untested(
+    constraint: Constraint, per_set_of_each: list[dict[str, dict[str, Any]]], min_off_topic: int
+) -> str | None:
+    """Why an off-topic constraint could not fail at the settings tried, or None when it could."""
+    mine = _counted_sets(constraint, per_set_of_each)
+    if not mine or not mine[0]:
+        return None
+    count = sum(constraint.counts(m) for m in mine[0].values())
+    if count < min_off_topic:
+        return f"only {count} off-topic queries (fewer than guard.min_off_topic={min_off_topic})"
+    if all(float(m.get(constraint.metric) or 0) >= 1.0 for per_set in mine for m in per_set.values()):
+        return f"every one of the {count} off-topic queries was rejected at every setting tried"
+    return None
+
+
+def _counted_sets(
+    constraint: Constraint, per_set_of_each: list[dict[str, dict[str, Any]]]
+) -> list[dict[str, dict[str, Any]]]:
+    """Per setting tried, the metrics of the sets the constraint applies to and counts queries of."""
+    return [
+        {name: m for name, m in per_set.items() if constraint.applies_to(name) and constraint.counts(m)}
+        for per_set in per_set_of_each
+    ]

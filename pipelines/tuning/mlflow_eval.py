@@ -31,8 +31,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pipelines.evaluation import DEPTH, Evaluation
-from pipelines.evaluation_metrics import RECALL_DEPTH, EvalQuery, first_hit
+from pipelines.evaluation.metrics import RECALL_DEPTH, EvalQuery, first_hit
+from pipelines.evaluation.run import DEPTH, Evaluation
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ def run_genai_evaluation(cfg: DictConfig, queries: list[EvalQuery], source: str,
     """
     import mlflow
 
-    from pipelines.evaluation import PipelineSystem
+    from pipelines.evaluation.run import PipelineSystem
 
     if not cfg.mlflow.tracking_uri:
         raise ValueError("--engine mlflow needs MLflow: set mlflow.tracking_uri (e.g. mlflow=sqlite)")

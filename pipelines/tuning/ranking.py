@@ -3,7 +3,7 @@ The metrics a sweep or a search ranks by and a constraint may bound, apart from 
 sweep, the guards and the recommendation all read them without importing one another.
 """
 
-from pipelines.settings import ConfigError
+from pipelines.config.settings import ConfigError
 from pipelines.tuning.runs import metric_name
 
 RANKABLE = (

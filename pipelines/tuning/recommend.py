@@ -11,12 +11,13 @@ Otherwise the verdict is "keep the current settings" with its reason, and no set
     print("\n".join(verdict.lines()))
 """
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from pipelines.evaluation_metrics import EvalQuery, Ranked, first_hit, ndcg
+from pipelines.evaluation.metrics import EvalQuery, Ranked, first_hit, ndcg
 from pipelines.tuning.guards import Constraint, set_violations
 
 # The metrics that have a value per query, so two settings can be paired query by query.
@@ -46,13 +47,17 @@ def metric_values(queries: list[EvalQuery], answers: list[Ranked], metric: str) 
 
 
 def sign_test(deltas: np.ndarray) -> float:
-    """Exact two-sided sign test of paired deltas; ties are left out, and no untied pair gives p = 1."""
-    from scipy.stats import binomtest
-
+    """
+    Exact two-sided sign test of paired deltas; ties are left out, and no untied pair gives p = 1.
+    The binomial tail at 0.5 in integers (what scipy's `binomtest(...).pvalue` gives): scipy's array
+    probes fail in a process that keeps torch out (a lookup or serve process with an ONNX backend).
+    """
     wins, losses = int((deltas > 0).sum()), int((deltas < 0).sum())
-    if wins + losses == 0:
+    untied = wins + losses
+    if untied == 0:
         return 1.0
-    return float(binomtest(wins, wins + losses, 0.5).pvalue)
+    tail = sum(math.comb(untied, k) for k in range(min(wins, losses) + 1))
+    return min(1.0, 2 * tail / 2**untied)
 
 
 def format_p(p: float) -> str:
@@ -159,12 +164,14 @@ def recommend(
     policy: Policy,
     paired_sets: list[str],
     unguarded: list[str] = (),
+    under: str = "",
 ) -> Verdict:
     """
     Recommend `best` over `current` only when it keeps every constraint on every set it was scored on and
     the sign test over `paired_sets` finds it better at `policy.level`; else keep the current settings.
+    `under` ends a reason that the constraints decided (none met them, or only the current settings).
     """
-    verdict = _decide(current, best, constraints, policy, paired_sets, list(unguarded))
+    verdict = _decide(current, best, constraints, policy, paired_sets, list(unguarded), under)
     current_breaks = current.breaks(constraints)
     if verdict.recommended is None and current_breaks:  # keeping them keeps a broken guard: say so
         verdict.reason += f"; note: the current settings break {', '.join(current_breaks)}"
@@ -178,11 +185,12 @@ def _decide(
     policy: Policy,
     paired_sets: list[str],
     unguarded: list[str],
+    under: str = "",
 ) -> Verdict:
     if best is None:
-        return Verdict(None, "no setting tried met the constraints", unguarded=unguarded)
+        return Verdict(None, f"no setting tried met the constraints{under}", unguarded=unguarded)
     if best.label == current.label:
-        return Verdict(None, "the current settings are the best setting tried", unguarded=unguarded)
+        return Verdict(None, f"the current settings are the best setting tried{under}", unguarded=unguarded)
     broken = best.breaks(constraints)
     if broken:
         return Verdict(None, f"the best setting tried ({best.label}) breaks {', '.join(broken)}", unguarded=unguarded)

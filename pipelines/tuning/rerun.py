@@ -125,7 +125,7 @@ def recorded_rows(
     cfg: DictConfig, since: datetime | None = None, last: int | None = None, include_evaluation: bool = False
 ) -> list[dict[str, Any]]:
     """The successful lookup rows to rerun, oldest first (`last`: only the newest N); production traffic only by default."""
-    from pipelines.traces import open_store
+    from pipelines.state.traces import open_store
 
     rows = open_store(cfg, reading=True).latest(last=None, status="ok")  # newest first
     rows = [row for row in rows if row.get("tool_name") == TOOL_NAME and _query_of(row) is not None]

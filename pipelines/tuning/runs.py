@@ -12,8 +12,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from pipelines.evaluation import Evaluation
-from pipelines.settings import masked_value, to_container
+from pipelines.config.settings import masked_value, to_container
+from pipelines.evaluation.run import Evaluation
 
 EVAL_EXPERIMENT = "lookup-knowledge-eval"
 PER_QUERY_ARTIFACT = "per_query.json"
@@ -218,7 +218,7 @@ def notebook_tracking_uri(root: Path, state_dir: Path, tracking_uri: str | None,
     made); else the notebook's own state folder's. A relative sqlite path is read from the project, as
     the CLI printed it (the kernel runs in notebooks/).
     """
-    from pipelines.settings import load_config
+    from pipelines.config.settings import load_config
 
     if tracking_uri is None and run_given:
         tracking_uri = load_config(["mlflow=sqlite"]).mlflow.tracking_uri

@@ -17,8 +17,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.evaluation import build_systems
-from pipelines.settings import ConfigError, load_config
+from pipelines.config.settings import ConfigError, load_config
+from pipelines.evaluation.run import build_systems
 from pipelines.tuning.guards import (
     Constraint,
     QuerySet,
@@ -79,6 +79,13 @@ class SearchResult:
     verdict: Any = None  # pipelines/tuning/recommend.py's Verdict
     repeats: int = 0  # trials that drew a setting already evaluated (not re-run)
     guard: Any = None  # pipelines/tuning/guard_fit.py's GuardFit: the guard in effect
+    bounds: list[str] = field(default_factory=list)  # the bounds of each query set of the search's own, one line each
+    held_out_bounds: list[Constraint] = field(default_factory=list)  # of held-out files: no trial scores them
+
+    @property
+    def judged_by(self) -> list[Constraint]:
+        """What the best and the defaults are judged by: the trials' constraints and the held-out files' bounds."""
+        return [*self.constraints, *self.held_out_bounds]
 
     @property
     def override_line(self) -> str:
@@ -104,6 +111,7 @@ def run_search(
     experiment: str | None = None,
     say=logger.info,
     study_file: str | None = None,
+    held_out_bounds: list[Constraint] = (),
 ) -> SearchResult:
     """Run `trials` constrained Optuna trials on the tuning and guard sets, then judge the best and the defaults."""
     import optuna
@@ -195,6 +203,7 @@ def run_search(
         _roles(tuning, guards, held_out),
     )
     result.repeats = sum("repeat_of" in t.user_attrs for t in study.trials)
+    result.held_out_bounds = list(held_out_bounds)
     result.verdict = _verdict(result, base_cfg, policy, held_out or tuning)
     _log_search(result, study)
     runs.finish(parent)
@@ -220,7 +229,9 @@ def _verdict(result: "SearchResult", cfg, policy, paired: list[QuerySet]):
     if result.best is not None and result.best.current:
         current.label = result.override_line
     names = [f"{where}:{s.name}" for s in paired]
-    return recommend(current, candidate("best"), result.constraints, policy, names, unguarded)
+    # A kept setting names the bounds the trials were held to: they are this knowledge base's own.
+    under = f" under {', '.join(c.label for c in result.judged_by)}" if result.judged_by else ""
+    return recommend(current, candidate("best"), result.judged_by, policy, names, unguarded, under)
 
 
 def _trial_of(frozen, constraints: list[Constraint]) -> Trial:
@@ -285,7 +296,7 @@ def _judge(base_overrides, best: Trial | None, done: list[Trial], tuning, guards
 
 def _pooled(evaluation, held_out: list[QuerySet]) -> dict[str, Any]:
     """The pipeline metrics of the held-out queries pooled (the guard sets apart)."""
-    from pipelines.evaluation_metrics import score
+    from pipelines.evaluation.metrics import score
 
     count = sum(len(s.queries) for s in held_out)
     return score([q for s in held_out for q in s.queries], evaluation.answers["pipeline"][:count])
@@ -321,32 +332,47 @@ def _log_search(result: SearchResult, study) -> None:
 
 def format_search(result: SearchResult) -> str:
     """Every trial (feasible ones first, best first) with its guard metrics; then best vs defaults per set."""
-    space, constraints = result.space, result.constraints
-    metric = space.metric
-    feasible_count = sum(t.feasible for t in result.trials)
-    lines = [
-        f"{len(result.trials) + result.repeats} trials of search={space.name} (study {result.study_name} in "
-        f"{result.storage}), {len(result.trials)} distinct settings, {feasible_count} feasible under {', '.join(c.label for c in constraints) or 'no constraints'}; "
-        f"{metric} on {', '.join(n for n, r in result.roles.items() if r == 'tuning')}:",
-    ]
-    header = [f"{'trial':>5}", f"{metric:>8}", f"{'mrr@10':>8}", *(f"{c.label:>{len(c.label)}}" for c in constraints)]
-    lines.append("  ".join([*header, "feasible", "setting"]))
+    space = result.space
     ordered = sorted(result.trials, key=lambda t: (not t.feasible, space.better_first(space.objective(t.metrics))))
-    for trial in ordered:
-        cells = [f"{trial.number:>5}", f"{format_value(metric_value(trial.metrics, metric)):>8}"]
-        cells.append(f"{format_value(metric_value(trial.metrics, 'mrr@10')):>8}")
-        cells += [f"{format_value(c.value(trial.sets)):>{len(c.label)}}" for c in constraints]
-        mark = "yes" if trial.feasible else "NO: " + ", ".join(violated(constraints, trial.sets))
-        current = "  (current)" if trial.current else ""
-        lines.append("  ".join([*cells, f"{mark:<8}", trial.override_line]) + current)
-    lines += _judged_lines(result)
+    lines = [_search_title(result), _trial_header(space.metric, result.constraints)]
+    lines += [_trial_row(trial, space.metric, result.constraints) for trial in ordered]
+    return "\n".join(lines + _judged_lines(result) + _search_notes(result))
+
+
+def _search_title(result: SearchResult) -> str:
+    feasible_count = sum(t.feasible for t in result.trials)
+    guards = ", ".join(c.label for c in result.constraints) or "no constraints"
+    tuning_sets = ", ".join(n for n, r in result.roles.items() if r == "tuning")
+    return (
+        f"{len(result.trials) + result.repeats} trials of search={result.space.name} (study {result.study_name} in "
+        f"{result.storage}), {len(result.trials)} distinct settings, {feasible_count} feasible under {guards}; "
+        f"{result.space.metric} on {tuning_sets}:"
+    )
+
+
+def _trial_header(metric: str, constraints: list[Constraint]) -> str:
+    header = [f"{'trial':>5}", f"{metric:>8}", f"{'mrr@10':>8}", *(f"{c.label:>{len(c.label)}}" for c in constraints)]
+    return "  ".join([*header, "feasible", "setting"])
+
+
+def _trial_row(trial: Trial, metric: str, constraints: list[Constraint]) -> str:
+    cells = [f"{trial.number:>5}", f"{format_value(metric_value(trial.metrics, metric)):>8}"]
+    cells.append(f"{format_value(metric_value(trial.metrics, 'mrr@10')):>8}")
+    cells += [f"{format_value(c.value(trial.sets)):>{len(c.label)}}" for c in constraints]
+    mark = "yes" if trial.feasible else "NO: " + ", ".join(violated(constraints, trial.sets))
+    current = "  (current)" if trial.current else ""
+    return "  ".join([*cells, f"{mark:<8}", trial.override_line]) + current
+
+
+def _search_notes(result: SearchResult) -> list[str]:
+    """What follows the tables: the repeated draws, the missing best, the guard and the verdict."""
+    lines = []
     if result.repeats:
         lines.append(f"{result.repeats} trials drew a setting already evaluated and were not re-run")
     if result.best is None:
         lines.append("no trial met the constraints: no best setting (more --trials, a wider space or other bounds)")
     lines += result.guard.lines() if result.guard is not None else []
-    lines += result.verdict.lines()
-    return "\n".join(lines)
+    return lines + result.bounds + result.verdict.lines()
 
 
 def _judged_lines(result: SearchResult) -> list[str]:
@@ -363,7 +389,7 @@ def _judged_lines(result: SearchResult) -> list[str]:
                 if judged is None:
                     continue
                 values = judged.sets[name]
-                broken = set_violations(result.constraints, name, values)
+                broken = set_violations(result.judged_by, name, values)
                 cells = "".join(f"{format_value(metric_value(values, c)):>18}" for c in columns)
                 shown_role = "held-out" if where == "held-out" else role
                 status = "violates " + ", ".join(broken) if broken else "ok"

@@ -11,9 +11,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from pipelines.evaluation_metrics import EvalQuery
-from pipelines.settings import CONF_DIR, ConfigError
+from pipelines.config.settings import CONF_DIR, ConfigError
+from pipelines.evaluation.metrics import EvalQuery
 from pipelines.tuning.guards import QuerySet
+from pipelines.tuning.ranking import LOWER_IS_BETTER, RANKABLE
 from pipelines.tuning.sweep import affects_index, metric_value
 
 SEARCH_GROUP = "search"
@@ -29,6 +30,8 @@ class SearchSpace:
     space: dict[str, dict[str, Any]]
     constraints: list[str] = field(default_factory=list)
     origin: str = ""
+    # Metrics no query set may lose more of than guard.tolerance below the current settings (pipelines/tuning/guard_fit.py).
+    relative: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, name: str, config_dir: Path | None = None) -> "SearchSpace":
@@ -48,6 +51,7 @@ class SearchSpace:
             direction=str(data.get("direction", "maximize")),
             space=dict(data.get("space") or {}),
             constraints=[str(c) for c in data.get("constraints") or []],
+            relative=[str(m) for m in data.get("relative") or []],
             origin=str(path.relative_to(CONF_DIR.parent) if path.is_relative_to(CONF_DIR.parent) else path),
         )
         space.check()
@@ -58,6 +62,12 @@ class SearchSpace:
             raise ConfigError(f"search={self.name}: direction must be maximize or minimize, not {self.direction!r}")
         if not self.space:
             raise ConfigError(f"search={self.name}: the space is empty")
+        for metric in self.relative:
+            if metric not in RANKABLE or metric in LOWER_IS_BETTER:
+                raise ConfigError(
+                    f"search={self.name}: relative: {metric!r} is not a metric a setting may lose only so much of; "
+                    f"give some of {', '.join(m for m in RANKABLE if m not in LOWER_IS_BETTER)}"
+                )
         for key, spec in self.space.items():
             if affects_index(f"{key}="):
                 raise ConfigError(f"search={self.name}: {key} changes the index; search query-time keys only")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import KnowledgeFailure, first_line
-from pipelines.settings import ConfigError
+from pipelines.config.settings import ConfigError
 from pipelines.tuning.guards import Constraint
 from pipelines.tuning.space import SearchSpace
 from pipelines.tuning.sweep import metric_value
@@ -106,18 +106,7 @@ def open_study(storage: str, space: SearchSpace, study_name: str | None, resume:
     warnings.filterwarnings("ignore", message="Fixed parameter .* is out of range")
 
     names = {s.study_name: s for s in _study_summaries(storage)}
-    if resume and study_name is None:
-        mine = [s for s in names.values() if s.user_attrs.get("space") == space.name]
-        if not mine:
-            raise ConfigError(f"--resume: no study of search={space.name} in {storage}; start one without --resume")
-        study_name = max(mine, key=lambda s: s.datetime_start or datetime.min).study_name
-    if resume and study_name not in names:
-        raise ConfigError(
-            f"--resume: no study {study_name!r} in {storage}; known: {', '.join(sorted(names)) or 'none'}"
-        )
-    if not resume and study_name in names:
-        raise ConfigError(f"study {study_name!r} exists in {storage}: --resume continues it, or give another --study")
-    study_name = study_name or f"{space.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:4]}"
+    study_name = _study_name(names, storage, space, study_name, resume)
     # A resumed study moves the seed on by its trials: the same seed would draw the same startup settings again.
     done = names[study_name].n_trials if resume else 0
     sampler = optuna.samplers.TPESampler(seed=seed + done, constraints_func=_constraint_values)
@@ -131,6 +120,29 @@ def open_study(storage: str, space: SearchSpace, study_name: str | None, resume:
         study.set_user_attr("metric", space.metric)
         study.set_user_attr("constraints", [c.label for c in constraints])
     return study
+
+
+def _study_name(names: dict[str, Any], storage: str, space: SearchSpace, study_name: str | None, resume: bool) -> str:
+    """
+    The study to open: with `resume` the named one, or the latest of this space, which must exist;
+    without it the given name, which must not exist yet, or a new one.
+    """
+    if resume and study_name is None:
+        study_name = _latest_study(names, storage, space)
+    if resume and study_name not in names:
+        raise ConfigError(
+            f"--resume: no study {study_name!r} in {storage}; known: {', '.join(sorted(names)) or 'none'}"
+        )
+    if not resume and study_name in names:
+        raise ConfigError(f"study {study_name!r} exists in {storage}: --resume continues it, or give another --study")
+    return study_name or f"{space.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:4]}"
+
+
+def _latest_study(names: dict[str, Any], storage: str, space: SearchSpace) -> str:
+    mine = [s for s in names.values() if s.user_attrs.get("space") == space.name]
+    if not mine:
+        raise ConfigError(f"--resume: no study of search={space.name} in {storage}; start one without --resume")
+    return max(mine, key=lambda s: s.datetime_start or datetime.min).study_name
 
 
 def _check_same_search(study, space: SearchSpace, constraints: list[Constraint]) -> None:

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import first_line
-from pipelines.evaluation import build_systems, index_first
-from pipelines.evaluation_metrics import EvalQuery
-from pipelines.manifest import indexed_kb
-from pipelines.settings import ConfigError, load_config
+from pipelines.config.manifest import indexed_kb
+from pipelines.config.settings import ConfigError, load_config
+from pipelines.evaluation.metrics import EvalQuery
+from pipelines.evaluation.run import build_systems, index_first
 from pipelines.tuning.ranking import LOWER_IS_BETTER, rankable
 from pipelines.tuning.runs import RunLogger, metric_name
 
@@ -381,29 +381,49 @@ def _log_best(runs: RunLogger, parent: str | None, result: SweepResult) -> None:
 def format_ranking(result: SweepResult, columns: tuple[str, ...] = ()) -> str:
     """The combinations, feasible ones first, best first by the ranking metric, with the guard metrics beside."""
     columns = tuple(dict.fromkeys((result.rank_by, *(columns or DEFAULT_COLUMNS))))
-    guards = [c.label for c in result.constraints]
     width = max([len(t.override_line) for t in result.trials] + [len("combination")])
-    header = f"{'#':>3}  {'combination':<{width}}" + "".join(f"{c:>18}" for c in columns)
-    lines = [header + "".join(f"  {label}" for label in guards) + ("  feasible" if guards else "")]
+    lines = [_ranking_header(result.constraints, columns, width)]
     for place, trial in enumerate(result.ranked(), start=1):
         cells = "".join(f"{_fmt(metric_value(trial.metrics, c)):>18}" for c in columns)
-        for constraint in result.constraints:
-            value = constraint.value(trial.sets)
-            cells += f"  {_fmt(-math.inf if value is None else value):>{len(constraint.label)}}"
-        if guards:
-            broken = [c.label for c in result.constraints if c.violation(trial.sets) > 0]
-            cells += "  " + ("yes" if not broken else "NO: " + ", ".join(broken))
         mark = "  (current)" if trial.current else ""
-        lines.append(f"{place:>3}  {trial.override_line:<{width}}{cells}{mark}")
+        lines.append(
+            f"{place:>3}  {trial.override_line:<{width}}{cells}{_guard_cells(trial, result.constraints)}{mark}"
+        )
+    return "\n".join(lines + _ranking_notes(result))
+
+
+def _ranking_header(constraints: list[Any], columns: tuple[str, ...], width: int) -> str:
+    header = f"{'#':>3}  {'combination':<{width}}" + "".join(f"{c:>18}" for c in columns)
+    return header + "".join(f"  {c.label}" for c in constraints) + ("  feasible" if constraints else "")
+
+
+def _guard_cells(trial: Trial, constraints: list[Any]) -> str:
+    """Each guard's value on the trial, as wide as its label, then whether the trial keeps them all."""
+    if not constraints:
+        return ""
+    cells = "".join(f"  {_fmt(_guard_value(c, trial)):>{len(c.label)}}" for c in constraints)
+    broken = [c.label for c in constraints if c.violation(trial.sets) > 0]
+    return cells + "  " + ("yes" if not broken else "NO: " + ", ".join(broken))
+
+
+def _guard_value(constraint: Any, trial: Trial) -> float:
+    value = constraint.value(trial.sets)
+    return -math.inf if value is None else value
+
+
+def _ranking_notes(result: SweepResult) -> list[str]:
+    """What follows the table: the repeated combinations, the missing best, the guard and the verdict."""
+    lines = []
     if result.repeats:
         lines.append(f"not re-run (the same setting as a row above): {'; '.join(result.repeats)}")
     if result.best is None and result.trials:
-        lines.append(f"no combination met the constraints ({', '.join(guards)}): no best setting")
+        guards = ", ".join(c.label for c in result.constraints)
+        lines.append(f"no combination met the constraints ({guards}): no best setting")
     if result.guard is not None:
         lines += result.guard.lines()
     if result.verdict is not None:
         lines += result.verdict.lines()
-    return "\n".join(lines)
+    return lines
 
 
 DEFAULT_COLUMNS = ("hit@1", "mrr@10", "ndcg@10", "answer_rate", "no_evidence_rate", "fallback_rate")

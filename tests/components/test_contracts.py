@@ -3,6 +3,7 @@ The contracts' two dict shapes come from their field declarations: camelCase for
 snake_case field names for the persisted record.
 """
 
+import copy
 import json
 
 import pytest
@@ -11,7 +12,6 @@ from components.common.serialization import JSON, RECORD, serialize
 from components.contracts import (
     IndexReport,
     L0Hints,
-    LookupResult,
     QueryTransform,
     RetrievalAttempt,
     SidecarReport,
@@ -45,6 +45,12 @@ def test_query_transform_and_l0_hints_are_camel_case_for_the_agent():
     }
 
 
+def test_the_needed_sections_of_a_query_transform_stay_out_of_the_result_and_the_row():
+    transform = QueryTransform("why", "why", ["why"], needed_sections=frozenset({"diagnosis"}))
+    assert "neededSections" not in transform.to_dict() and "needed_sections" not in transform.to_record()
+    assert copy.deepcopy(transform).needed_sections == {"diagnosis"}
+
+
 def test_sidecar_report_keys_are_camel_case_in_json_and_snake_case_in_the_record():
     report = SidecarReport(
         status="ok",
@@ -68,19 +74,6 @@ def test_index_report_keeps_its_snake_case_shape():
     report = IndexReport([], [], [], [], [SkippedFile("a.md", "empty")], 1, 0, 1, 0.5)
     assert report.to_dict()["skipped"] == [{"source": "a.md", "reason": "empty"}]
     assert report.to_dict()["chunks_written"] == 1
-
-
-def test_failed_result_shows_the_error_and_no_traces():
-    error = {"type": "RuntimeError", "message": "boom", "component": "retriever"}
-    data = LookupResult.failure("q", error, invocation_id="i").to_dict()
-    assert data == {
-        "found": False,
-        "evidenceStatus": "error",
-        "message": "Knowledge lookup failed in retriever: boom",
-        "error": error,
-        "evidenceBlocks": [],
-        "invocationId": "i",
-    }
 
 
 def snake_case_keys(value, path: tuple[str, ...] = ()) -> list[str]:

@@ -41,8 +41,8 @@ def indexed_server_cfg(tmp_path_factory):
     `server` with `server_overrides`, in a state folder of its own. The fixture factory of the
     server test modules, each of which keeps its config in a module fixture.
     """
+    from pipelines.config.settings import load_config
     from pipelines.indexing import run_indexing
-    from pipelines.settings import load_config
     from tests.conftest import SAMPLE_KB, state_overrides
 
     def make(server, full_text: bool = False):

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from pipelines.evaluation import build_systems, evaluate, load_queries
+from pipelines.config.settings import load_config
+from pipelines.evaluation.run import build_systems, evaluate, load_queries
 from pipelines.indexing import run_indexing
-from pipelines.settings import load_config
 from tests.conftest import EVAL_DIR, SAMPLE_KB, state_overrides
 from tests.helpers import REPO, child_env, derived_config
 

@@ -18,8 +18,8 @@ from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_collection import describe_layout, row_count
 from components.stores.milvus_errors import CollectionMismatchError
 from components.stores.vector_search import HaystackVectorSearch, SdkVectorSearch, UnsupportedFilterError
+from pipelines.config.settings import load_config
 from pipelines.indexing import run_indexing
-from pipelines.settings import load_config
 from tests.conftest import SAMPLE_KB, state_overrides
 from tests.helpers import MODEL
 

@@ -19,8 +19,8 @@ def _mentioned_anywhere(name: str, texts: list[str]) -> bool:
 
 def test_the_built_guard_keeps_only_unmentioned_services_and_the_defaults_reject_it(sample_cfg):
     from components.stores.l0_index_file import load_l0_index
-    from pipelines.evaluation import PipelineSystem, evaluate
-    from pipelines.evaluation_metrics import EvalQuery
+    from pipelines.evaluation.metrics import EvalQuery
+    from pipelines.evaluation.run import PipelineSystem, evaluate
     from pipelines.tuning.guard_build import build_guard, read_catalogue
 
     catalogue = read_catalogue()

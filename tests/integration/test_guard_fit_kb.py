@@ -8,6 +8,7 @@ that fits.
 import json
 import shlex
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -48,6 +49,19 @@ QUERIES = [
     ("redis does not answer ping", "redis-down.md"),
     ("kafka consumers are lagging on the topic", "kafka-consumer-lag.md"),
     ("postgres says too many clients already", "postgres-connections.md"),
+]
+# Off-topic for the fixture knowledge base, but near enough to it that the default settings answer most.
+NEAR_OFF_TOPIC = [
+    "mysql replica lag on the analytics cluster after the upgrade",
+    "redis memory limit reached, evictions rising",
+    "kafka topic retention too short",
+    "postgres vacuum takes hours",
+    "restart the redis service after an OOM",
+    "the kafka consumers rebalance in a loop",
+    "How do I bake bread",
+    "mysql primary refuses connections",
+    "elasticsearch cluster is red",
+    "nginx returns 502",
 ]
 VERDICTS = ("keep the current settings: ", "best setting: ", "B is better", "B is worse", "no detectable difference")
 
@@ -100,6 +114,46 @@ def test_the_readme_tuning_commands_end_with_a_verdict_on_a_kb_that_covers_the_d
     swept = run_main(capsys, *_readme(sweep, queries, overrides))
     assert swept.returncode == 0 and "guard in effect: built (" in swept.stdout, swept.stdout
     assert len(_verdict_lines(swept.stdout)) == 1
+
+
+def test_a_search_holds_each_set_to_what_the_current_settings_get_on_this_knowledge_base(own_kb, tmp_path, capsys):
+    _, queries, overrides = own_kb
+    mixed = tmp_path / "mixed.jsonl"
+    rows = [json.loads(line) for line in Path(queries).read_text(encoding="utf-8").splitlines()]
+    rows += [{"query": q, "relevant": [], "kind": "off_topic"} for q in NEAR_OFF_TOPIC]
+    mixed.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    argv = ["eval", "--queries", str(mixed), "--search", "thresholds", "--trials", "2", "--seed", "0", *overrides]
+    done = run_main(capsys, *argv)
+    assert done.returncode == 0 and "error:" not in done.stderr, done.stderr
+    lines = done.stdout.splitlines()
+    (bounds,) = [line for line in lines if line.startswith("bounds on mixed: ")]
+    rejected = float(bounds.split("no_evidence_rate ")[1].split(",")[0])
+    assert rejected < 0.95, bounds  # the absolute floor of 0.95 would leave nothing feasible here
+    relative = bounds.split("relative: a setting must keep ")[1].split(", ")[0]
+    assert relative.startswith("no_evidence_rate@mixed>="), bounds
+    assert rejected - 0.011 <= float(relative.split(">=")[1]) < rejected, bounds  # guard.tolerance below the current
+    assert bounds in done.stderr.splitlines()  # said before the first trial too
+    (current,) = [line for line in lines if line.rstrip().endswith("(current)")]
+    assert " yes " in current, done.stdout  # the current settings keep their own bounds
+    (verdict,) = _verdict_lines(done.stdout)
+    assert verdict == lines[-3] and verdict.startswith("keep the current settings: "), done.stdout
+    assert relative in verdict and "no setting tried met the constraints" not in verdict, verdict
+
+    floor = run_main(capsys, *argv, "--constraint", "no_evidence_rate>=0.95")  # an absolute floor, when one is wanted
+    assert floor.returncode == 0, floor.stderr
+    assert "absolute: no_evidence_rate>=0.95 (--constraint)" in floor.stdout
+    kept = "keep the current settings: no setting tried met the constraints under no_evidence_rate>=0.95"
+    assert kept in floor.stdout
+
+    held = tmp_path / "held.jsonl"  # a held-out file: bounded too, but only the best and the defaults are scored on it
+    held.write_text("".join(json.dumps(row) + "\n" for row in [*rows[:2], *rows[-3:]]), encoding="utf-8")
+    apart = run_main(capsys, *argv[: -len(overrides)], "--holdout", str(held), *overrides)
+    assert apart.returncode == 0, apart.stderr
+    assert any(line.startswith("bounds on held: ") for line in apart.stdout.splitlines()), apart.stdout
+    (current,) = [line for line in apart.stdout.splitlines() if line.rstrip().endswith("(current)")]
+    assert " yes " in current, apart.stdout
+    (verdict,) = _verdict_lines(apart.stdout)
+    assert "no_evidence_rate@held>=" in verdict and "no setting tried" not in verdict, verdict
 
 
 def test_a_small_guard_is_warned_about_in_an_ab(own_kb, tmp_path, capsys):

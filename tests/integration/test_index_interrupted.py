@@ -53,7 +53,7 @@ def test_the_l0_index_is_not_written_when_the_vector_store_write_fails(small_kb,
     monkeypatch.setattr(MilvusClient, "insert", die)
     with pytest.raises(Killed):
         cfg, _ = index_kb(small_kb)
-    from pipelines.settings import load_config
+    from pipelines.config.settings import load_config
     from tests.conftest import state_overrides
 
     cfg = load_config(state_overrides(small_kb.parent / "state", f"kb.path={small_kb}"))

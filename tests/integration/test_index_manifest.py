@@ -10,7 +10,7 @@ test_damaged_state).
 import json
 import shutil
 
-from pipelines.manifest import manifest_path, read_manifest
+from pipelines.config.manifest import manifest_path, read_manifest
 from tests.conftest import SAMPLE_KB
 from tests.helpers import derived_config, ids_by_source, run_main, stderr_lines
 
@@ -193,7 +193,7 @@ def test_eval_refuses_a_query_set_whose_sources_are_not_indexed(sample_cfg, tmp_
 
 
 def test_a_sweep_over_chunking_reindexes_the_manifests_knowledge_base(tmp_path, index_kb, capsys):
-    from pipelines.evaluation_metrics import EvalQuery
+    from pipelines.evaluation.metrics import EvalQuery
     from pipelines.tuning.sweep import run_sweep
 
     kb_a = _kb(tmp_path / "a", "disk/disk-full.md", "cpu/runaway-process.md")

@@ -9,8 +9,8 @@ from mlflow.entities import AssessmentSource
 
 from components.tracing.mlflow_sink import flush_all
 from components.tracing.trace_store import TraceStore
+from pipelines.config.settings import load_config
 from pipelines.lookup import LookupService
-from pipelines.settings import load_config
 from tests.conftest import sample_overrides, state_overrides
 from tests.helpers import run_main
 

@@ -1,5 +1,5 @@
 """
-Snapshot copies of a Milvus Lite db that another process holds (pipelines/lite_snapshot.py): the
+Snapshot copies of a Milvus Lite db that another process holds (pipelines/state/lite_snapshot.py): the
 copy a killed `knowledge eval` leaves is removed by the next run, SIGTERM removes its own copy, and
 a copy that cannot be written is one line naming the folder and the cause.
 """

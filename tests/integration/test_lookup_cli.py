@@ -8,8 +8,8 @@ import json
 import pytest
 
 from pipelines.cli import main
+from pipelines.config.settings import load_config
 from pipelines.indexing import run_indexing
-from pipelines.settings import load_config
 from tests.conftest import state_overrides
 from tests.helpers import run_cli, stderr_lines
 from tests.lookup_kbs import write_two_topic_kb

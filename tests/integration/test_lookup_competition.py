@@ -8,10 +8,10 @@ import json
 import pytest
 
 from components.tracing.trace_summary import compact_result
+from pipelines.config.settings import load_config
 from pipelines.indexing import run_indexing
 from pipelines.lookup import LookupService
-from pipelines.settings import load_config
-from pipelines.views import agent_view
+from pipelines.serving.views import agent_view
 from tests.conftest import state_overrides
 from tests.sibling_kbs import INODES_SOURCE, SPACE_SOURCE, write_sibling_kb
 

@@ -15,6 +15,7 @@ from components.contracts import L0Hints, QueryTransform, RetrievalAttempt, Retr
 from components.lookup.context_packer import ContextPacker
 from components.lookup.result_assembler import ResultAssembler
 from components.lookup.rule_reranker import RuleReranker
+from components.stores.l0_index_file import load_l0_index
 from tests.helpers import MODEL, candidate, lookup_with
 
 DISK_QUERY = "disk almost full on a worker node"
@@ -268,24 +269,27 @@ def test_a_document_named_in_the_query_is_boosted_with_a_hit_reason(sample_cfg):
     named = candidate("n", "k8s/KubeQuotaAlmostFull.md", 0.55, content="quota text", title="Kube Quota Almost Full")
     sibling = candidate("s", "k8s/KubeQuotaFullyUsed.md", 0.95, content="quota text", title="Kube Quota Fully Used")
     hints = L0Hints(matched_titles=["Kube Quota Almost Full"], named_sources=["k8s/KubeQuotaAlmostFull.md"])
-    reranker = RuleReranker(l0_index_path=sample_cfg.l0.index_path)
+    index = load_l0_index(sample_cfg.l0.index_path)
+    reranker = RuleReranker()
     ranked = reranker.run(
         query_transform=qt,
         hints=hints,
         candidates=copy.deepcopy([sibling, named]),
         query_embedding=[0.0] * 384,
         evidence_bar=BAR,
+        l0_index=index,
     )["candidates"]
     assert [c.evidence_key for c in ranked] == ["n", "s"]
     assert ranked[0].boosts["name_match"] == DEFAULT_RERANK_WEIGHTS["name_match"]
     assert "l0_name: KubeQuotaAlmostFull" in ranked[0].hit_reasons
     assert not any(r.startswith("l0_name") for r in ranked[1].hit_reasons)
-    off = RuleReranker(l0_index_path=sample_cfg.l0.index_path, weights={"name_match": 0.0}).run(
+    off = RuleReranker(weights={"name_match": 0.0}).run(
         query_transform=qt,
         hints=hints,
         candidates=copy.deepcopy([sibling, named]),
         query_embedding=[0.0] * 384,
         evidence_bar=BAR,
+        l0_index=index,
     )["candidates"]
     assert [c.evidence_key for c in off] == ["s", "n"]
 
@@ -304,6 +308,6 @@ def test_no_evidence_message_tells_unknown_words_from_alert_names_no_document_ha
     trace = RetrievalTrace(attempts=[attempt], selected_attempt=0, evidence_threshold=0.5)
     hints = L0Hints(uncovered_terms=["backlog", "CassandraCompactionBacklog"])
     bar = EvidenceBar(configured=0.35, applied=0.5)
-    message = ResultAssembler(l0_index_path=None)._no_evidence_message(trace, hints, bar)
+    message = ResultAssembler()._no_evidence_message(trace, hints, bar)
     assert "never mentions 'backlog' and has no document named 'CassandraCompactionBacklog'" in message
     assert "at least 0.5" in message and "reached 0.455" in message

@@ -24,12 +24,14 @@ from components.lookup.result_assembler import ResultAssembler
 from components.lookup.rule_reranker import RuleReranker
 from components.lookup.sidecar_comparator import SidecarComparator
 from components.stores.knowledge_store import KnowledgeStore
+from components.stores.l0_index import L0Index
+from components.stores.l0_index_file import load_l0_index, save_l0_index
 from components.tracing.trace_writer import TraceWriter
-from pipelines.agent import TOOL_NAME, lookup_knowledge_tool
+from pipelines.config.settings import load_config
 from pipelines.lookup import LookupService
 from pipelines.serialized import render_pipeline_yaml
-from pipelines.settings import load_config
-from tests.helpers import assert_round_trips, derived_config
+from pipelines.serving.agent_tool import TOOL_NAME, lookup_knowledge_tool
+from tests.helpers import assert_round_trips, count_stats, derived_config
 from tests.pipelines.test_serialized import normalized
 
 QUERY = "disk almost full on a worker node"
@@ -117,6 +119,48 @@ def test_enabled_sidecar_runs_after_retrieval_and_before_assembly(sample_cfg):
     assert ran.index("retriever") < ran.index("sidecar") < ran.index("assembler")
 
 
+# the L0 index, read once per lookup ----------------------------------------------------------
+
+
+def test_one_lookup_stats_the_l0_index_file_once(sample_service, sample_cfg, monkeypatch):
+    sample_service.lookup(QUERY)  # warmed up, the index loaded
+    calls = count_stats(monkeypatch, sample_cfg.l0.index_path)
+    assert sample_service.lookup(QUERY).found
+    assert calls == ["stat"]
+
+
+def test_a_re_index_during_a_lookup_leaves_its_components_one_view(sample_cfg, tmp_path, monkeypatch):
+    """Every component after the query transformer gets the index it read, though the file changes meanwhile."""
+    path = tmp_path / "kb.l0.json"
+    save_l0_index(load_l0_index(sample_cfg.l0.index_path), path)
+    service = LookupService(derived_config(sample_cfg, f"l0.index_path={path}"))
+    service.warm_up()
+    read, received = [], {}
+
+    def recording(name, run):
+        def wrapped(**inputs):
+            if name == "l0_hints":  # just after the transformer read the file: a re-index lands
+                save_l0_index(L0Index(load_l0_index(path).entries[:1]), path)
+            outputs = run(**inputs)
+            if name == "query_transformer":
+                read.append(outputs["l0_index"])
+            else:
+                received[name] = inputs["l0_index"]
+            return outputs
+
+        return wrapped
+
+    downstream = ("l0_hints", "reranker", "competition", "assembler")
+    for name in ("query_transformer", *downstream):
+        instance = service.pipeline.get_component(name)
+        monkeypatch.setattr(instance, "run", recording(name, instance.run))
+    assert service.lookup(QUERY).found
+    assert len(read) == 1 and set(received) == set(downstream)
+    assert all(index is read[0] for index in received.values()), received
+    service.lookup(QUERY)
+    assert len(read[1].entries) == 1  # the next lookup reads the new version
+
+
 # rendered YAML ------------------------------------------------------------------------------
 
 
@@ -131,7 +175,12 @@ def test_rendered_yaml_of_the_default_config(rendered):
     assert (
         data["components"]["retriever"]["init_parameters"]["store"]["init_parameters"]["uri"] == ".knowledge/milvus.db"
     )
-    assert data["components"]["l0_hints"]["init_parameters"]["l0_index_path"] == ".knowledge/knowledge.l0.json"
+    # The query transformer alone reads the L0 index file; the others take the index it read.
+    readers = [name for name, spec in data["components"].items() if "l0_index_path" in spec["init_parameters"]]
+    assert readers == ["query_transformer"]
+    assert data["components"]["query_transformer"]["init_parameters"]["l0_index_path"] == ".knowledge/knowledge.l0.json"
+    fed = {c["receiver"].split(".")[0] for c in data["connections"] if c["sender"] == "query_transformer.l0_index"}
+    assert fed == {"l0_hints", "reranker", "competition", "assembler"}
     assert "/work/" not in rendered and "/tmp/" not in rendered
 
 
@@ -169,9 +218,7 @@ def test_rendered_yaml_loads_and_answers_a_query(rendered, sample_cfg, sample_se
     "instance",
     [
         QueryTransformer(l0_index_path="/data/kb.l0.json", max_chars=500, on_overlong="error", expand_entities=False),
-        L0HintExtractor(
-            l0_index_path="/data/kb.l0.json", title_min_overlap=0.7, domain_from_matches=False, domain_min_precision=0.4
-        ),
+        L0HintExtractor(title_min_overlap=0.7, domain_from_matches=False, domain_min_precision=0.4),
         KnowledgeQueryEmbedder(model="some/model", device="cpu"),
         FallbackRetriever(
             store=KnowledgeStore(
@@ -190,14 +237,11 @@ def test_rendered_yaml_loads_and_answers_a_query(rendered, sample_cfg, sample_se
             path="sdk",
             top_k=5,
         ),
-        RuleReranker(l0_index_path="/data/kb.l0.json", weights={"lexical_overlap": 0.1}),
+        RuleReranker(weights={"lexical_overlap": 0.1}),
         EvidenceDeduper(per_document_cap=1, max_evidence=3),
         ContextPacker(budget_tokens=300, tokenizer_model="packaged:all-MiniLM-L6-v2"),
-        ResultAssembler(
-            l0_index_path="/data/kb.l0.json", high_relevance=0.7, reference_threshold=0.45, high_margin=0.2
-        ),
+        ResultAssembler(high_relevance=0.7, reference_threshold=0.45, high_margin=0.2),
         CompetitionDetector(
-            l0_index_path="/data/kb.l0.json",
             margin=0.1,
             sibling_margin=0.3,
             sibling_similarity=0.9,

@@ -12,10 +12,10 @@ import uuid
 import pytest
 
 from pipelines.cli import main
+from pipelines.config.settings import knowledge_store, load_config
 from pipelines.indexing import run_indexing
 from pipelines.lookup import LookupService
 from pipelines.serving.health import HealthCheck
-from pipelines.settings import knowledge_store, load_config
 from tests.conftest import SAMPLE_KB, state_overrides
 
 pytestmark = pytest.mark.milvus_server

@@ -1,7 +1,8 @@
 """
 On the runbook corpus (Milvus Lite, exact): a category's hits in the lookup's one unfiltered scan
 are exactly the filtered search's, for the dense leg and for BM25 (collection-wide statistics), in
-every category; and a retriever served by the scan returns what one searching apart returns.
+every category, and so are its dense hits from the collection held in memory; a retriever served
+by either returns what one searching apart returns.
 """
 
 import dataclasses
@@ -12,7 +13,9 @@ from components.contracts import L0Hints, QueryTransform
 from components.lookup.fallback_retriever import FallbackRetriever
 from components.lookup.hybrid_scan import HybridScan
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
-from pipelines.settings import knowledge_store
+from components.lookup.resident_scan import ResidentScan
+from components.stores.resident_rows import ResidentCollection
+from pipelines.config.settings import knowledge_store
 from tests.components.lookup.test_fallback_retriever import _outcome
 from tests.helpers import MODEL
 
@@ -71,10 +74,34 @@ def test_a_categorys_hits_in_the_unfiltered_scan_are_the_filtered_searchs(runboo
     assert served == 4 * len(categories(runbooks_dir)) if depth > 1000 else served > 0
 
 
-def test_a_retriever_served_by_the_scan_returns_what_one_searching_apart_returns(runbooks_cfg, runbooks_dir, embedder):
+def test_a_categorys_dense_hits_in_memory_are_the_filtered_searchs(runbooks_cfg, runbooks_dir, embedder):
+    cfg, _ = runbooks_cfg
+    search = knowledge_store(cfg).vector_search("sdk")
+    resident = ResidentCollection(search, 100_000)
+    rows = resident.current()
+    assert len(rows) == search.store.row_count()
+    for category in categories(runbooks_dir):
+        for query in queries(runbooks_dir, category):
+            vector = embedder.run(query=query)["query_embedding"]
+            scan = ResidentScan(resident, rows, vector, TOP_K)
+            dense, bm25 = scan.filtered_legs(category)
+            candidates, _, _ = dense.result()
+            assert candidates == search.search(vector, TOP_K, category), (category, query)
+            assert bm25 is None  # the BM25 leg searches with the filter
+            assert scan.top_similarity() == search.top_similarity(vector, None)
+
+
+SCANS = {"scan": {"scan_depth": 100, "resident_max_chunks": 0}, "in memory": {"scan_depth": 0}}
+
+
+@pytest.mark.parametrize("scan", SCANS.values(), ids=SCANS.keys())
+def test_a_retriever_served_by_the_scan_returns_what_one_searching_apart_returns(
+    runbooks_cfg, runbooks_dir, embedder, scan
+):
     cfg, _ = runbooks_cfg
     store = knowledge_store(cfg)
-    scanning, apart = FallbackRetriever(store=store, scan_depth=100), FallbackRetriever(store=store, scan_depth=0)
+    scanning = FallbackRetriever(store=store, **scan)
+    apart = FallbackRetriever(store=store, scan_depth=0, resident_max_chunks=0)
     outcomes = 0
     for category in categories(runbooks_dir):
         for query in queries(runbooks_dir, category):
@@ -91,6 +118,7 @@ def test_a_retriever_served_by_the_scan_returns_what_one_searching_apart_returns
             ]
             outcomes += 1
     assert outcomes == 2 * len(categories(runbooks_dir))
+    assert (scanning._one_scan._resident is not None) == ("resident_max_chunks" not in scan)
 
 
 def test_a_filtered_attempt_over_half_that_the_unfiltered_best_outscores_is_retried(runbooks_cfg):

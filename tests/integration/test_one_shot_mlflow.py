@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 from components.tracing.mlflow_sink import get_sink
+from pipelines.config.settings import load_config
 from pipelines.lookup import LookupService
-from pipelines.settings import load_config
 from tests.conftest import sample_overrides, state_overrides
 from tests.helpers import REPO, child_env
 

@@ -41,6 +41,17 @@ async def _session(url: str, calls):
         return await calls(session)
 
 
+async def _sse_session(url: str, calls):
+    from mcp.client.sse import sse_client
+
+    async with (
+        sse_client(f"{url}/sse", headers={"Authorization": f"Bearer {API_KEY}"}) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        return await calls(session)
+
+
 def test_list_tools_shows_lookup_knowledge_with_its_schema(mcp_server):
     tools = asyncio.run(_session(mcp_server, lambda s: s.list_tools())).tools
     # No hayhooks status or deploy tools.
@@ -71,6 +82,17 @@ def test_call_tool_with_the_full_view_returns_everything(mcp_server):
 
     result = json.loads(asyncio.run(_session(mcp_server, call)).content[0].text)
     assert result["evidenceBlocks"][0]["source"].startswith("disk/") and "retrievalTrace" in result
+
+
+def test_the_sse_transport_serves_the_same_tools_and_results(mcp_server):
+    async def calls(session):
+        return await session.list_tools(), await session.call_tool("lookup_knowledge", {"query": "disk almost full"})
+
+    tools, outcome = asyncio.run(_sse_session(mcp_server, calls))
+    assert [tool.name for tool in tools.tools] == ["lookup_knowledge", "lookup_knowledge_feedback"]
+    assert not outcome.isError
+    result = json.loads(outcome.content[0].text)
+    assert result["found"] is True and result["citations"][0]["source"].startswith("disk/")
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from components.tracing.trace_writer import TraceWriter
+from pipelines.config.settings import load_config
 from pipelines.lookup import LookupService
-from pipelines.settings import load_config
 from tests.conftest import sample_overrides, state_overrides
 
 THREADS = 8

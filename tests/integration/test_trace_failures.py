@@ -13,8 +13,8 @@ import pytest
 
 from components.contracts import STATUS_ERROR, InvalidQueryError
 from pipelines.cli import main
+from pipelines.config.settings import load_config
 from pipelines.lookup import LookupService
-from pipelines.settings import load_config
 from tests.conftest import sample_overrides, state_overrides
 
 

@@ -12,8 +12,8 @@ import pytest
 from components.lookup.fallback_retriever import FallbackRetriever
 from components.tracing.trace_store import TraceStore
 from pipelines.cli import main
+from pipelines.config.settings import load_config
 from pipelines.lookup import LookupService
-from pipelines.settings import load_config
 from tests.conftest import sample_overrides, state_overrides
 from tests.integration.test_trace_failures import TcpProxy
 

@@ -11,8 +11,8 @@ import mlflow
 import pytest
 
 from components.tracing.mlflow_sink import flush_all, get_sink
+from pipelines.config.settings import load_config
 from pipelines.lookup import LookupService
-from pipelines.settings import load_config
 from tests.conftest import sample_overrides, state_overrides
 
 EXPERIMENT = "lookup-knowledge-tests"

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from components.contracts import FALLBACK_LOW_QUALITY, FALLBACK_NO_EVIDENCE, LAYER_L0_L1
-from pipelines.settings import load_config
+from pipelines.config.settings import load_config
 from tests.conftest import sample_overrides, state_overrides
 
 SPEC_KEYS = {

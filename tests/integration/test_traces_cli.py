@@ -87,8 +87,8 @@ def test_export_jsonl_has_every_row_oldest_first(recorded, overrides, capsys, tm
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
-    from pipelines.settings import load_config
-    from pipelines.traces import open_store
+    from pipelines.config.settings import load_config
+    from pipelines.state.traces import open_store
 
     open_store(
         load_config(state_overrides(tmp_path / "state"))
@@ -149,4 +149,21 @@ def test_reading_a_missing_database_creates_nothing_and_exits_2(action, tmp_path
 def test_a_trace_db_url_that_is_not_a_url_exits_2(tmp_path):
     done = run_cli("traces", "list", "trace.db_url=notaurl", *state_overrides(tmp_path / "s"))
     assert done.returncode == 2
-    assert len(stderr_lines(done)) == 1 and "trace.db_url='notaurl' is not a database URL" in done.stderr
+    assert len(stderr_lines(done)) == 1 and "trace.db_url='notaurl': is not a database URL" in done.stderr
+
+
+@pytest.mark.parametrize("argv", [["traces", "list"], ["labels", "list"]])
+def test_reading_rows_imports_no_component_stack(argv, tmp_path):
+    """Reading rows builds no pipeline: neither Haystack nor pymilvus is imported to check component keys."""
+    import subprocess
+    import sys
+
+    from tests.helpers import child_env
+
+    code = (
+        "import sys\nfrom pipelines.cli import main\n"
+        f"main({[*argv, f'trace.db_url=sqlite:///{tmp_path}/t.db', f'paths.state_dir={tmp_path}', 'mlflow=off']!r})\n"
+        "print(sorted(m for m in ('haystack', 'pymilvus') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=False)
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout + done.stderr

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from pipelines.cli import main
-from pipelines.settings import load_config
-from pipelines.traces import open_store
+from pipelines.config.settings import load_config
+from pipelines.state.traces import open_store
 from pipelines.tuning.rerun import decision, rerun_traces
 from tests.conftest import EVAL_DIR
 from tests.helpers import derived_config, lookup_with
@@ -46,7 +46,7 @@ def _decision(result) -> dict:
 
 
 def _count(cfg) -> int:
-    from pipelines.traces import open_store
+    from pipelines.state.traces import open_store
 
     return open_store(cfg).count()
 

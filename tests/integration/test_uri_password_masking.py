@@ -174,7 +174,7 @@ def test_a_served_lookup_that_times_out_answers_and_logs_the_uri_masked(lite_ser
 def test_every_log_record_of_the_cli_is_masked_whoever_logs_it():
     """A record of any logger (a library's too) passes the root handler's filter before it is written."""
     script = (
-        "import logging; from pipelines.cli.entry_point import configure_logging; configure_logging(0); "
+        "import logging; from pipelines.config.logs import configure_logging; configure_logging(0); "
         f"logging.getLogger('some.library').warning('connecting to %s', 'http://probe:{PASSWORD}@127.0.0.1:1')"
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=child_env(), capture_output=True, text=True)

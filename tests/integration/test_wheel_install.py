@@ -75,7 +75,7 @@ def test_wheel_indexes_and_looks_up_from_another_folder(tmp_path, small_kb):
     env.update(HF_HUB_OFFLINE="1", HAYSTACK_TELEMETRY_ENABLED="False", HF_HUB_DISABLE_PROGRESS_BARS="1")
 
     where = _run(
-        [str(venv / "bin" / "python"), "-c", "import pipelines.settings as s; print(s.__file__)"], workdir, env
+        [str(venv / "bin" / "python"), "-c", "import pipelines.config.settings as s; print(s.__file__)"], workdir, env
     )
     assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout
 

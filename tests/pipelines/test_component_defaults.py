@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from components.stores.knowledge_store import KnowledgeStore
+from pipelines.config.settings import knowledge_store, load_config
 from pipelines.serialized import PIPELINE_NAMES, derived_values, pipeline_path, resolve_pipeline_data
-from pipelines.settings import knowledge_store, load_config
 
 # One config value: `${retrieval.top_k}`; not `${derived.*}` (computed per call) nor a resolver (`${milvus_secret:token}`).
 CONF_VALUE = re.compile(r"^\$\{(?!derived\.)[A-Za-z_][\w.]*\}$")
@@ -103,15 +103,15 @@ def test_store_defaults_equal_the_configured_store():
     assert differing == {}
 
 
-def test_l0_index_match_defaults_equal_the_configured_l0():
-    """`L0Index.match`, which `L0HintExtractor` calls, defaults each parameter to the default config's `l0.*` value."""
-    from components.stores.l0_index import L0Index
+def test_l0_match_defaults_equal_the_configured_l0():
+    """`match`, which `L0HintExtractor` calls, defaults each parameter to the default config's `l0.*` value."""
+    from components.lookup.l0_matching import match
 
-    parameters = inspect.signature(L0Index.match).parameters
+    parameters = inspect.signature(match).parameters
     differing = {
         name: (parameter.default, CFG.l0[name])
         for name, parameter in parameters.items()
         if name in CFG.l0 and parameter.default != CFG.l0[name]
     }
-    assert set(parameters) - {"self", "query"} <= set(CFG.l0)
+    assert set(parameters) - {"index", "query"} <= set(CFG.l0)
     assert differing == {}

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from components.common.decision_scale import DecisionVectors
-from pipelines.calibration import calibration_in_force
-from pipelines.manifest import format_manifest, manifest_status
-from pipelines.settings import load_config
+from pipelines.config.manifest import format_manifest, manifest_status
+from pipelines.config.model_calibration import calibration_in_force
+from pipelines.config.settings import load_config
 from tests.conftest import EVAL_DIR, SAMPLE_KB, state_overrides
 from tests.helpers import collection_rows, lookup_with, run_cli, shifted_model
 
@@ -100,7 +100,7 @@ def test_answer_only_gating_refuses_with_the_packaged_model_and_ranks_on_the_ada
 
 def test_answer_only_gating_changes_no_decision_of_the_packaged_model(tmp_path_factory):
     """The packaged model as both ranking and decision model gives exactly the packaged model's results."""
-    from pipelines.evaluation import load_queries
+    from pipelines.evaluation.run import load_queries
     from pipelines.indexing import run_indexing
 
     root = tmp_path_factory.mktemp("gated")
@@ -166,9 +166,9 @@ def test_decision_vectors_follow_incremental_indexing(small_kb, make_config, tmp
 
 
 def test_adapts_default_calibration_is_packaged_decides_and_loads(tmp_path):
-    from pipelines.adapt import AdaptOptions
-    from pipelines.adapt_calibration import calibration_lines, packaged_decides, write_calibration
-    from pipelines.calibration import read_calibration
+    from pipelines.adapt.calibrate import calibration_lines, packaged_decides, write_calibration
+    from pipelines.adapt.run import AdaptOptions
+    from pipelines.config.model_calibration import read_calibration
 
     assert AdaptOptions().calibration_method == "packaged_decides"
     calibration = packaged_decides(load_config(), str(tmp_path), ["eval/offtopic-alerts.jsonl"])
@@ -185,7 +185,7 @@ def test_adapts_default_calibration_is_packaged_decides_and_loads(tmp_path):
 
 def test_a_model_folder_without_the_calibration_its_index_needs_is_refused_in_one_line(decided):
     """The index was built for the packaged model to decide: without calibration.json the shifted model would."""
-    from pipelines.calibration import CalibrationError
+    from pipelines.config.model_calibration import CalibrationError
     from tests.helpers import run_cli, stderr_lines
 
     cfg, model = decided

@@ -12,6 +12,7 @@ import yaml
 from haystack import Pipeline
 from omegaconf import OmegaConf
 
+from pipelines.config.settings import ConfigError, load_config
 from pipelines.indexing import build_indexing_pipeline
 from pipelines.lookup import ALLOWED_MODULES, LookupService, build_lookup_pipeline
 from pipelines.serialized import (
@@ -23,7 +24,6 @@ from pipelines.serialized import (
     render_pipeline_yaml,
     without_components,
 )
-from pipelines.settings import ConfigError, load_config
 from tests.helpers import derived_config, lookup_with
 
 QUERY = "disk almost full on a worker node"
@@ -317,7 +317,7 @@ def test_cli_lookup_with_a_missing_pipeline_file_is_one_line_exit_2(topics_cfg, 
 
 @pytest.mark.parametrize(("variant", "ranker"), [("default", "reranker"), ("no_rerank", "retriever")])
 def test_evaluation_ranks_a_variant_by_what_feeds_the_deduper(sample_cfg, variant, ranker):
-    from pipelines.evaluation import PipelineSystem
+    from pipelines.evaluation.run import PipelineSystem
 
     system = PipelineSystem(derived_config(sample_cfg, f"pipeline={variant}"))
     assert (system.ranker, system.ranker_socket) == (ranker, "candidates")

@@ -5,6 +5,7 @@ import yaml
 from haystack import Pipeline
 from haystack.core.errors import DeserializationError
 
+from components.errors import ParameterError
 from components.indexing.decision_vector_pruner import DecisionVectorPruner
 from components.indexing.decision_vector_writer import DecisionVectorWriter
 from components.indexing.document_embedder import KnowledgeDocumentEmbedder
@@ -14,10 +15,10 @@ from components.indexing.markdown_chunker import MarkdownChunker
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from components.indexing.milvus_writer import MilvusChunkWriter
 from components.stores.knowledge_store import KnowledgeStore
+from pipelines.config.manifest import index_fingerprint
+from pipelines.config.settings import ConfigError, load_config
 from pipelines.indexing import build_indexing_pipeline
-from pipelines.manifest import index_fingerprint
-from pipelines.serialized import HAYHOOKS_IO_KEYS, load_pipeline, render_pipeline_yaml
-from pipelines.settings import ConfigError, load_config
+from pipelines.serialized import HAYHOOKS_IO_KEYS, YAML_DIR, check_pipelines, load_pipeline, render_pipeline_yaml
 from tests.helpers import assert_round_trips
 
 COMPONENT_TYPES = {
@@ -145,3 +146,45 @@ def test_loaded_yaml_pipeline_indexes(rendered, small_kb, tmp_path, monkeypatch)
     assert outputs["l0_writer"]["entries"] == 4
     assert (tmp_path / "work" / ".knowledge" / "milvus.db").exists()
     assert (tmp_path / "work" / ".knowledge" / "knowledge.l0.json").is_file()
+
+
+def test_an_out_of_range_value_in_a_rendered_yaml_is_refused_naming_the_parameter(rendered):
+    data = yaml.safe_load(rendered)
+    data["components"]["chunker"]["init_parameters"]["max_tokens"] = 8
+    with pytest.raises(DeserializationError) as error:
+        Pipeline.loads(yaml.safe_dump(data), allowed_modules=["components"])
+    assert isinstance(error.value.__cause__, ParameterError)
+    assert str(error.value.__cause__) == "max_tokens=8 must be at least 16"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("retrieval.top_k=-3", "retrieval.top_k=-3: must be at least 1"),
+        ("chunking.min_tokens=-1", "chunking.min_tokens=-1: must be at least 0"),
+        ("milvus.timeout_ms=-1", "milvus.timeout_ms=-1: must be at least 0"),
+        ("rerank.weights.bm25=-0.5", "rerank.weights.bm25=-0.5: must be at least 0"),
+    ],
+)
+def test_rendering_a_config_a_component_refuses_names_the_config_key(override, message):
+    name = "indexing" if override.startswith("chunking.") else "lookup"
+    with pytest.raises(ConfigError) as error:
+        render_pipeline_yaml(load_config([override]), name)
+    assert str(error.value) == message
+
+
+def test_the_config_check_builds_the_components_the_config_turns_off():
+    cfg = load_config(["pipeline.rerank=false", "sidecar.enabled=false", "rerank.weights.bm25=-0.5"])
+    load_pipeline(cfg, "lookup")  # the reranker is bypassed: the pipeline itself loads
+    with pytest.raises(ConfigError, match=r"^rerank\.weights\.bm25=-0\.5: must be at least 0$"):
+        check_pipelines(cfg)
+
+
+def test_a_parameter_the_file_sets_itself_is_named_by_component(tmp_path):
+    template = yaml.safe_load((YAML_DIR / "lookup_knowledge.yml").read_text(encoding="utf-8"))
+    template["components"]["trace_writer"]["init_parameters"]["tool_name"] = " "
+    custom = tmp_path / "custom.yml"
+    custom.write_text(yaml.safe_dump(template), encoding="utf-8")
+    with pytest.raises(ConfigError) as error:
+        check_pipelines(load_config([f"pipeline.lookup={custom}"]))
+    assert str(error.value) == f"pipeline.lookup={custom}: trace_writer.tool_name=' ': must be a non-empty string"

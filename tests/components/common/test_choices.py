@@ -3,7 +3,7 @@
 from omegaconf import OmegaConf
 
 from components.common.choices import DEFAULT_RERANK_WEIGHTS
-from pipelines.settings import CONF_DIR, load_config
+from pipelines.config.settings import CONF_DIR, load_config
 
 
 def test_conf_rerank_default_equals_the_component_defaults_in_order():

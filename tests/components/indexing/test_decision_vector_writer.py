@@ -9,6 +9,7 @@ from components.contracts import IndexPlan
 from components.indexing.decision_vector_pruner import DecisionVectorPruner
 from components.indexing.decision_vector_writer import DecisionVectorWriter
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
+from tests.components.refusals import assert_refused
 from tests.helpers import MODEL, assert_round_trips
 
 
@@ -48,5 +49,28 @@ def test_round_trips_and_checks_its_arguments():
     assert DecisionVectorPruner(model=None, path="/data/v.npz").run(documents=[], plan=IndexPlan())["count"] == 0
     with pytest.raises(ValueError, match="batch_size"):
         DecisionVectorWriter(model=MODEL, path="/data/v.npz", batch_size=0)
-    with pytest.raises(ValueError, match="decision model"):
+    with pytest.raises(ValueError, match="model=' ' must be a non-empty string"):
         DecisionVectorWriter(model=" ", path="/data/v.npz")
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("model", "", "non-empty"),
+    ("path", "", "non-empty"),
+    ("backend", "tf", "one of torch, onnx, onnx_int8"),
+    ("device", "", "non-empty"),
+    ("batch_size", 0, "at least 1"),
+    ("onnx_cache_dir", "", "non-empty"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(
+        lambda **changed: DecisionVectorWriter(
+            **{**{"model": "packaged:all-MiniLM-L6-v2", "path": "decision.npz"}, **changed}
+        ),
+        parameter,
+        value,
+        rule,
+    )

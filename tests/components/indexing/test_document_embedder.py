@@ -7,6 +7,7 @@ from sentence_transformers import SentenceTransformer
 
 from components.common.embedding_models import ModelNotFoundError, resolve_model
 from components.indexing.document_embedder import KnowledgeDocumentEmbedder
+from tests.components.refusals import assert_refused
 from tests.helpers import MODEL, assert_round_trips
 
 
@@ -91,7 +92,7 @@ def test_onnx_backend_embeds_the_same_text_to_the_same_vector_in_input_order(bar
 
 
 def test_an_unknown_backend_is_refused():
-    with pytest.raises(ValueError, match="unknown embedding backend 'tf'"):
+    with pytest.raises(ValueError, match="backend='tf' must be one of torch, onnx, onnx_int8"):
         KnowledgeDocumentEmbedder(model=MODEL, backend="tf")
 
 
@@ -104,3 +105,20 @@ class TestKnowledgeDocumentEmbedderInit:
     def test_refuses_a_batch_size_under_one(self, batch_size):
         with pytest.raises(ValueError, match=f"^batch_size={batch_size} must be at least 1$"):
             KnowledgeDocumentEmbedder(model=MODEL, batch_size=batch_size)
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("model", "", "non-empty"),
+    ("device", "", "non-empty"),
+    ("batch_size", -3, "at least 1"),
+    ("progress_bar", "yes", "true or false"),
+    ("meta_fields_to_embed", "embed_header", "list of meta field names"),
+    ("backend", "tf", "one of torch, onnx, onnx_int8"),
+    ("onnx_cache_dir", "", "non-empty"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: KnowledgeDocumentEmbedder(**{**{}, **changed}), parameter, value, rule)

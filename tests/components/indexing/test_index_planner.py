@@ -9,6 +9,7 @@ from components.indexing.milvus_writer import MilvusChunkWriter
 from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
 from tests.components.chunks import chunk
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips
 
 FINGERPRINT = "minilm/200/32"
@@ -118,4 +119,21 @@ def test_round_trips():
                 auth=MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem"),
             )
         )
+    )
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("store", "milvus.db", "must be a KnowledgeStore"),
+    ("fingerprint", None, "must be a string"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(
+        lambda **changed: IndexPlanner(**{**{"store": KnowledgeStore(uri="milvus.db")}, **changed}),
+        parameter,
+        value,
+        rule,
     )

@@ -10,6 +10,7 @@ from components.contracts import EntityRef
 from components.indexing.l0_index_writer import SUMMARY_CHARS, L0IndexWriter, summary_text
 from components.stores.l0_index import L0Index
 from components.stores.l0_index_file import load_l0_index, save_l0_index
+from tests.components.refusals import assert_refused
 from tests.helpers import MODEL, assert_round_trips
 
 
@@ -137,3 +138,20 @@ def test_warm_up_is_idempotent():
 
 def test_round_trips():
     assert_round_trips(L0IndexWriter(index_path="/data/kb.l0.json", model=MODEL, device="cpu"))
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("index_path", "", "non-empty"),
+    ("model", "", "non-empty"),
+    ("device", "", "non-empty"),
+    ("backend", "tf", "one of torch, onnx, onnx_int8"),
+    ("onnx_cache_dir", "", "non-empty"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(
+        lambda **changed: L0IndexWriter(**{**{"index_path": "kb.l0.json"}, **changed}), parameter, value, rule
+    )

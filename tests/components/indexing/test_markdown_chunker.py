@@ -9,6 +9,7 @@ from components.common.embedding_models import count_tokens
 from components.common.text import is_cjk
 from components.indexing.markdown_chunker import MarkdownChunker, split_by_characters
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
+from tests.components.refusals import assert_refused
 from tests.conftest import SAMPLE_KB
 from tests.helpers import MODEL
 
@@ -320,3 +321,19 @@ class TestMarkdownChunkerInit:
     def test_refuses_a_size_under_its_bound(self, parameter, value, bound):
         with pytest.raises(ValueError, match=f"^{parameter}={value} must be at least {bound}$"):
             MarkdownChunker(**{parameter: value})
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("max_tokens", 8, "at least 16"),
+    ("overlap_tokens", 500, "[0, max_tokens)"),
+    ("overlap_tokens", -1, "[0, max_tokens)"),
+    ("min_tokens", -1, "at least 0"),
+    ("tokenizer_model", "", "non-empty"),
+    ("max_chars", 0, "at least 1"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: MarkdownChunker(**{**{}, **changed}), parameter, value, rule)

@@ -3,7 +3,10 @@
 import hashlib
 from pathlib import Path
 
+import pytest
+
 from components.indexing.markdown_reader import MarkdownKnowledgeReader
+from tests.components.refusals import assert_refused
 
 
 def write(path: Path, text: str | bytes) -> Path:
@@ -121,3 +124,15 @@ def test_hidden_files_and_other_suffixes_are_ignored(tmp_path):
     write(tmp_path / ".git" / "README.md", "# Hidden folder\n\nText.\n")
     write(tmp_path / "b" / "upper.MARKDOWN", "# Upper\n\nText.\n")
     assert sorted(read(tmp_path)) == ["a/doc.md", "b/upper.MARKDOWN"]
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("kb_path", "", "non-empty"),
+    ("default_category", " ", "non-empty"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: MarkdownKnowledgeReader(**{**{}, **changed}), parameter, value, rule)

@@ -9,6 +9,7 @@ from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.milvus_collection import SPARSE_FIELD, connect, describe_layout
 from components.stores.milvus_errors import CollectionMismatchError
 from tests.components.chunks import DIM, chunk, short_field_collection
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips
 
 
@@ -140,4 +141,20 @@ def test_round_trips():
                 auth=MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem"),
             )
         )
+    )
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("store", None, "must be a KnowledgeStore"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(
+        lambda **changed: MilvusChunkWriter(**{**{"store": KnowledgeStore(uri="milvus.db")}, **changed}),
+        parameter,
+        value,
+        rule,
     )

@@ -4,7 +4,7 @@ import pytest
 
 from components.contracts import EntityRef
 from components.stores.l0_index import L0Entry, L0Index
-from components.stores.l0_index_file import save_l0_index
+from components.stores.l0_index_file import load_l0_index, save_l0_index
 
 ENTRIES = [
     L0Entry(
@@ -33,3 +33,9 @@ def l0_path(tmp_path_factory):
     term_df = {term: 1 for entry in ENTRIES for term in entry.terms}
     save_l0_index(L0Index(ENTRIES, term_df=term_df, domain_precision={"database": 1.0, "disk": 1.0}), path)
     return str(path)
+
+
+@pytest.fixture(scope="module")
+def l0_index(l0_path):
+    """The index of `l0_path` as the lookup passes it from component to component."""
+    return load_l0_index(l0_path)

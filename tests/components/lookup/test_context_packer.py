@@ -11,6 +11,7 @@ from components.common.embedding_models import DEFAULT_MODEL, count_tokens, load
 from components.contracts import Competition, EvidenceBlock, PackedBlock
 from components.lookup.context_packer import ContextPacker, splits_at_whitespace
 from components.lookup.result_assembler import completeness_hint
+from tests.components.refusals import assert_refused
 from tests.helpers import MODEL, assert_round_trips
 
 
@@ -46,6 +47,7 @@ LONG_HEADER = block(
     "Rotating the application logs of every worker node before the disk fills up",
     ["vector:sdk attempt 0 (category='ops')", "l0_keyword: log rotation", "l0_title: rotating logs"],
 )
+
 SHORT_HEADER = block("second", 200, "Disk", ["vector:sdk attempt 0 (unfiltered)"])
 
 
@@ -361,3 +363,15 @@ class TestSplitsAtWhitespace:
         tokenizer = bert_tokenizer()
         tokenizer.add_tokens([AddedToken(**token)])
         assert splits_at_whitespace(tokenizer) is False
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("budget_tokens", 0, "at least 1"),
+    ("tokenizer_model", "", "non-empty"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: ContextPacker(**{**{}, **changed}), parameter, value, rule)

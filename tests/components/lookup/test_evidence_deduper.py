@@ -14,6 +14,8 @@ from components.common.evidence import EvidenceBar
 from components.common.scoring import SIMILARITY_LABEL
 from components.contracts import Competition, EvidenceBlock, QueryTransform
 from components.lookup.evidence_deduper import EvidenceDeduper
+from components.lookup.query_intents import needed_section_kinds
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips, candidate
 
 # The bar the retriever hands on when the query names nothing the knowledge base lacks.
@@ -26,7 +28,7 @@ def keys(out) -> list[str]:
 
 
 def query(text: str) -> QueryTransform:
-    return QueryTransform(raw=text, normalized=text, variants=[text])
+    return QueryTransform(raw=text, normalized=text, variants=[text], needed_sections=needed_section_kinds(text))
 
 
 def sections(*kinds_by_key: tuple[str, str, float]):
@@ -155,6 +157,14 @@ class TestEvidenceDeduper:
         )
         assert keys(impact) == ["meaning", "impact", "b0"]
 
+    def test_the_needed_sections_are_those_the_query_transform_carries(self):
+        cands = sections(("meaning", "overview", 0.9), ("fix", "mitigation", 0.85), ("why", "diagnosis", 0.6))
+        cands.append(candidate("b0", "ops/b.md", 0.8))
+        # "disk full" alone would need the mitigation: the kinds come from the transform, not the text.
+        transform = QueryTransform("disk full", "disk full", ["disk full"], needed_sections=frozenset({"diagnosis"}))
+        out = EvidenceDeduper(per_document_cap=2).run(candidates=cands, evidence_bar=BAR, query_transform=transform)
+        assert keys(out) == ["meaning", "b0", "why"]
+
     def test_a_block_with_an_l0_hit_reason_is_layer_l0_l1(self):
         hinted = candidate("a", "ops/a.md", 0.8, "vector:sdk attempt 0 (unfiltered)", "l0_keyword: disk space")
         plain = candidate("b", "ops/b.md", 0.7, "vector:sdk attempt 0 (unfiltered)")
@@ -268,3 +278,15 @@ class TestEvidenceDeduper:
             bm25_score=2.0,
             bm25_rank=3,
         )
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("per_document_cap", 0, "at least 1"),
+    ("max_evidence", -3, "at least 1"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: EvidenceDeduper(**{**{}, **changed}), parameter, value, rule)

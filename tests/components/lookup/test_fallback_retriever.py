@@ -14,7 +14,8 @@ from components.lookup.query_embedder import KnowledgeQueryEmbedder
 from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.vector_search import NO_SPARSE_FIELD
-from pipelines.settings import load_config
+from pipelines.config.settings import load_config
+from tests.components.refusals import assert_refused
 from tests.conftest import state_overrides
 from tests.helpers import MODEL, assert_round_trips
 
@@ -353,3 +354,35 @@ def test_a_filtered_attempt_close_to_the_unfiltered_best_stands(topics_cfg, embe
     )
     (attempt,) = out["retrieval_trace"].attempts
     assert attempt.outcome == "selected" and attempt.unfiltered_top_similarity == pytest.approx(attempt.top_similarity)
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("store", "milvus.db", "must be a KnowledgeStore"),
+    ("top_k", -3, "at least 1"),
+    ("reference_threshold", 1.5, "[0, 1]"),
+    ("evidence_threshold", -0.1, "[0, 1]"),
+    ("l1_enabled", "true", "true or false"),
+    ("vector_store_mode", "fast", "one of sdk, haystack, auto"),
+    ("uncovered_evidence_threshold", 2, "[0, 1]"),
+    ("category_filter", 1, "true or false"),
+    ("bm25_top_k", -1, "at least 0"),
+    ("outscored_margin", 1.5, "[0, 1]"),
+    ("outscored_check_below", -0.1, "[0, 1]"),
+    ("calibration", "", "non-empty"),
+    ("raise_on_failure", None, "true or false"),
+    ("decision_model", "", "non-empty"),
+    ("decision_vectors", "", "non-empty"),
+    ("scan_depth", -1, "at least 0"),
+    ("decision_scope", "some", "one of answer, all"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(
+        lambda **changed: FallbackRetriever(**{**{"store": KnowledgeStore(uri="milvus.db")}, **changed}),
+        parameter,
+        value,
+        rule,
+    )

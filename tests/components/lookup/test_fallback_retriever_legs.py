@@ -3,7 +3,9 @@ FallbackRetriever's searches side by side on a Milvus server (the Lite gRPC serv
 collection is open: an attempt's BM25 leg runs in the retriever's leg threads beside its dense
 leg, and the unfiltered retry's legs start beside the outscored check. Results are those of the
 serial order, which Milvus Lite keeps. These are the searches of an approximate index; on this
-exact (FLAT) one they run with `scan_depth=0` (the default), without the one scan of an exact index.
+exact (FLAT) one they run with `scan_depth=0` (the default) and `resident_max_chunks=0`, without
+the one scan of an exact index. On a Milvus Lite file a lookup's dense legs come from the
+collection in memory (the default) and only its BM25 legs search.
 """
 
 import threading
@@ -48,17 +50,17 @@ def leg_thread(names: set[str]) -> bool:
 
 def settled(retriever: FallbackRetriever) -> FallbackRetriever:
     """The retriever once every search it started has ended (a dropped retry may still run after `run`)."""
-    if retriever._pool is not None:
-        retriever._pool.shutdown(wait=True)
-        retriever._pool = None
+    if retriever._legs.pool is not None:
+        retriever._legs.pool.shutdown(wait=True)
+        retriever._legs.pool = None
     return retriever
 
 
 @pytest.fixture(scope="module")
 def lite_server_topics(lite_server, tmp_path_factory):
     """The two-topic KB indexed into the Lite gRPC server, with full text."""
+    from pipelines.config.settings import load_config
     from pipelines.indexing import run_indexing
-    from pipelines.settings import load_config
     from tests.conftest import SHARED_SERVER_TIMEOUT, state_overrides
     from tests.lookup_kbs import write_two_topic_kb
 
@@ -84,7 +86,7 @@ def make(cfg, **params) -> FallbackRetriever:
 
 def searching_apart(cfg, **params) -> FallbackRetriever:
     """A retriever whose attempts search apart, as on an approximate index."""
-    return make(cfg, scan_depth=0, **params)
+    return make(cfg, scan_depth=0, resident_max_chunks=0, **params)
 
 
 @pytest.mark.parametrize("mode", ["sdk", "haystack"])
@@ -108,7 +110,7 @@ def test_on_a_server_a_warm_attempt_runs_its_bm25_leg_beside_the_dense_leg_with_
 
 def test_on_milvus_lite_a_fallback_lookup_is_one_scan_in_the_lookups_thread(topics_cfg, watering, monkeypatch):
     transform, vector = watering
-    retriever = make(topics_cfg, scan_depth=100, **OUTSCORED)
+    retriever = make(topics_cfg, scan_depth=100, resident_max_chunks=0, **OUTSCORED)
 
     def run():
         return retriever.run(query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector)
@@ -126,6 +128,22 @@ def test_on_milvus_lite_a_fallback_lookup_is_one_scan_in_the_lookups_thread(topi
     assert spy.calls == [] and [name for name, _ in scans if name != "chunks"] == ["scan"]
     # Lite searches hold this process's interpreter: side by side they only slow each other.
     assert {thread for _, thread in scans} == {threading.current_thread().name}
+
+
+def test_on_milvus_lite_a_fallback_lookup_searches_only_its_two_bm25_legs_with_the_same_result(topics_cfg, watering):
+    transform, vector = watering
+    retriever, apart = make(topics_cfg, **OUTSCORED), searching_apart(topics_cfg, **OUTSCORED)
+
+    def run(of):
+        return of.run(query_transform=transform, hints=L0Hints(domains=["databases"]), query_embedding=vector)
+
+    run(retriever)  # opens the collection and reads it into memory
+    spy = SearchSpy(retriever._search("sdk"))
+    in_memory = run(retriever)
+    assert in_memory["retrieval_trace"].fallback_reason == FALLBACK_OUTSCORED
+    # The dense legs and the check come from memory; the BM25 legs search, filtered, then not.
+    assert [(name, scope) for name, scope, _ in spy.calls] == [("bm25_search", "databases"), ("bm25_search", None)]
+    assert _outcome(in_memory) == _outcome(run(apart))
 
 
 def test_on_a_server_the_retry_starts_beside_the_outscored_check_with_the_same_result(

@@ -12,7 +12,7 @@ from components.common.text import terms
 from components.contracts import EntityRef
 from components.lookup.l0_hint_extractor import L0HintExtractor, common_words
 from components.stores.l0_index import L0Entry, L0Index
-from components.stores.l0_index_file import save_l0_index
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips
 
 TYPE = "components.lookup.l0_hint_extractor.L0HintExtractor"
@@ -59,23 +59,21 @@ PRECISION = {"database": 1.0, "disk": 1.0, "alertmanager": 1.0, "operator": 1.0,
 
 
 @pytest.fixture(scope="module")
-def kb(tmp_path_factory):
+def kb():
     term_df: dict[str, int] = {}
     for item in ENTRIES:
         for term in item.terms:
             term_df[term] = term_df.get(term, 0) + 1
-    path = tmp_path_factory.mktemp("hints") / "kb.l0.json"
-    save_l0_index(L0Index(ENTRIES, term_df=term_df, domain_precision=PRECISION), path)
-    return str(path)
+    return L0Index(ENTRIES, term_df=term_df, domain_precision=PRECISION)
 
 
-def hints(kb: str, query: str, **params):
-    return L0HintExtractor(l0_index_path=kb, **params).run(query=query)["hints"]
+def hints(kb: L0Index, query: str, **params):
+    return L0HintExtractor(**params).run(query=query, l0_index=kb)["hints"]
 
 
 class TestL0HintExtractor:
-    def test_init_defaults(self, kb):
-        extractor = L0HintExtractor(l0_index_path=kb)
+    def test_init_defaults(self):
+        extractor = L0HintExtractor()
         assert extractor.title_min_overlap == 0.6 and extractor.domain_from_matches is True
         assert extractor.domain_min_precision == 0.5 and extractor.subject_elsewhere_margin == 0.15
         assert extractor.passing_mention_df == 1 and extractor.tokenizer_model == DEFAULT_MODEL
@@ -89,16 +87,15 @@ class TestL0HintExtractor:
             ({"passing_mention_df": -1}, "passing_mention_df=-1 must be at least 0"),
         ],
     )
-    def test_init_refuses_values_out_of_range_by_name(self, kb, params, message):
+    def test_init_refuses_values_out_of_range_by_name(self, params, message):
         with pytest.raises(ValueError, match=message):
-            L0HintExtractor(l0_index_path=kb, **params)
+            L0HintExtractor(**params)
 
-    def test_to_dict(self, kb):
-        data = component_to_dict(L0HintExtractor(l0_index_path=kb, tokenizer_model=None), "l0_hints")
+    def test_to_dict(self):
+        data = component_to_dict(L0HintExtractor(tokenizer_model=None), "l0_hints")
         assert data == {
             "type": TYPE,
             "init_parameters": {
-                "l0_index_path": kb,
                 "title_min_overlap": 0.6,
                 "domain_from_matches": True,
                 "domain_min_precision": 0.5,
@@ -108,13 +105,13 @@ class TestL0HintExtractor:
             },
         }
 
-    def test_from_dict(self, kb):
-        data = {"type": TYPE, "init_parameters": {"l0_index_path": kb, "title_min_overlap": 0.8}}
+    def test_from_dict(self):
+        data = {"type": TYPE, "init_parameters": {"title_min_overlap": 0.8}}
         extractor = component_from_dict(L0HintExtractor, data, "l0_hints")
-        assert extractor.l0_index_path == kb and extractor.title_min_overlap == 0.8
+        assert extractor.title_min_overlap == 0.8
 
-    def test_round_trips(self, kb):
-        assert_round_trips(L0HintExtractor(kb, title_min_overlap=0.7, domain_from_matches=False))
+    def test_round_trips(self):
+        assert_round_trips(L0HintExtractor(title_min_overlap=0.7, domain_from_matches=False))
 
     def test_an_empty_query_gives_no_hints(self, kb):
         found = hints(kb, "")
@@ -201,6 +198,22 @@ class TestL0HintExtractor:
 
     def test_warm_up_without_a_tokenizer_loads_nothing(self, kb):
         # A pipeline warms up every component, whatever its parameters.
-        extractor = L0HintExtractor(l0_index_path=kb, tokenizer_model=None)
+        extractor = L0HintExtractor(tokenizer_model=None)
         extractor.warm_up()
-        assert extractor.run(query="zorblax crashed")["hints"].uncovered_terms == []
+        assert extractor.run(query="zorblax crashed", l0_index=kb)["hints"].uncovered_terms == []
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("title_min_overlap", 1.5, "[0, 1]"),
+    ("domain_from_matches", "yes", "true or false"),
+    ("domain_min_precision", -0.1, "[0, 1]"),
+    ("tokenizer_model", "", "non-empty"),
+    ("subject_elsewhere_margin", 2, "[0, 1]"),
+    ("passing_mention_df", -1, "at least 0"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: L0HintExtractor(**changed), parameter, value, rule)

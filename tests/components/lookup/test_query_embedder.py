@@ -4,6 +4,7 @@ from sentence_transformers import SentenceTransformer
 
 from components.common.embedding_models import resolve_model
 from components.lookup.query_embedder import KnowledgeQueryEmbedder
+from tests.components.refusals import assert_refused
 from tests.helpers import MODEL, assert_round_trips
 
 
@@ -61,3 +62,18 @@ def test_a_decision_model_gives_the_decision_embeddings_too():
     alone = KnowledgeQueryEmbedder(model=MODEL).run(query="disk full")
     assert alone["decision_query_embedding"] is None and alone["expanded_decision_query_embedding"] is None
     assert_round_trips(KnowledgeQueryEmbedder(model=MODEL, decision_model=MODEL))
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("model", "", "non-empty"),
+    ("device", "", "non-empty"),
+    ("backend", "tf", "one of torch, onnx, onnx_int8"),
+    ("onnx_cache_dir", "", "non-empty"),
+    ("decision_model", " ", "non-empty"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: KnowledgeQueryEmbedder(**{**{}, **changed}), parameter, value, rule)

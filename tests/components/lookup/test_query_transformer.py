@@ -2,7 +2,10 @@ import pytest
 
 from components.contracts import InvalidQueryError
 from components.lookup.query_transformer import QueryTransformer
-from tests.helpers import assert_round_trips
+from components.stores.l0_index import L0Entry, L0Index
+from components.stores.l0_index_file import save_l0_index
+from tests.components.refusals import assert_refused
+from tests.helpers import assert_round_trips, count_stats
 
 
 def test_normalises_whitespace_and_control_characters(l0_path):
@@ -79,7 +82,7 @@ class TestQueryTransformer:
         assert (component.max_chars, component.on_overlong, component.expand_entities) == (2000, "truncate", True)
 
     def test_init_refuses_an_unknown_on_overlong_by_name(self, l0_path):
-        with pytest.raises(ValueError, match=r"^on_overlong must be one of truncate, error, not 'cut'$"):
+        with pytest.raises(ValueError, match=r"^on_overlong='cut' must be one of truncate, error$"):
             transformer(l0_path, on_overlong="cut")
 
     def test_run_truncates_at_the_last_word_boundary(self, l0_path):
@@ -97,3 +100,50 @@ class TestQueryTransformer:
     def test_run_drops_the_space_a_cut_ends_with(self, l0_path):
         out = transformer(l0_path, max_chars=3).run(query="ab cd")
         assert out["query"] == "ab"
+
+
+@pytest.mark.parametrize(
+    ("query", "needed"),
+    [
+        ("disk full on node-1", {"mitigation"}),
+        ("why is the disk full", {"diagnosis"}),
+        ("how to fix pg lag", {"mitigation"}),
+    ],
+)
+def test_the_needed_section_kinds_are_decided_once_here(l0_path, query, needed):
+    assert QueryTransformer(l0_path).run(query=query)["query_transform"].needed_sections == needed
+
+
+def test_the_l0_index_is_read_with_one_stat_per_run_and_passed_on(l0_path, monkeypatch):
+    transformer = QueryTransformer(l0_path)
+    transformer.warm_up()
+    calls = count_stats(monkeypatch, l0_path)
+    first = transformer.run(query="pg lag is growing")["l0_index"]
+    assert calls == ["stat"]
+    assert transformer.run(query="disk full")["l0_index"] is first  # unchanged file: not read again
+
+
+def test_a_changed_l0_index_file_is_read_again(tmp_path):
+    path = tmp_path / "kb.l0.json"
+    save_l0_index(L0Index([L0Entry("a.md", "Disk Full", "disk")]), path)
+    transformer = QueryTransformer(str(path))
+    before = transformer.run(query="disk full")["l0_index"]
+    save_l0_index(L0Index([L0Entry("a.md", "Disk Full", "disk"), L0Entry("b.md", "Replica Lag", "db")]), path)
+    after = transformer.run(query="disk full")["l0_index"]
+    assert [len(before.entries), len(after.entries)] == [1, 2]
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("l0_index_path", "", "non-empty"),
+    ("max_chars", -3, "at least 1"),
+    ("on_overlong", "explode", "one of truncate, error"),
+    ("expand_entities", "yes", "true or false"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(
+        lambda **changed: QueryTransformer(**{**{"l0_index_path": "kb.l0.json"}, **changed}), parameter, value, rule
+    )

@@ -20,6 +20,7 @@ from components.contracts import (
     RetrievalTrace,
     SidecarReport,
 )
+from components.lookup.query_intents import needed_section_kinds
 from components.lookup.result_assembler import (
     ResultAssembler,
     completeness_hint,
@@ -27,6 +28,7 @@ from components.lookup.result_assembler import (
     retrieval_layer,
     sections_left_out,
 )
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips
 
 
@@ -64,8 +66,10 @@ def pack(**fields) -> ContextPack:
 def assemble(blocks, trace, hints=None, assembler=None, bar=None, why=False, **inputs):
     text = "why is the lag growing" if why else "disk full"
     inputs.setdefault("context_pack", pack())
-    return (assembler or ResultAssembler(l0_index_path=None)).run(
-        query_transform=QueryTransform(raw=text, normalized=text, variants=[text]),
+    return (assembler or ResultAssembler()).run(
+        query_transform=QueryTransform(
+            raw=text, normalized=text, variants=[text], needed_sections=needed_section_kinds(text)
+        ),
         hints=hints or L0Hints(),
         retrieval_trace=trace,
         evidence_bar=bar or EvidenceBar(configured=0.35, applied=0.35),
@@ -152,7 +156,7 @@ def test_high_needs_the_similarity_order_to_agree_on_the_leader(disagrees, level
 
 @pytest.mark.parametrize(("needs_agreement", "level"), [(True, "medium"), (False, "high")])
 def test_the_assembler_reads_the_agreement_only_when_told_to(needs_agreement, level):
-    assembler = ResultAssembler(l0_index_path=None, high_needs_agreement=needs_agreement)
+    assembler = ResultAssembler(high_needs_agreement=needs_agreement)
     blocks = [block("a#0", "a.md", 0.72)]
     result = assemble(blocks, RetrievalTrace([attempt(1, 0.72)]), assembler=assembler, similarity_agrees=False)
     assert result.relevance_level == level
@@ -189,7 +193,26 @@ HEADINGS = ["NodeDiskSpaceFillingUp", "Meaning", "Impact", "Diagnosis", "Mitigat
     ],
 )
 def test_sections_left_out(query, headings, packed, left_out):
-    assert sections_left_out(query, headings, [packed_block("a.md", s) for s in packed]) == left_out
+    needed = needed_section_kinds(query)
+    assert sections_left_out(needed, headings, [packed_block("a.md", s) for s in packed]) == left_out
+
+
+def test_the_left_out_sections_are_those_the_query_transform_carries(l0_index):
+    # "disk full" alone would need the mitigation: the kinds come from the transform, not the text.
+    transform = QueryTransform("disk full", "disk full", ["disk full"], needed_sections=frozenset({"diagnosis"}))
+    blocks = [block("a#0", "database/replication-lag.md", 0.6)]
+    result = ResultAssembler().run(
+        query_transform=transform,
+        hints=L0Hints(),
+        retrieval_trace=RetrievalTrace(attempts=[attempt(1, 0.6)]),
+        evidence_bar=EvidenceBar(configured=0.35, applied=0.35),
+        rerank_trace=[],
+        evidence_blocks=blocks,
+        dedup=DedupStats(1, 1, 0, 0),
+        context_pack=pack(blocks=[packed_block("database/replication-lag.md", "Overview")]),
+        l0_index=l0_index,
+    )["result"]
+    assert "not in the context: Diagnosis of replication-lag" in result.completeness_hint
 
 
 def test_a_left_out_section_makes_a_complete_pack_partial():
@@ -210,8 +233,8 @@ def test_completeness_hint_says_what_the_budget_cut():
 
 
 def test_round_trips():
-    assert_round_trips(ResultAssembler(l0_index_path=None, high_relevance=0.7, reference_threshold=0.45))
-    assert_round_trips(ResultAssembler(l0_index_path=None, high_margin=0.2, high_needs_agreement=False))
+    assert_round_trips(ResultAssembler(high_relevance=0.7, reference_threshold=0.45))
+    assert_round_trips(ResultAssembler(high_margin=0.2, high_needs_agreement=False))
 
 
 @pytest.mark.parametrize(
@@ -224,11 +247,7 @@ def test_round_trips():
 )
 def test_init_refuses_values_out_of_range_by_name(params, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        ResultAssembler(l0_index_path=None, **params)
-
-
-def assembler_over(l0_path) -> ResultAssembler:
-    return ResultAssembler(l0_index_path=l0_path)
+        ResultAssembler(**params)
 
 
 LAG = "database/replication-lag.md"  # headings: the title, then Diagnosis (tests/components/lookup/conftest.py)
@@ -236,41 +255,38 @@ LAG = "database/replication-lag.md"  # headings: the title, then Diagnosis (test
 
 class TestResultAssembler:
     def test_init_defaults(self):
-        component = ResultAssembler(l0_index_path=None)
+        component = ResultAssembler()
         assert (component.high_relevance, component.reference_threshold) == (0.5, 0.5)
         assert (component.high_margin, component.high_needs_agreement) == (0.1, True)
 
-    def test_to_dict(self, l0_path):
-        data = component_to_dict(ResultAssembler(l0_index_path=l0_path, high_margin=0.2), "assembler")
+    def test_to_dict(self):
+        data = component_to_dict(ResultAssembler(high_margin=0.2), "assembler")
         assert data["init_parameters"] == {
-            "l0_index_path": l0_path,
             "high_relevance": 0.5,
             "reference_threshold": 0.5,
             "high_margin": 0.2,
             "high_needs_agreement": True,
         }
 
-    def test_run_names_the_leaders_needed_section_the_pack_lacks(self, l0_path):
+    def test_run_names_the_leaders_needed_section_the_pack_lacks(self, l0_index):
         blocks = [block("lag#0", LAG, 0.72), block("x#0", "x/other.md", 0.6)]
-        result = assemble(blocks, RetrievalTrace([attempt(2, 0.72)]), assembler=assembler_over(l0_path), why=True)
+        result = assemble(blocks, RetrievalTrace([attempt(2, 0.72)]), l0_index=l0_index, why=True)
         assert result.completeness_hint == (
             "partial: 2 evidence block(s) from 2 source(s); not in the context: Diagnosis of replication-lag; "
             "read the source"
         )
 
-    def test_run_counts_only_the_leaders_packed_blocks_as_its_sections(self, l0_path):
+    def test_run_counts_only_the_leaders_packed_blocks_as_its_sections(self, l0_index):
         blocks = [block("lag#0", LAG, 0.72)]
         packed = pack(blocks=[PackedBlock("lag#1", LAG, "T", "PostgreSQL Replication Lag > Diagnosis", [], 10, False)])
-        result = assemble(
-            blocks, RetrievalTrace([attempt(1, 0.72)]), assembler=assembler_over(l0_path), why=True, context_pack=packed
-        )
+        result = assemble(blocks, RetrievalTrace([attempt(1, 0.72)]), l0_index=l0_index, why=True, context_pack=packed)
         assert (
             result.completeness_hint == "complete: 1 evidence block(s) from 1 source(s), all within the context budget"
         )
 
-    def test_run_leaves_sections_out_of_the_hint_for_a_leader_the_l0_index_lacks(self, l0_path):
+    def test_run_leaves_sections_out_of_the_hint_for_a_leader_the_l0_index_lacks(self, l0_index):
         blocks = [block("x#0", "x/other.md", 0.72), block("lag#0", LAG, 0.6)]
-        result = assemble(blocks, RetrievalTrace([attempt(2, 0.72)]), assembler=assembler_over(l0_path), why=True)
+        result = assemble(blocks, RetrievalTrace([attempt(2, 0.72)]), l0_index=l0_index, why=True)
         assert result.completeness_hint.startswith("complete: ")
 
     def test_run_with_l1_disabled_says_so_in_its_message(self):
@@ -322,10 +338,12 @@ class TestResultAssembler:
     )
     def test_sections_left_out_reads_the_kind_of_the_nearest_heading(self, breadcrumb, left_out):
         packed = [PackedBlock("k", "a.md", "T", breadcrumb, [], 10, False)]
-        assert sections_left_out("disk on worker-3 is full", HEADINGS, packed) == left_out
+        assert sections_left_out(needed_section_kinds("disk on worker-3 is full"), HEADINGS, packed) == left_out
 
     def test_sections_left_out_counts_the_first_section_after_the_title(self):
-        assert sections_left_out("disk is full", ["NodeDiskSpaceFillingUp", "Mitigation"], []) == ["Mitigation"]
+        assert sections_left_out(
+            needed_section_kinds("disk is full"), ["NodeDiskSpaceFillingUp", "Mitigation"], []
+        ) == ["Mitigation"]
 
     def test_completeness_hint_names_every_left_out_section(self):
         blocks = [block("a#0", "ops/NodeDiskSpaceFillingUp.md", 0.7)]
@@ -344,3 +362,17 @@ class TestResultAssembler:
         assert completeness_hint([block("a#0", "a.md", 0.3)], pack(), "low") == (
             "weak: 1 evidence block(s) from 1 source(s), all of low relevance; verify before relying on it"
         )
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("high_relevance", 1.2, "[0, 1]"),
+    ("reference_threshold", -0.1, "[0, 1]"),
+    ("high_margin", -0.01, "at least 0"),
+    ("high_needs_agreement", "no", "true or false"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: ResultAssembler(**changed), parameter, value, rule)

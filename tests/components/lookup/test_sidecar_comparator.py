@@ -9,6 +9,7 @@ from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.vector_search import SdkVectorSearch
 from tests.components.chunks import chunk
+from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips, candidate
 
 CHUNKS = [
@@ -40,7 +41,7 @@ def test_disabled_by_default_and_needs_no_inputs():
 
 
 def test_an_unknown_path_is_refused_at_init():
-    with pytest.raises(ValueError, match="sidecar path must be one of other, sdk, haystack, not 'spring'"):
+    with pytest.raises(ValueError, match="path='spring' must be one of other, sdk, haystack"):
         SidecarComparator(KnowledgeStore(uri="/data/kb.db"), path="spring")
 
 
@@ -115,3 +116,22 @@ class TestSidecarComparatorInit:
         store = KnowledgeStore(uri="unused.db", collection="kb")
         with pytest.raises(ValueError, match=f"^top_k={top_k} must be at least 1$"):
             SidecarComparator(store=store, top_k=top_k)
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("store", None, "must be a KnowledgeStore"),
+    ("enabled", "false", "true or false"),
+    ("path", "spring", "one of other, sdk, haystack"),
+    ("top_k", -3, "at least 1"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(
+        lambda **changed: SidecarComparator(**{**{"store": KnowledgeStore(uri="milvus.db")}, **changed}),
+        parameter,
+        value,
+        rule,
+    )

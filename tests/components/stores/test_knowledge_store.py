@@ -14,6 +14,7 @@ from components.stores.knowledge_store import KnowledgeStore
 from components.stores.milvus_auth import MilvusAuth, env_secret
 from components.stores.vector_search import HaystackVectorSearch, SdkVectorSearch
 from tests.components.chunks import chunk
+from tests.components.refusals import assert_refused
 
 CHUNKS = [chunk("disk/full.md", 0, [1, 0, 0, 0], "disk"), chunk("db/lag.md", 0, [0, 1, 0, 0], "db")]
 SERVER_AUTH = MilvusAuth(token=env_secret("token"), secure=True, server_pem_path="/certs/milvus.pem")
@@ -121,5 +122,23 @@ class TestKnowledgeStoreInit:
 
     @pytest.mark.parametrize("index_type", ["", "IVF_PQ", "flat"])
     def test_refuses_an_index_type_it_cannot_create(self, index_type):
-        with pytest.raises(ValueError, match="^index_type must be one of FLAT, IVF_FLAT, HNSW, AUTOINDEX"):
+        with pytest.raises(ValueError, match="^index_type='[^']*' must be one of FLAT, IVF_FLAT, HNSW, AUTOINDEX"):
             KnowledgeStore(uri="unused.db", index_type=index_type)
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("uri", "", "neither a Milvus Lite file"),
+    ("collection", "", "1-255 letters"),
+    ("auth", "token", "MilvusAuth"),
+    ("timeout_ms", -1, "at least 0"),
+    ("index_type", "IVF_PQ", "one of FLAT, IVF_FLAT, HNSW, AUTOINDEX"),
+    ("index_params", [1], "must map Milvus parameters"),
+    ("search_params", "nprobe", "must map Milvus parameters"),
+    ("full_text", "yes", "true or false"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(lambda **changed: KnowledgeStore(**{**{"uri": "milvus.db"}, **changed}), parameter, value, rule)

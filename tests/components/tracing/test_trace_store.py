@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
+from components.errors import ParameterError
 from components.tracing.trace_database import make_engine
 from components.tracing.trace_records import TRACE_RECORDED, TRACE_REJECTED, TRACE_REPLAYED, TRACE_SPOOLED, to_jsonable
 from components.tracing.trace_replay import ReplayReport
@@ -183,8 +184,14 @@ def test_retry_interval_spools_without_waiting_on_the_database(tmp_path):
 
 
 def test_unreadable_url_is_spooled_not_raised(tmp_path):
-    store = TraceStore("notadialect://nowhere", str(tmp_path / "spool.jsonl"), retry_interval=0)
+    store = TraceStore("postgresql+nosuchdriver://nowhere/db", str(tmp_path / "spool.jsonl"), retry_interval=0)
     assert store.write(record()) == TRACE_SPOOLED
+
+
+@pytest.mark.parametrize("db_url", ["notadialect://nowhere", "mysql://u@h/db", "traces.db", ""])
+def test_a_url_of_no_trace_database_is_refused_when_built(tmp_path, db_url):
+    with pytest.raises(ParameterError, match=r"^db_url=.* is not a database URL"):
+        TraceStore(db_url, str(tmp_path / "spool.jsonl"))
 
 
 def test_one_outage_warns_once(tmp_path, caplog):

@@ -11,6 +11,7 @@ from haystack import Pipeline
 from components.tracing import stage_recorder
 from components.tracing.trace_writer import ARGUMENT_QUERY_CHARS, RAW_QUERY_CHARS, TraceWriter, bounded_arguments
 from pipelines.lookup import ALLOWED_MODULES, build_lookup_pipeline
+from tests.components.refusals import assert_refused
 
 
 def test_trace_writer_serializes_with_plain_init_parameters(tmp_path):
@@ -154,3 +155,40 @@ def test_a_megabyte_query_is_stored_within_the_bound(sample_service, tmp_path):
     assert row["arguments"]["query_chars"] == 1_000_000
     assert row["arguments"]["query_sha256"] == hashlib.sha256(query.encode()).hexdigest()
     assert bounded_arguments({"query": "short"}) == {"query": "short"}
+
+
+# Each init parameter out of its bound: (parameter, value, what the one-line error says).
+REFUSED = [
+    ("db_url", "notaurl", "not a database URL"),
+    ("db_url", "mysql://u@h/db", "not a database URL"),
+    ("spool_path", "", "non-empty"),
+    ("tracking_uri", "", "non-empty"),
+    ("artifact_location", "", "non-empty"),
+    ("summary_chars", -1, "at least 0"),
+    ("tool_name", "", "non-empty"),
+    ("experiment", "", "non-empty"),
+    ("retry_interval", -5.0, "at least 0"),
+    ("timeout_s", -1.0, "at least 0"),
+    ("sample_rate", 1.5, "[0, 1]"),
+    ("model_verdict", "", "non-empty"),
+]
+
+
+@pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
+def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
+    assert_refused(
+        lambda **changed: TraceWriter(
+            **{
+                **{
+                    "db_url": "sqlite:///traces.db",
+                    "spool_path": "spool.jsonl",
+                    "tracking_uri": None,
+                    "artifact_location": None,
+                },
+                **changed,
+            }
+        ),
+        parameter,
+        value,
+        rule,
+    )

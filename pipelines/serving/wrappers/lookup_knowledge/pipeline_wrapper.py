@@ -1,5 +1,7 @@
 """
-hayhooks wrapper of `lookup_knowledge`: `POST /lookup_knowledge/run` and the MCP tool of that name.
+hayhooks wrapper of `lookup_knowledge`: the one door of every served call. `knowledge serve` calls
+it for `POST /lookup_knowledge/run`, the feedback route and both MCP tools (`app.py`); `hayhooks
+run` can deploy this folder as it is.
 
 hayhooks imports this file by path; the repository root must be on `sys.path` (`knowledge serve`
 runs from it, or pass `--additional-python-path` to `hayhooks run`).
@@ -12,7 +14,9 @@ from hayhooks import BasePipelineWrapper
 from pydantic import StrictStr
 
 from components.contracts import STATUS_ERROR, InvalidQueryError
-from pipelines.serving.models import LookupResponse
+from pipelines.labels.record import UnknownInvocationError
+from pipelines.serving.feedback import give_feedback
+from pipelines.serving.models import FeedbackResponse, LookupResponse
 from pipelines.serving.service import shared_service
 
 logger = logging.getLogger(__name__)
@@ -41,3 +45,16 @@ class PipelineWrapper(BasePipelineWrapper):
             logger.warning("lookup failed (invocation %s): %s", result.invocation_id, result.message)
             raise HTTPException(status_code=503, detail=body)
         return LookupResponse.model_validate(body)
+
+    def feedback(self, invocation_id: str, useful: bool, source: str | None, origin: str) -> FeedbackResponse:
+        """
+        An agent's verdict on a lookup it made, as a label of that lookup (`origin`: rest or mcp).
+        404 for an unknown invocation, 422 for a label that cannot be (a source not in the index).
+        """
+        try:
+            label = give_feedback(self.service, invocation_id, useful, source, origin)
+        except UnknownInvocationError as exc:
+            raise HTTPException(404, detail={"error": "unknown_invocation", "detail": str(exc)}) from exc
+        except ValueError as exc:  # a bad label (a source not in the index): the reason is the detail
+            raise HTTPException(422, detail={"error": "invalid_feedback", "detail": str(exc)}) from exc
+        return FeedbackResponse(**label)
