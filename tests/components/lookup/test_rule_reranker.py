@@ -259,6 +259,27 @@ class TestRuleReranker:
         chunk = candidate("a", "x/a.md", 0.5, keywords=["Disk Space", "Disk Full", "Volume"])
         assert ranked(l0_index, [chunk], hints=hints, keyword_match=1.0)[0].boosts == {"keyword_match": 1.0}
 
+    def test_run_rounds_the_final_score_to_6_decimals_and_each_boost_to_4(self, l0_index):
+        chunks = [candidate("a", "x/a.md", 0.1234567, bm25_score=3.0), candidate("b", "x/b.md", 0.5, bm25_score=1.0)]
+        out = ranked(l0_index, chunks, similarity=1.0, bm25=1.0)
+        assert [(c.evidence_key, c.final_score, c.boosts) for c in out] == [
+            ("a", 1.123457, {"bm25": 1.0}),
+            ("b", 0.833333, {"bm25": 0.3333}),
+        ]
+
+    def test_run_scores_bm25_against_a_best_score_under_one(self, l0_index):
+        chunks = [candidate("a", "x/a.md", 0.5, bm25_score=0.5), candidate("b", "x/b.md", 0.5, bm25_score=0.25)]
+        assert [c.boosts for c in ranked(l0_index, chunks, bm25=1.0)] == [{"bm25": 1.0}, {"bm25": 0.5}]
+
+    @pytest.mark.parametrize(
+        ("similarities", "support"),
+        [((0.35, 0.6), 0.3333), ((0.6,) * 5, 1.0)],
+        ids=["one-other-chunk-at-the-bar", "saturated"],
+    )
+    def test_run_counts_a_documents_other_chunks_at_the_bar_up_to_three(self, l0_index, similarities, support):
+        chunks = [candidate(f"a{n}", "x/a.md", similarity) for n, similarity in enumerate(similarities)]
+        assert ranked(l0_index, chunks, document_support=1.0)[0].boosts == {"document_support": support}
+
 
 # Each init parameter out of its bound: (parameter, value, what the one-line error says).
 REFUSED = [
