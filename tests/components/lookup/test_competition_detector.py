@@ -5,12 +5,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from haystack.core.serialization import component_to_dict
 
 from components.common.evidence import EvidenceBar
 from components.contracts import Candidate
-from components.lookup.competition_detector import CompetitionDetector, shared_name_stem
+from components.lookup.competition_detector import CompetitionDetector, shared_name_stem, similarity_leader
 from components.stores.l0_index import L0Entry, L0Index
 from tests.components.refusals import assert_refused
+from tests.helpers import assert_round_trips
 
 
 @pytest.mark.parametrize(
@@ -21,6 +23,10 @@ from tests.components.refusals import assert_refused
         ("x/node-disk-space-filling-up.md", "x/node-disk-inodes-filling-up.md", "node-disk…filling-up"),
         ("k/KubeletDown.md", "k/KubeSchedulerDown.md", None),  # one word in common is no family
         ("k/KubeQuotaAlmostFull.md", "k/KubeQuotaAlmostFullSoon.md", "KubeQuotaAlmostFull"),
+        ("x/AlphaBetaGamma.md", "x/DeltaBetaGamma.md", None),  # later words in common are no family
+        ("k/KubeQuotaAlmostFull.md", "k/KubeQuotaAlmostExceeded.md", "KubeQuotaAlmost…"),
+        ("node/NodeRAIDDiskFailure.md", "node/NodeRAIDArrayFailure.md", "NodeRAID…Failure"),
+        ("x/NodeDiskDiskFull.md", "x/NodeDiskFull.md", "NodeDisk…Full"),  # the tail never reaches into the head
     ],
 )
 def test_shared_name_stem(leader, competitor, stem):
@@ -150,19 +156,66 @@ class TestSummaryVectorSiblings:
         vectors = np.array([[1.0, 0.0], runner_up_vector], dtype=np.float32)
         return L0Index(entries, summary_vectors=vectors, model="test")
 
-    def run(self, l0_index: L0Index) -> dict:
+    def run(self, l0_index: L0Index, **params) -> dict:
         # a margin of 0.1: beyond `margin` (0.05), within `sibling_margin` (0.2)
         ranked = [candidate(self.LEADER, 0.8, final_score=0.8), candidate(self.RUNNER_UP, 0.7, final_score=0.7)]
-        return CompetitionDetector().run(candidates=ranked, evidence_bar=BAR, l0_index=l0_index)
+        return CompetitionDetector(**params).run(candidates=ranked, evidence_bar=BAR, l0_index=l0_index)
 
     def test_alike_summary_vectors_make_a_runner_up_within_the_sibling_margin_compete(self):
         out = self.run(self.l0_with_vectors([0.96, 0.28]))  # cosine 0.96 >= 0.85
         assert out["competition"].competitor == self.RUNNER_UP
         assert out["competition"].reasons == ["score margin 0.100 < 0.2", "document similarity 0.960 >= 0.85"]
 
+    def test_a_cosine_exactly_at_sibling_similarity_makes_siblings(self):
+        out = self.run(self.l0_with_vectors([1.0, 0.0]), sibling_similarity=1.0)
+        assert out["competition"].reasons == ["score margin 0.100 < 0.2", "document similarity 1.000 >= 1.0"]
+
+    def test_a_runner_up_without_a_summary_vector_is_no_sibling_by_vector(self):
+        index = self.l0_with_vectors([1.0, 0.0])
+        ranked = [candidate(self.LEADER, 0.8, final_score=0.8), candidate("other/Unindexed.md", 0.7, final_score=0.7)]
+        assert CompetitionDetector().run(candidates=ranked, evidence_bar=BAR, l0_index=index)["competition"] is None
+
     def test_unlike_summary_vectors_leave_the_leader_alone(self):
         out = self.run(self.l0_with_vectors([0.6, 0.8]))  # cosine 0.6 < 0.85
         assert out["competition"] is None
+
+
+class TestCompetitionDetector:
+    def test_to_dict(self):
+        data = component_to_dict(CompetitionDetector(margin=0.1, cross_reference=False), "detector")
+        assert data["init_parameters"] == {
+            "margin": 0.1,
+            "sibling_margin": 0.2,
+            "sibling_similarity": 0.85,
+            "cross_reference": False,
+        }
+
+    def test_round_trips(self):
+        assert_round_trips(CompetitionDetector(sibling_margin=0.3))
+
+    def test_run_names_the_shared_stem_of_sibling_documents(self, l0_index):
+        ranked = [candidate(SPACE, 0.8, final_score=0.8), candidate(FILES, 0.7, final_score=0.7)]
+        out = CompetitionDetector().run(candidates=ranked, evidence_bar=BAR, l0_index=l0_index)
+        assert out["competition"].reasons == ["score margin 0.100 < 0.2", "shared name stem NodeFilesystem…FillingUp"]
+
+    def test_run_finds_a_named_runner_up_whatever_the_case_of_its_name(self, l0_index):
+        text = "This alert is similar to the nodefilesystemspacefillingup alert, but predicts inodes running out."
+        out = CompetitionDetector().run(candidates=ranked_pair(text), evidence_bar=BAR, l0_index=l0_index)
+        assert out["competition"].competitor == SPACE
+
+    def test_run_ranks_documents_by_similarity_when_nothing_reranked(self, l0_index):
+        ranked = [candidate("x/a.md", 0.5, final_score=0.0), candidate("x/b.md", 0.8, final_score=0.0)]
+        out = CompetitionDetector().run(candidates=ranked, evidence_bar=BAR, l0_index=l0_index)
+        assert (out["competition"], out["runner_up_margin"]) == (None, 0.3)
+
+    def test_run_keeps_the_first_of_a_documents_equally_scored_chunks(self, l0_index):
+        runner_up = [replace(candidate("x/b.md", 0.78, final_score=0.78), evidence_key=f"x/b.md#{n}") for n in (0, 1)]
+        ranked = [candidate("x/a.md", 0.8, final_score=0.8), *runner_up]
+        out = CompetitionDetector().run(candidates=ranked, evidence_bar=BAR, l0_index=l0_index)
+        assert out["competition"].evidence_key == "x/b.md#0"
+
+    def test_similarity_leader_of_no_candidates_is_none(self):
+        assert similarity_leader([]) is None
 
 
 # Each init parameter out of its bound: (parameter, value, what the one-line error says).

@@ -7,9 +7,9 @@ serialization and empty input.
 import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
-from components.common.embedding_models import DEFAULT_MODEL, count_tokens
-from components.contracts import Competition, EvidenceBlock
-from components.lookup.context_packer import ContextPacker
+from components.common.embedding_models import DEFAULT_MODEL, count_tokens, load_tokenizer
+from components.contracts import Competition, EvidenceBlock, PackedBlock
+from components.lookup.context_packer import ContextPacker, splits_at_whitespace
 from components.lookup.result_assembler import completeness_hint
 from tests.components.refusals import assert_refused
 from tests.helpers import MODEL, assert_round_trips
@@ -192,6 +192,177 @@ class TestContextPacker:
         ]
         hint = completeness_hint(blocks, pack, "high")
         assert hint.startswith("partial:") and "1 block(s) omitted" in hint
+
+
+@pytest.fixture(scope="module")
+def spaced_model(tmp_path_factory) -> str:
+    """
+    A tokenizer that makes every whitespace character a token of its own: separators cost tokens and
+    counts do not add up across whitespace, so the packer counts joined texts again.
+    """
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"\s|\S+"), behavior="isolated")
+    folder = tmp_path_factory.mktemp("spaced-model")
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return str(folder)
+
+
+def packed(budget: int, blocks: list[EvidenceBlock], model: str = MODEL, **inputs):
+    return ContextPacker(budget_tokens=budget, tokenizer_model=model).run(evidence_blocks=blocks, **inputs)[
+        "context_pack"
+    ]
+
+
+def pack_keys(pack) -> list[str]:
+    return [b.evidence_key for b in pack.blocks]
+
+
+class TestContextPackerBudget:
+    """The token counts of a pack, under the packaged tokenizer and one whose separators cost tokens."""
+
+    @pytest.mark.parametrize("model", [MODEL, "spaced"])
+    @pytest.mark.parametrize("competing", [False, True])
+    def test_run_counts_every_pack_as_its_tokenizer_does_within_the_budget(self, model, competing, spaced_model):
+        model = spaced_model if model == "spaced" else model
+        blocks = [
+            block("a", 200, "A", REASONS, "ops/a.md"),
+            block("b", 40, "B", [], "ops/b.md", tokens=count_tokens(model, "word " * 40)),
+            block("c", 100, "C", REASONS, "ops/c.md", breadcrumb="C"),
+        ]
+        competition = Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c") if competing else None
+        separator = count_tokens(model, "\n\n")
+        for budget in range(5, 800, 13):
+            pack = packed(budget, blocks, model, competition=competition)
+            assert pack.budget_tokens == budget
+            assert pack.used_tokens == count_tokens(model, pack.text) <= budget
+            assert pack.used_tokens == sum(b.tokens for b in pack.blocks) + separator * (len(pack.blocks) - 1)
+            assert pack_keys(pack)[0] == "a"
+        whole = packed(4000, blocks, model, competition=competition)
+        assert pack_keys(whole) == ["a", "b", "c"] and not whole.truncated
+
+    @pytest.mark.parametrize("budget", [5, 30, 60, 150])
+    def test_run_cuts_the_top_block_to_the_budget_but_one_token(self, budget):
+        pack = packed(budget, [block("a", 200, "A", REASONS), block("b", 200, "B", [])])
+        assert (pack.used_tokens, pack.truncated, pack.omitted_evidence_keys) == (budget - 1, True, ["b"])
+        assert pack.text.startswith("[1] A" if budget > 5 else "[")
+
+    @pytest.mark.parametrize("budget", [3, 4])
+    def test_run_leaves_a_cut_mark_alone_when_the_budget_holds_no_word(self, budget):
+        pack = packed(budget, [block("a", 200, "A", REASONS)])
+        assert (pack.text, pack.truncated) == ("[…]", True)
+
+    def test_run_marks_a_top_block_cut_to_its_header_and_the_mark_as_truncated(self):
+        header = packed(4000, [block("a", 0, "A", REASONS)]).used_tokens
+        pack = packed(header + 4, [block("a", 200, "A", REASONS)])
+        assert pack.text.endswith("\n[…]") and pack.truncated and pack.blocks[0].truncated
+
+    def test_run_cuts_at_a_word_without_the_space_after_it(self, spaced_model):
+        text = packed(60, [block("a", 200, "A", REASONS)], spaced_model).text
+        assert text.endswith("word […]") and not text.endswith("  […]")
+
+    @pytest.mark.parametrize("model", [MODEL, "spaced"])
+    @pytest.mark.parametrize(
+        ("words", "known"),
+        [((30, 6), False), ((6,), False), ((6,), True)],
+        ids=["two-blocks", "short-top-block", "short-top-block-tokens-known"],  # short: less than a stub's room
+    )
+    def test_run_packs_blocks_that_fit_exactly_whole(self, model, words, known, spaced_model):
+        model = spaced_model if model == "spaced" else model
+        blocks = [
+            block(key, n, key.upper(), REASONS, tokens=count_tokens(model, "word " * n) if known else None)
+            for key, n in zip("ab", words, strict=False)
+        ]
+        exact = packed(4000, blocks, model).used_tokens
+        pack = packed(exact, blocks, model)
+        assert (pack_keys(pack), pack.used_tokens, pack.truncated) == ([b.evidence_key for b in blocks], exact, False)
+
+    def test_run_packs_the_competitor_at_every_budget_with_room_for_both_headers_and_a_stub(self):
+        top, between = block("a", 200, "A", REASONS, "ops/a.md"), block("b", 200, "B", [], "ops/b.md")
+        rival = block("c", 100, "Competitor with a long title", [*REASONS, "l0_keyword: disk"], "ops/c.md")
+        competition = Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c")
+        headers = sum(
+            packed(4000, [block(b.evidence_key, 0, b.title, b.hit_reasons)]).used_tokens for b in (top, rival)
+        )
+        for blocks in ([top, rival], [top, between, rival]):
+            for budget in range(headers + 2 * 24, 400, 7):
+                assert "c" in pack_keys(packed(budget, blocks, competition=competition)), budget
+
+    @pytest.mark.parametrize("budget", [8, 20])
+    def test_run_gives_the_top_block_a_budget_too_small_for_the_competitor_too(self, budget):
+        blocks = [block("a", 200, "A", REASONS, "ops/a.md"), block("c", 100, "C", REASONS, "ops/c.md")]
+        competition = Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c")
+        pack = packed(budget, blocks, competition=competition)
+        assert (pack_keys(pack), pack.used_tokens) == (["a"], budget - 1)
+
+    def test_run_cuts_a_lower_block_with_a_stubs_room_and_omits_it_with_less(self):
+        first = block("a", 30, "A", REASONS)
+        alone = packed(4000, [first]).used_tokens
+        header = packed(4000, [first, block("b", 5, "B", REASONS)]).used_tokens - alone - 5
+        blocks = [first, block("b", 100, "B", REASONS)]
+        stub = packed(alone + header + 24, blocks)
+        assert (pack_keys(stub), stub.truncated, stub.used_tokens) == (["a", "b"], True, alone + header + 23)
+        assert packed(alone + header + 23, blocks).omitted_evidence_keys == ["b"]
+
+    @pytest.mark.parametrize(
+        ("title", "breadcrumb", "first_line"),
+        [
+            ("Disk Full", "Disk Full > Fix", "[1] Disk Full › Disk Full > Fix"),
+            ("Disk Full", "Disk Full", "[1] Disk Full"),  # a breadcrumb that is the title alone adds nothing
+            (None, None, "[1] ops/a.md"),  # no title: the source
+        ],
+    )
+    def test_run_heads_each_block_with_its_title_breadcrumb_source_and_reasons(self, title, breadcrumb, first_line):
+        chunk = block("a", 5, "", ["semantic", "l0_title: disk"], "ops/a.md")
+        chunk = EvidenceBlock(**{**chunk.__dict__, "title": title, "breadcrumb": breadcrumb})
+        text = packed(4000, [chunk]).text
+        assert text == f"{first_line}\nsource: ops/a.md | score 0.800 | why: semantic; l0_title: disk\n{'word ' * 5}"
+
+    def test_run_records_each_packed_block(self):
+        chunk = block("a", 200, "A", REASONS, "ops/a.md")
+        pack = packed(60, [chunk])
+        assert pack.blocks == [PackedBlock("a", "ops/a.md", "A", "A > Fix", REASONS, 59, True)]
+
+
+def bert_tokenizer():
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(load_tokenizer(MODEL).to_str())
+
+
+class TestSplitsAtWhitespace:
+    def test_the_packaged_tokenizer_splits_at_whitespace(self):
+        assert splits_at_whitespace(bert_tokenizer()) is True
+
+    def test_a_bert_tokenizer_without_a_normalizer_splits_at_whitespace(self):
+        tokenizer = bert_tokenizer()
+        tokenizer.normalizer = None
+        assert splits_at_whitespace(tokenizer) is True
+
+    def test_another_pre_tokenizer_does_not(self):
+        from tokenizers import pre_tokenizers
+
+        tokenizer = bert_tokenizer()
+        tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+        assert splits_at_whitespace(tokenizer) is False
+
+    def test_another_normalizer_does_not(self):
+        from tokenizers import normalizers
+
+        tokenizer = bert_tokenizer()
+        tokenizer.normalizer = normalizers.Lowercase()
+        assert splits_at_whitespace(tokenizer) is False
+
+    @pytest.mark.parametrize(
+        "token", [{"content": "<x>", "lstrip": True}, {"content": "<x>", "rstrip": True}, {"content": "a b"}]
+    )
+    def test_an_added_token_that_absorbs_or_holds_whitespace_does_not(self, token):
+        from tokenizers import AddedToken
+
+        tokenizer = bert_tokenizer()
+        tokenizer.add_tokens([AddedToken(**token)])
+        assert splits_at_whitespace(tokenizer) is False
 
 
 # Each init parameter out of its bound: (parameter, value, what the one-line error says).

@@ -11,7 +11,8 @@ import pytest
 from haystack.core.serialization import component_from_dict, component_to_dict
 
 from components.common.evidence import EvidenceBar
-from components.contracts import Competition, QueryTransform
+from components.common.scoring import SIMILARITY_LABEL
+from components.contracts import Competition, EvidenceBlock, QueryTransform
 from components.lookup.evidence_deduper import EvidenceDeduper
 from components.lookup.query_intents import needed_section_kinds
 from tests.components.refusals import assert_refused
@@ -187,6 +188,96 @@ class TestEvidenceDeduper:
         out = EvidenceDeduper().run(candidates=given, evidence_bar=BAR)
         assert given == before
         assert out["evidence_blocks"][0].hit_reasons == ["vector:haystack attempt 0 (unfiltered)", "bm25:sdk attempt 1"]
+
+    def test_a_merged_block_keeps_its_own_bm25_score(self):
+        first = candidate("k", "a.md", 0.8, bm25_score=5.0, bm25_rank=1)
+        second = candidate("k", "a.md", 0.8, bm25_score=3.0, bm25_rank=2)
+        block = EvidenceDeduper().run(candidates=[first, second], evidence_bar=BAR)["evidence_blocks"][0]
+        assert (block.bm25_score, block.bm25_rank) == (5.0, 1)
+
+    def test_a_competitor_block_already_among_the_blocks_is_not_added_again(self):
+        cands = [candidate("a0", "ops/a.md", 0.9), candidate("b0", "ops/b.md", 0.8)]
+        competition = Competition("ops/a.md", "ops/b.md", 0.1, ["score margin 0.100 < 0.2"], evidence_key="b0")
+        assert keys(EvidenceDeduper().run(candidates=cands, evidence_bar=BAR, competition=competition)) == [
+            "a0",
+            "b0",
+        ]
+
+    def test_the_competitor_block_takes_the_place_of_a_third_document_ranked_above_the_leaders_last(self):
+        cands = [candidate("a0", "ops/a.md", 0.9), candidate("c0", "ops/c.md", 0.85), candidate("a1", "ops/a.md", 0.8)]
+        cands.append(candidate("b0", "ops/b.md", 0.7))
+        competition = Competition("ops/a.md", "ops/b.md", 0.1, ["score margin 0.100 < 0.2"], evidence_key="b0")
+        out = EvidenceDeduper(max_evidence=3).run(candidates=cands, evidence_bar=BAR, competition=competition)
+        assert keys(out) == ["a0", "a1", "b0"]
+
+    def test_the_competitor_block_ranks_after_an_equal_score_of_higher_similarity(self):
+        cands = [candidate("a0", "ops/a.md", 0.9), candidate("c0", "ops/c.md", 0.75, final_score=0.72)]
+        cands += [candidate("a1", "ops/a.md", 0.8, final_score=0.7), candidate("b0", "ops/b.md", 0.6, final_score=0.7)]
+        competition = Competition("ops/a.md", "ops/b.md", 0.2, ["named"], evidence_key="b0")
+        out = EvidenceDeduper(max_evidence=3).run(candidates=cands, evidence_bar=BAR, competition=competition)
+        assert keys(out) == ["a0", "a1", "b0"]
+
+    def test_the_needed_section_is_the_leaders_whatever_document_ranks_second(self):
+        meaning, why, fix = sections(
+            ("meaning", "overview", 0.9), ("why", "diagnosis", 0.85), ("fix", "mitigation", 0.6)
+        )
+        cands = [meaning, candidate("b0", "ops/b.md", 0.88), why, fix]
+        out = EvidenceDeduper().run(candidates=cands, evidence_bar=BAR, query_transform=query("disk full"))
+        assert keys(out) == ["meaning", "b0", "fix"]
+
+    def test_a_needed_section_without_a_spare_block_of_the_leader_changes_nothing(self):
+        cands = [*sections(("meaning", "overview", 0.9)), candidate("b0", "ops/b.md", 0.8)]
+        cands.append(*sections(("fix", "mitigation", 0.6)))
+        out = EvidenceDeduper(per_document_cap=1).run(candidates=cands, evidence_bar=BAR, query_transform=query("x"))
+        assert keys(out) == ["meaning", "b0"]
+
+    def test_only_the_leaders_own_candidates_of_a_needed_kind_take_a_place(self):
+        cands = sections(("meaning", "overview", 0.9), ("why", "diagnosis", 0.85))
+        cands += [candidate("b0", "ops/b.md", 0.8), candidate("c0", "ops/c.md", 0.7)]
+        out = EvidenceDeduper(max_evidence=3).run(candidates=cands, evidence_bar=BAR, query_transform=query("x"))
+        assert keys(out) == ["meaning", "why", "b0"]
+
+    def test_one_block_of_each_needed_kind_takes_a_place(self):
+        cands = sections(
+            ("meaning", "overview", 0.9),
+            ("impact", "impact", 0.85),
+            ("more", "impact", 0.8),
+            ("fix", "mitigation", 0.6),
+        )
+        cands.append(*sections(("fix2", "mitigation", 0.55)))
+        out = EvidenceDeduper(per_document_cap=3).run(candidates=cands, evidence_bar=BAR, query_transform=query("x"))
+        assert keys(out) == ["meaning", "impact", "fix"]
+
+    def test_a_needed_section_ranks_after_an_equal_score_of_higher_similarity(self):
+        cands = [*sections(("meaning", "overview", 0.9), ("impact", "impact", 0.85))]
+        cands.append(candidate("b0", "ops/b.md", 0.8, final_score=0.5))
+        cands.append(candidate("fix", "ops/a.md", 0.6, section_kind="mitigation", final_score=0.5))
+        out = EvidenceDeduper(per_document_cap=2).run(candidates=cands, evidence_bar=BAR, query_transform=query("x"))
+        assert keys(out) == ["meaning", "b0", "fix"]
+
+    def test_a_block_carries_every_field_of_its_candidate(self):
+        chunk = candidate(
+            "k", "ops/a.md", 0.8, "semantic", category="disk", tokens=42, final_score=0.9, bm25_score=2.0, bm25_rank=3
+        )
+        block = EvidenceDeduper().run(candidates=[chunk], evidence_bar=BAR)["evidence_blocks"][0]
+        assert block == EvidenceBlock(
+            evidence_key="k",
+            source="ops/a.md",
+            content="content of k",
+            retrieval_layer="L1",
+            score=0.8,
+            score_label=SIMILARITY_LABEL,
+            raw_score=chunk.raw_score,
+            raw_score_label="l2_squared_distance",
+            rerank_score=0.9,
+            hit_reasons=["semantic"],
+            title="Title of ops/a.md",
+            breadcrumb="Title of ops/a.md > Section k",
+            category="disk",
+            tokens=42,
+            bm25_score=2.0,
+            bm25_rank=3,
+        )
 
 
 # Each init parameter out of its bound: (parameter, value, what the one-line error says).

@@ -3,7 +3,7 @@
 import pytest
 
 from components.contracts import FALLBACK_LOW_QUALITY, FALLBACK_NO_EVIDENCE, FALLBACK_OUTSCORED
-from components.lookup.fallback_policy import FallbackPolicy, FilteredFacts, view_covers
+from components.lookup.fallback_policy import MARGIN_TOLERANCE, FallbackPolicy, FilteredFacts, view_covers
 
 POLICY = FallbackPolicy(reference_threshold=0.5, outscored_margin=0.05, outscored_check_below=1.0)
 STANDS = None
@@ -76,3 +76,29 @@ def test_a_view_covers_the_filtered_search_when_full_or_when_the_scan_returned_e
     in_view, needed, exhausted, covers
 ):
     assert view_covers(in_view, needed, exhausted) is covers
+
+
+def lenient_policy(**bars) -> FallbackPolicy:
+    """A policy without the quality bar, so that the outscored rule decides alone."""
+    return FallbackPolicy(reference_threshold=0.0, **bars)
+
+
+class TestFallbackPolicy:
+    def test_usable_candidates_without_a_similarity_are_low_quality(self):
+        assert POLICY.reason(FilteredFacts(usable_count=2, top_similarity=None)) == FALLBACK_LOW_QUALITY
+
+    def test_a_missing_filtered_similarity_counts_as_zero_in_the_outscored_check(self):
+        facts = FilteredFacts(usable_count=2, top_similarity=None)
+        assert lenient_policy().needs_unfiltered_top(facts) is True
+        assert lenient_policy().reason(facts, unfiltered_top=0.3) == FALLBACK_OUTSCORED
+
+    def test_a_difference_exactly_at_the_margin_outscores(self):
+        policy = lenient_policy(outscored_margin=0.05)
+        at_margin = policy.outscored_margin - MARGIN_TOLERANCE
+        assert policy.reason(FilteredFacts(usable_count=1, top_similarity=0.0), unfiltered_top=at_margin) == (
+            FALLBACK_OUTSCORED
+        )
+
+    def test_the_missing_unfiltered_best_is_refused_with_its_reason(self):
+        with pytest.raises(ValueError, match="^the outscored check needs the best unfiltered similarity$"):
+            POLICY.reason(FilteredFacts(3, 0.6))

@@ -196,6 +196,12 @@ class TestL0HintExtractor:
         # A team's own name for a covered alert mostly reuses the titles' words: not uncovered.
         assert hints(kb, "[FIRING:1] DiskSpaceAlmostFull").uncovered_terms == []
 
+    def test_warm_up_without_a_tokenizer_loads_nothing(self, kb):
+        # A pipeline warms up every component, whatever its parameters.
+        extractor = L0HintExtractor(tokenizer_model=None)
+        extractor.warm_up()
+        assert extractor.run(query="zorblax crashed", l0_index=kb)["hints"].uncovered_terms == []
+
 
 # Each init parameter out of its bound: (parameter, value, what the one-line error says).
 REFUSED = [

@@ -72,6 +72,36 @@ class TestQueryTransformerInit:
             QueryTransformer(l0_path, max_chars=max_chars)
 
 
+def transformer(l0_path, **params) -> QueryTransformer:
+    return QueryTransformer(l0_path, **params)
+
+
+class TestQueryTransformer:
+    def test_init_defaults(self, l0_path):
+        component = transformer(l0_path)
+        assert (component.max_chars, component.on_overlong, component.expand_entities) == (2000, "truncate", True)
+
+    def test_init_refuses_an_unknown_on_overlong_by_name(self, l0_path):
+        with pytest.raises(ValueError, match=r"^on_overlong='cut' must be one of truncate, error$"):
+            transformer(l0_path, on_overlong="cut")
+
+    def test_run_truncates_at_the_last_word_boundary(self, l0_path):
+        out = transformer(l0_path, max_chars=20).run(query="replication lag on the standby database")
+        assert out["query"] == "replication lag on"
+
+    def test_run_cuts_inside_a_word_when_the_last_boundary_is_far_back(self, l0_path):
+        out = transformer(l0_path, max_chars=20).run(query="a bcdefghijklmnopqrstuvwxyz")
+        assert out["query"] == "a bcdefghijklmnopqrs"
+
+    def test_run_cuts_inside_a_word_when_the_boundary_is_at_four_fifths(self, l0_path):
+        out = transformer(l0_path, max_chars=10).run(query="abcdefgh ijklmn")
+        assert out["query"] == "abcdefgh i"
+
+    def test_run_drops_the_space_a_cut_ends_with(self, l0_path):
+        out = transformer(l0_path, max_chars=3).run(query="ab cd")
+        assert out["query"] == "ab"
+
+
 @pytest.mark.parametrize(
     ("query", "needed"),
     [

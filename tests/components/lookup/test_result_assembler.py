@@ -3,6 +3,7 @@
 import re
 
 import pytest
+from haystack.core.serialization import component_to_dict
 
 from components.common.evidence import EvidenceBar
 from components.contracts import (
@@ -62,16 +63,19 @@ def pack(**fields) -> ContextPack:
     )
 
 
-def assemble(blocks, trace, hints=None, assembler=None, bar=None, **inputs):
+def assemble(blocks, trace, hints=None, assembler=None, bar=None, why=False, **inputs):
+    text = "why is the lag growing" if why else "disk full"
+    inputs.setdefault("context_pack", pack())
     return (assembler or ResultAssembler()).run(
-        query_transform=QueryTransform(raw="disk full", normalized="disk full", variants=["disk full"]),
+        query_transform=QueryTransform(
+            raw=text, normalized=text, variants=[text], needed_sections=needed_section_kinds(text)
+        ),
         hints=hints or L0Hints(),
         retrieval_trace=trace,
         evidence_bar=bar or EvidenceBar(configured=0.35, applied=0.35),
         rerank_trace=[],
         evidence_blocks=blocks,
         dedup=DedupStats(candidate_count=3, final_count=len(blocks), merged=0, capped=0),
-        context_pack=pack(),
         **inputs,
     )["result"]
 
@@ -244,6 +248,120 @@ def test_round_trips():
 def test_init_refuses_values_out_of_range_by_name(params, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         ResultAssembler(**params)
+
+
+LAG = "database/replication-lag.md"  # headings: the title, then Diagnosis (tests/components/lookup/conftest.py)
+
+
+class TestResultAssembler:
+    def test_init_defaults(self):
+        component = ResultAssembler()
+        assert (component.high_relevance, component.reference_threshold) == (0.5, 0.5)
+        assert (component.high_margin, component.high_needs_agreement) == (0.1, True)
+
+    def test_to_dict(self):
+        data = component_to_dict(ResultAssembler(high_margin=0.2), "assembler")
+        assert data["init_parameters"] == {
+            "high_relevance": 0.5,
+            "reference_threshold": 0.5,
+            "high_margin": 0.2,
+            "high_needs_agreement": True,
+        }
+
+    def test_run_names_the_leaders_needed_section_the_pack_lacks(self, l0_index):
+        blocks = [block("lag#0", LAG, 0.72), block("x#0", "x/other.md", 0.6)]
+        result = assemble(blocks, RetrievalTrace([attempt(2, 0.72)]), l0_index=l0_index, why=True)
+        assert result.completeness_hint == (
+            "partial: 2 evidence block(s) from 2 source(s); not in the context: Diagnosis of replication-lag; "
+            "read the source"
+        )
+
+    def test_run_counts_only_the_leaders_packed_blocks_as_its_sections(self, l0_index):
+        blocks = [block("lag#0", LAG, 0.72)]
+        packed = pack(blocks=[PackedBlock("lag#1", LAG, "T", "PostgreSQL Replication Lag > Diagnosis", [], 10, False)])
+        result = assemble(blocks, RetrievalTrace([attempt(1, 0.72)]), l0_index=l0_index, why=True, context_pack=packed)
+        assert (
+            result.completeness_hint == "complete: 1 evidence block(s) from 1 source(s), all within the context budget"
+        )
+
+    def test_run_leaves_sections_out_of_the_hint_for_a_leader_the_l0_index_lacks(self, l0_index):
+        blocks = [block("x#0", "x/other.md", 0.72), block("lag#0", LAG, 0.6)]
+        result = assemble(blocks, RetrievalTrace([attempt(2, 0.72)]), l0_index=l0_index, why=True)
+        assert result.completeness_hint.startswith("complete: ")
+
+    def test_run_with_l1_disabled_says_so_in_its_message(self):
+        result = assemble([], RetrievalTrace(l1_enabled=False))
+        assert result.message == (
+            "No knowledge evidence found: semantic (L1) retrieval is disabled, and L0 hints are never evidence."
+        )
+
+    def test_run_quotes_the_deciding_models_best_similarity_when_it_refused_the_evidence(self):
+        trace = RetrievalTrace([attempt(3, 0.61)], gate_similarity=0.2)
+        assert assemble([], trace, bar=EvidenceBar(configured=0.3, applied=0.3)).message == (
+            "No knowledge evidence found: the deciding model's best similarity to any chunk is 0.200, under the 0.3 "
+            "a chunk needs to count as evidence. The knowledge base does not seem to cover this query."
+        )
+
+    def test_run_names_uncovered_terms_only_when_they_raised_the_bar(self):
+        hints = L0Hints(uncovered_terms=["redis"])
+        message = assemble([], RetrievalTrace([attempt(3, 0.2)]), hints=hints).message
+        assert message == (
+            "No knowledge evidence found: 1 retrieval attempt(s) returned no chunk with a similarity of at least 0.35. "
+            "The knowledge base does not seem to cover this query."
+        )
+
+    @pytest.mark.parametrize("attempts", [[], [attempt(0, None)]], ids=["no-attempt", "attempt-without-similarity"])
+    def test_run_reports_a_best_similarity_of_zero_without_one(self, attempts):
+        hints = L0Hints(uncovered_terms=["redis", "memcached", "RedisMemoryHigh", "RedisDown"])
+        message = assemble(
+            [], RetrievalTrace(attempts), hints=hints, bar=EvidenceBar(configured=0.35, applied=0.5)
+        ).message
+        assert message == (
+            "No knowledge evidence found: the knowledge base never mentions 'redis', 'memcached' and has no document "
+            f"named 'RedisMemoryHigh', 'RedisDown', so a chunk needed a similarity of at least 0.5 to count as "
+            f"evidence; the best of {len(attempts)} retrieval attempt(s) reached 0.000. The knowledge base does not "
+            "seem to cover this query."
+        )
+
+    def test_an_attempt_with_one_candidate_takes_part(self):
+        assert retrieval_layer(L0Hints(), RetrievalTrace([attempt(1)])) == "L1"
+
+    def test_relevance_level_needs_no_margin_by_default(self):
+        assert relevance_level([block("x#0", "x.md", 0.8)], 0.6, 0.5, runner_up_margin=0.01) == "high"
+
+    @pytest.mark.parametrize(
+        ("breadcrumb", "left_out"),
+        [
+            ("NodeDiskSpaceFillingUp > Meaning > Mitigation", []),  # the nearest heading decides
+            ("NodeDiskSpaceFillingUp > Impact mitigation", ["Mitigation"]),  # a heading's kind is the whole heading's
+        ],
+    )
+    def test_sections_left_out_reads_the_kind_of_the_nearest_heading(self, breadcrumb, left_out):
+        packed = [PackedBlock("k", "a.md", "T", breadcrumb, [], 10, False)]
+        assert sections_left_out(needed_section_kinds("disk on worker-3 is full"), HEADINGS, packed) == left_out
+
+    def test_sections_left_out_counts_the_first_section_after_the_title(self):
+        assert sections_left_out(
+            needed_section_kinds("disk is full"), ["NodeDiskSpaceFillingUp", "Mitigation"], []
+        ) == ["Mitigation"]
+
+    def test_completeness_hint_names_every_left_out_section(self):
+        blocks = [block("a#0", "ops/NodeDiskSpaceFillingUp.md", 0.7)]
+        assert completeness_hint(blocks, pack(), "high", left_out=["Diagnosis", "Mitigation"]) == (
+            "partial: 1 evidence block(s) from 1 source(s); not in the context: Diagnosis, Mitigation of "
+            "NodeDiskSpaceFillingUp; read the source"
+        )
+
+    def test_completeness_hint_of_a_cut_pack_sends_the_agent_to_the_sources(self):
+        assert completeness_hint([block("a#0", "a.md", 0.7)], pack(truncated=True), "high") == (
+            "partial: 1 evidence block(s) from 1 source(s); the context budget cut some of it (content truncated); "
+            "read the sources for details"
+        )
+
+    def test_completeness_hint_of_low_relevance_asks_to_verify(self):
+        assert completeness_hint([block("a#0", "a.md", 0.3)], pack(), "low") == (
+            "weak: 1 evidence block(s) from 1 source(s), all of low relevance; verify before relying on it"
+        )
 
 
 # Each init parameter out of its bound: (parameter, value, what the one-line error says).

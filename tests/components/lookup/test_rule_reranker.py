@@ -3,12 +3,14 @@
 import copy
 import random
 
+import numpy as np
 import pytest
 
 from components.common.choices import DEFAULT_RERANK_WEIGHTS
 from components.common.evidence import EvidenceBar
 from components.contracts import L0Hints, QueryTransform
 from components.lookup.rule_reranker import RuleReranker
+from components.stores.l0_index import L0Entry, L0Index
 from tests.components.refusals import assert_refused
 from tests.helpers import assert_round_trips, candidate
 
@@ -198,6 +200,85 @@ class TestRuleRerankerSignals:
 
     def test_no_candidates_give_no_candidates(self, l0_index):
         assert self.boosts(l0_index, "similarity", []) == {}
+
+
+def ranked(l0_index, candidates, query="quokka", hints=None, embedding=None, **weights):
+    """The candidates reranked with only the given signals weighted."""
+    only = {name: 0.0 for name in DEFAULT_RERANK_WEIGHTS} | weights
+    return RuleReranker(weights=only).run(
+        query_transform=QueryTransform(raw=query, normalized=query, variants=[query]),
+        hints=hints or L0Hints(),
+        candidates=candidates,
+        query_embedding=embedding or [0.0] * 384,
+        evidence_bar=BAR,
+        l0_index=l0_index,
+    )["candidates"]
+
+
+def l0_with_summary_vectors(vectors: dict[str, list[float]]) -> L0Index:
+    entries = [L0Entry(source=source, title=source, category="ops") for source in vectors]
+    return L0Index(entries, summary_vectors=np.array(list(vectors.values()), dtype=np.float32), model="t")
+
+
+class TestRuleReranker:
+    def test_run_scores_document_similarity_as_the_cosine_with_the_summary_floored_at_zero(self):
+        index = l0_with_summary_vectors({"x/a.md": [1.0, 0.0], "x/b.md": [-1.0, 0.0]})
+        out = ranked(
+            index,
+            [candidate("a", "x/a.md", 0.5), candidate("b", "x/b.md", 0.5)],
+            embedding=[0.6, 0.8],
+            document_similarity=1.0,
+        )
+        assert [(c.evidence_key, c.final_score, c.boosts) for c in out] == [
+            ("a", 0.6, {"document_similarity": 0.6}),
+            ("b", 0.0, {}),
+        ]
+
+    @pytest.mark.parametrize(
+        ("hints", "fields", "reason"),
+        [
+            (L0Hints(named_sources=["disk/DiskAlmostFull.md"]), {}, "l0_name: DiskAlmostFull"),
+            (L0Hints(matched_titles=["Disk Almost Full"]), {"title": "Disk Almost Full"}, "l0_title: Disk Almost Full"),
+            (L0Hints(domains=["disk"]), {"category": "disk"}, "l0_domain: disk"),
+            (L0Hints(entities=["PostgreSQL"]), {"entities": ["PostgreSQL", "Linux"]}, "l0_entity: PostgreSQL"),
+        ],
+    )
+    def test_run_gives_each_matched_hint_its_reason(self, l0_index, hints, fields, reason):
+        out = ranked(l0_index, [candidate("a", "disk/DiskAlmostFull.md", 0.5, **fields)], hints=hints)
+        assert out[0].hit_reasons == [reason]
+
+    def test_run_finds_query_terms_at_the_joins_of_title_breadcrumb_and_keywords(self, l0_index):
+        # Capitals: a word runs on into the next text only when the two are joined without a space.
+        chunk = candidate(
+            "a", "x/a.md", 0.5, title="DISK ALMOST FULL", keywords=["REPLICATION LAG", "WAL"], content="x"
+        )
+        assert ranked(l0_index, [chunk], query="full lag", lexical_overlap=1.0)[0].boosts == {"lexical_overlap": 1.0}
+
+    def test_run_saturates_the_keyword_match_at_two_keywords(self, l0_index):
+        hints = L0Hints(matched_keywords=["disk space", "disk full", "volume"])
+        chunk = candidate("a", "x/a.md", 0.5, keywords=["Disk Space", "Disk Full", "Volume"])
+        assert ranked(l0_index, [chunk], hints=hints, keyword_match=1.0)[0].boosts == {"keyword_match": 1.0}
+
+    def test_run_rounds_the_final_score_to_6_decimals_and_each_boost_to_4(self, l0_index):
+        chunks = [candidate("a", "x/a.md", 0.1234567, bm25_score=3.0), candidate("b", "x/b.md", 0.5, bm25_score=1.0)]
+        out = ranked(l0_index, chunks, similarity=1.0, bm25=1.0)
+        assert [(c.evidence_key, c.final_score, c.boosts) for c in out] == [
+            ("a", 1.123457, {"bm25": 1.0}),
+            ("b", 0.833333, {"bm25": 0.3333}),
+        ]
+
+    def test_run_scores_bm25_against_a_best_score_under_one(self, l0_index):
+        chunks = [candidate("a", "x/a.md", 0.5, bm25_score=0.5), candidate("b", "x/b.md", 0.5, bm25_score=0.25)]
+        assert [c.boosts for c in ranked(l0_index, chunks, bm25=1.0)] == [{"bm25": 1.0}, {"bm25": 0.5}]
+
+    @pytest.mark.parametrize(
+        ("similarities", "support"),
+        [((0.35, 0.6), 0.3333), ((0.6,) * 5, 1.0)],
+        ids=["one-other-chunk-at-the-bar", "saturated"],
+    )
+    def test_run_counts_a_documents_other_chunks_at_the_bar_up_to_three(self, l0_index, similarities, support):
+        chunks = [candidate(f"a{n}", "x/a.md", similarity) for n, similarity in enumerate(similarities)]
+        assert ranked(l0_index, chunks, document_support=1.0)[0].boosts == {"document_support": support}
 
 
 # Each init parameter out of its bound: (parameter, value, what the one-line error says).
