@@ -79,9 +79,21 @@ def _search(state: Path, study: str, *extra: str) -> list[str]:
     ]
 
 
+def _as_a_terminal_job() -> None:
+    """
+    Ctrl+C reaches a terminal's foreground job: SIGINT handled by default and not blocked. A process of
+    the test run may ignore or block it, and a child inherits both across exec; Python then installs no
+    KeyboardInterrupt handler and the search would finish as if never interrupted.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _interrupt_while_running(command: list[str], study_file: Path, study: str) -> subprocess.CompletedProcess:
     """Run `command` and send it SIGINT while a trial of `study` runs (the first: the current settings)."""
-    child = subprocess.Popen(command, cwd=REPO, env=child_env(), stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        command, cwd=REPO, env=child_env(), stderr=subprocess.PIPE, text=True, preexec_fn=_as_a_terminal_job
+    )
     # The first trial is enqueued (WAITING) and then runs: either state is "while a trial runs" for the count.
     running = (
         "SELECT count(*) FROM trials JOIN studies USING (study_id) "
