@@ -325,6 +325,46 @@ class TestContextPackerBudget:
         assert pack.blocks == [PackedBlock("a", "ops/a.md", "A", "A > Fix", REASONS, 59, True)]
 
 
+@pytest.fixture(scope="module")
+def merging_model(tmp_path_factory) -> str:
+    """
+    A tokenizer whose counts do not add up, as a BPE's need not: a word right before the cut mark
+    splits into letters (so a cut re-encodes to more tokens than it kept), and a block separator
+    merges with the next header's bracket into one token (so a pack counts less than its parts).
+    """
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n\n\[|\S(?=\S* \[…\])|\s|\S+"), behavior="isolated")
+    folder = tmp_path_factory.mktemp("merging-model")
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return str(folder)
+
+
+class TestContextPackerMergingTokenizer:
+    """Packs under a tokenizer whose cuts grow when encoded again and whose separators merge."""
+
+    def test_run_cuts_the_top_block_to_the_most_words_whose_cut_fits(self, merging_model):
+        top = block("a", 200, "A", REASONS)
+        head = packed(4000, [block("a", 0, "A", REASONS)], merging_model).text
+        for budget in range(count_tokens(merging_model, head) + 8, 120):
+            words = max(
+                n for n in range(1, 200) if count_tokens(merging_model, head + "word " * (n - 1) + "word […]") <= budget
+            )
+            pack = packed(budget, [top], merging_model)
+            assert (pack.text, pack.truncated) == (head + "word " * (words - 1) + "word […]", True), budget
+            assert pack.used_tokens == count_tokens(merging_model, pack.text) <= budget
+
+    def test_run_counts_the_joined_pack_not_the_sum_of_its_blocks(self, merging_model):
+        blocks = [block("a", 10, "A", REASONS), block("b", 10, "B", REASONS)]
+        pack = packed(4000, blocks, merging_model)
+        separator = count_tokens(merging_model, "\n\n")
+        assert pack_keys(pack) == ["a", "b"]
+        assert (
+            pack.used_tokens == count_tokens(merging_model, pack.text) < sum(b.tokens for b in pack.blocks) + separator
+        )
+
+
 def bert_tokenizer():
     from tokenizers import Tokenizer
 
