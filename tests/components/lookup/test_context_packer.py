@@ -278,6 +278,12 @@ class TestContextPackerBudget:
         pack = packed(exact, blocks, model)
         assert (pack_keys(pack), pack.used_tokens, pack.truncated) == ([b.evidence_key for b in blocks], exact, False)
 
+    def test_run_counts_the_line_break_after_a_header_when_its_tokenizer_does(self, spaced_model):
+        blocks = [block("a", 30, "A", REASONS), block("b", 6, "B", REASONS)]
+        exact = packed(4000, blocks, spaced_model).used_tokens
+        pack = packed(exact - 1, blocks, spaced_model)
+        assert pack.used_tokens == count_tokens(spaced_model, pack.text) <= exact - 1
+
     def test_run_packs_the_competitor_at_every_budget_with_room_for_both_headers_and_a_stub(self):
         top, between = block("a", 200, "A", REASONS, "ops/a.md"), block("b", 200, "B", [], "ops/b.md")
         rival = block("c", 100, "Competitor with a long title", [*REASONS, "l0_keyword: disk"], "ops/c.md")
@@ -344,16 +350,16 @@ def merging_model(tmp_path_factory) -> str:
 class TestContextPackerMergingTokenizer:
     """Packs under a tokenizer whose cuts grow when encoded again and whose separators merge."""
 
-    def test_run_cuts_the_top_block_to_the_most_words_whose_cut_fits(self, merging_model):
+    def test_run_cuts_the_top_block_to_the_most_words_that_fit_the_budget_but_one_token(self, merging_model):
         top = block("a", 200, "A", REASONS)
         head = packed(4000, [block("a", 0, "A", REASONS)], merging_model).text
         for budget in range(count_tokens(merging_model, head) + 8, 120):
             words = max(
-                n for n in range(1, 200) if count_tokens(merging_model, head + "word " * (n - 1) + "word […]") <= budget
+                n for n in range(1, 200) if count_tokens(merging_model, head + "word " * (n - 1) + "word […]") < budget
             )
             pack = packed(budget, [top], merging_model)
             assert (pack.text, pack.truncated) == (head + "word " * (words - 1) + "word […]", True), budget
-            assert pack.used_tokens == count_tokens(merging_model, pack.text) <= budget
+            assert pack.used_tokens == count_tokens(merging_model, pack.text) < budget
 
     def test_run_counts_the_joined_pack_not_the_sum_of_its_blocks(self, merging_model):
         blocks = [block("a", 10, "A", REASONS), block("b", 10, "B", REASONS)]
