@@ -334,14 +334,15 @@ class TestContextPackerBudget:
 @pytest.fixture(scope="module")
 def merging_model(tmp_path_factory) -> str:
     """
-    A tokenizer whose counts do not add up, as a BPE's need not: a word right before the cut mark
-    splits into letters (so a cut re-encodes to more tokens than it kept), and a block separator
-    merges with the next header's bracket into one token (so a pack counts less than its parts).
+    A tokenizer whose counts do not add up, as a BPE's need not: words are pieces of two letters, but
+    a word right before the cut mark splits into letters (so a cut re-encodes to more tokens than it
+    kept), and a block separator merges with the next header's bracket into one token (so a pack
+    counts less than its parts).
     """
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
     tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n\n\[|\S(?=\S* \[…\])|\s|\S+"), behavior="isolated")
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n\n\[|\S(?=\S* \[…\])|\s|\S{1,2}"), behavior="isolated")
     folder = tmp_path_factory.mktemp("merging-model")
     tokenizer.save(str(folder / "tokenizer.json"))
     return str(folder)
@@ -350,15 +351,18 @@ def merging_model(tmp_path_factory) -> str:
 class TestContextPackerMergingTokenizer:
     """Packs under a tokenizer whose cuts grow when encoded again and whose separators merge."""
 
-    def test_run_cuts_the_top_block_to_the_most_words_that_fit_the_budget_but_one_token(self, merging_model):
+    def test_run_cuts_the_top_block_at_the_last_token_whose_cut_fits_the_budget_but_one(self, merging_model):
         top = block("a", 200, "A", REASONS)
         head = packed(4000, [block("a", 0, "A", REASONS)], merging_model).text
+        ends = [end for _, end in load_tokenizer(merging_model).encode(top.content, add_special_tokens=False).offsets]
+        cuts = [
+            (count_tokens(merging_model, head + cut), cut)
+            for cut in (top.content[:end].rstrip() + " […]" for end in ends)
+        ]
         for budget in range(count_tokens(merging_model, head) + 8, 120):
-            words = max(
-                n for n in range(1, 200) if count_tokens(merging_model, head + "word " * (n - 1) + "word […]") < budget
-            )
+            longest = [cut for tokens, cut in cuts if tokens < budget][-1]
             pack = packed(budget, [top], merging_model)
-            assert (pack.text, pack.truncated) == (head + "word " * (words - 1) + "word […]", True), budget
+            assert (pack.text, pack.truncated) == (head + longest, True), budget
             assert pack.used_tokens == count_tokens(merging_model, pack.text) < budget
 
     def test_run_counts_the_joined_pack_not_the_sum_of_its_blocks(self, merging_model):
