@@ -105,7 +105,7 @@ class ContextPacker:
                 packing.omit(block)
                 return
         content, truncated, content_tokens = self._fit(block.content, room, encoding, block.tokens)
-        text = f"{header}\n{content}"
+        text = header + content
         tokens = self._block_tokens(text, header_tokens, content_tokens)
         packing.add(block, text, tokens, truncated, separator=self._separator_before(packing))
 
@@ -153,11 +153,11 @@ class ContextPacker:
         """
         if room > 0:
             content, truncated, _ = self._fit(block.content, room, None, block.tokens)
-            text = f"{header}\n{content}"
+            text = header + content
             tokens = self._count(text)
             if tokens <= limit:
                 return text, truncated, tokens
-        text, _, _ = self._fit(f"{header}\n{block.content}", limit)
+        text, _, _ = self._fit(header + block.content, limit)
         return text, True, self._count(text)
 
     def _encode(self, text: str):
@@ -251,11 +251,14 @@ def splits_at_whitespace(tokenizer) -> bool:
 
 
 def _header(number: int, block: EvidenceBlock) -> str:
-    """The metadata line(s) of a packed block: never truncated."""
+    """
+    The metadata line(s) of a packed block, never truncated, with the line break before the content:
+    a tokenizer can count that break, or merge it with the last word.
+    """
     title = block.title or block.source
     where = f" › {block.breadcrumb}" if block.breadcrumb and block.breadcrumb != title else ""
     reasons = "; ".join(block.hit_reasons)
-    return f"[{number}] {title}{where}\nsource: {block.source} | score {block.score:.3f} | why: {reasons}"
+    return f"[{number}] {title}{where}\nsource: {block.source} | score {block.score:.3f} | why: {reasons}\n"
 
 
 def _packed(block: EvidenceBlock, tokens: int, truncated: bool) -> PackedBlock:

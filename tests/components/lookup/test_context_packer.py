@@ -278,6 +278,12 @@ class TestContextPackerBudget:
         pack = packed(exact, blocks, model)
         assert (pack_keys(pack), pack.used_tokens, pack.truncated) == ([b.evidence_key for b in blocks], exact, False)
 
+    def test_run_counts_the_line_break_after_a_header_when_its_tokenizer_does(self, spaced_model):
+        blocks = [block("a", 30, "A", REASONS), block("b", 6, "B", REASONS)]
+        exact = packed(4000, blocks, spaced_model).used_tokens
+        pack = packed(exact - 1, blocks, spaced_model)
+        assert pack.used_tokens == count_tokens(spaced_model, pack.text) <= exact - 1
+
     def test_run_packs_the_competitor_at_every_budget_with_room_for_both_headers_and_a_stub(self):
         top, between = block("a", 200, "A", REASONS, "ops/a.md"), block("b", 200, "B", [], "ops/b.md")
         rival = block("c", 100, "Competitor with a long title", [*REASONS, "l0_keyword: disk"], "ops/c.md")
@@ -323,6 +329,50 @@ class TestContextPackerBudget:
         chunk = block("a", 200, "A", REASONS, "ops/a.md")
         pack = packed(60, [chunk])
         assert pack.blocks == [PackedBlock("a", "ops/a.md", "A", "A > Fix", REASONS, 59, True)]
+
+
+@pytest.fixture(scope="module")
+def merging_model(tmp_path_factory) -> str:
+    """
+    A tokenizer whose counts do not add up, as a BPE's need not: words are pieces of two letters, but
+    a word right before the cut mark splits into letters (so a cut re-encodes to more tokens than it
+    kept), and a block separator merges with the next header's bracket into one token (so a pack
+    counts less than its parts).
+    """
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"\n\n\[|\S(?=\S* \[…\])|\s|\S{1,2}"), behavior="isolated")
+    folder = tmp_path_factory.mktemp("merging-model")
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return str(folder)
+
+
+class TestContextPackerMergingTokenizer:
+    """Packs under a tokenizer whose cuts grow when encoded again and whose separators merge."""
+
+    def test_run_cuts_the_top_block_at_the_last_token_whose_cut_fits_the_budget_but_one(self, merging_model):
+        top = block("a", 200, "A", REASONS)
+        head = packed(4000, [block("a", 0, "A", REASONS)], merging_model).text
+        ends = [end for _, end in load_tokenizer(merging_model).encode(top.content, add_special_tokens=False).offsets]
+        cuts = [
+            (count_tokens(merging_model, head + cut), cut)
+            for cut in (top.content[:end].rstrip() + " […]" for end in ends)
+        ]
+        for budget in range(count_tokens(merging_model, head) + 8, 120):
+            longest = [cut for tokens, cut in cuts if tokens < budget][-1]
+            pack = packed(budget, [top], merging_model)
+            assert (pack.text, pack.truncated) == (head + longest, True), budget
+            assert pack.used_tokens == count_tokens(merging_model, pack.text) < budget
+
+    def test_run_counts_the_joined_pack_not_the_sum_of_its_blocks(self, merging_model):
+        blocks = [block("a", 10, "A", REASONS), block("b", 10, "B", REASONS)]
+        pack = packed(4000, blocks, merging_model)
+        separator = count_tokens(merging_model, "\n\n")
+        assert pack_keys(pack) == ["a", "b"]
+        assert (
+            pack.used_tokens == count_tokens(merging_model, pack.text) < sum(b.tokens for b in pack.blocks) + separator
+        )
 
 
 def bert_tokenizer():
