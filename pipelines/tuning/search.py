@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.config.interrupts import InterruptLatch, interrupt_latch
 from pipelines.config.settings import ConfigError, load_config
 from pipelines.evaluation.run import build_systems
 from pipelines.tuning.guards import (
@@ -143,7 +144,10 @@ def run_search(
     policy = Policy.from_config(base_cfg, space.metric)
     evaluated = evaluated_settings(study)
 
+    latch = InterruptLatch()  # held below: a Ctrl+C that a library swallowed still ends the search
+
     def objective(trial) -> float:
+        latch.check()
         overrides = space.suggest(trial)
         if tuple(overrides) in evaluated:  # Optuna drew a setting it already has: copy it, do not evaluate it again
             number, attrs = evaluated[tuple(overrides)]
@@ -154,6 +158,7 @@ def run_search(
         cfg = load_config([*base_overrides, *overrides])
         sets = [*tuning, *guards]
         evaluation, per_set = evaluate_sets(cfg, sets, build_systems(cfg, baselines=False))
+        latch.check()  # an interrupted trial is not recorded, even when its interrupt was swallowed
         metrics = evaluation.report["systems"]["pipeline"]
         run_id = runs.log_evaluation(
             evaluation,
@@ -176,13 +181,17 @@ def run_search(
 
     finished_before = sum(evaluated_state(t) for t in study.trials)
     try:
-        enqueue_current(study, space, base_cfg)
-        study.optimize(objective, n_trials=trials, callbacks=[progress_printer(space, constraints, trials, say)])
-        done = [
-            _trial_of(t, constraints) for t in study.trials if evaluated_state(t) and "repeat_of" not in t.user_attrs
-        ]
-        best = _best(space, done)
-        judged = _judge(base_overrides, best, done, tuning, guards, held_out, policy.metric)
+        with interrupt_latch(latch):
+            enqueue_current(study, space, base_cfg)
+            study.optimize(objective, n_trials=trials, callbacks=[progress_printer(space, constraints, trials, say)])
+            done = [
+                _trial_of(t, constraints)
+                for t in study.trials
+                if evaluated_state(t) and "repeat_of" not in t.user_attrs
+            ]
+            best = _best(space, done)
+            judged = _judge(base_overrides, best, done, tuning, guards, held_out, policy.metric)
+            latch.check()
     except KeyboardInterrupt as exc:
         runs.finish(parent, "KILLED")
         finished = sum(evaluated_state(t) for t in study.trials) - finished_before

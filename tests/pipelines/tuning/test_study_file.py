@@ -12,6 +12,8 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+import pytest
+
 from pipelines.cli import main
 from tests.conftest import EVAL_DIR, sample_overrides
 from tests.helpers import REPO, child_env, cli_command, run_main, stderr_lines
@@ -140,3 +142,29 @@ def test_ctrl_c_during_a_search_is_one_line_and_the_resumed_search_reads_like_a_
     rows = _set_rows(fresh.stdout)
     assert ("offtopic-sample", "guard", "default") in rows
     assert _set_rows(resumed.stdout) == rows
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_a_library_swallowed_still_ends_the_search_before_the_trial_is_recorded(
+    served_index, tmp_path_factory, capsys, monkeypatch
+):
+    from pipelines.tuning import search
+    from tests.pipelines.config.test_interrupts import swallowed_sigint
+
+    real = search.evaluate_sets
+
+    def evaluated_then_interrupted(*args, **kwargs):
+        result = real(*args, **kwargs)
+        swallowed_sigint()  # as when SQLAlchemy's registry callback runs during garbage collection
+        return result
+
+    monkeypatch.setattr(search, "evaluate_sets", evaluated_then_interrupted)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        state = copy_state(served_index, tmp_path_factory, "swallowed-interrupt")
+        interrupted = run_main(capsys, *_search(state, "cut", "--trials", "3"))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert interrupted.returncode == 130, interrupted.stderr
+    last = stderr_lines(interrupted)[-1]
+    assert "search interrupted: 0 of 3 trials finished (study cut in" in last
