@@ -11,7 +11,6 @@ How a file is resolved, and the ablations as config keys: docs/pipelines.md.
 import argparse
 import dataclasses
 import logging
-import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -25,14 +24,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from components.errors import ParameterError, first_line
+from pipelines.config.pipeline_files import PIPELINE_NAMES, pipeline_path, pipeline_template, wired_key
 from pipelines.config.settings import SECRET_KEYS, ConfigError, knowledge_store, load_config
 
 logger = logging.getLogger(__name__)
 
-YAML_DIR = Path(__file__).resolve().parent / "yaml"
 # Pipeline.from_dict imports component classes only from these packages (and Haystack's own).
 ALLOWED_MODULES = ["components", "milvus_haystack", "haystack_integrations"]
-PIPELINE_NAMES = ("lookup", "indexing")
 RENDERED_FILE_NAMES = {"lookup": "lookup_knowledge.yml", "indexing": "indexing.yml"}
 # Haystack ignores these top-level keys; hayhooks `deploy-yaml` reads them.
 HAYHOOKS_IO_KEYS = ("inputs", "outputs")
@@ -93,14 +91,6 @@ def _config_secrets(data: dict[str, Any], cfg: DictConfig) -> dict[str, Any]:
     for spec in data["components"].values():
         replace(spec.get("init_parameters") or {})
     return data
-
-
-def pipeline_path(cfg: DictConfig, name: str) -> Path:
-    """The YAML file `cfg.pipeline.<name>` names: relative to pipelines/yaml/, or absolute."""
-    if name not in PIPELINE_NAMES:
-        raise ValueError(f"unknown pipeline {name!r}: one of {', '.join(PIPELINE_NAMES)}")
-    configured = Path(cfg.pipeline[name])
-    return configured if configured.is_absolute() else YAML_DIR / configured
 
 
 def derived_values(cfg: DictConfig, **overrides: Any) -> dict[str, Any]:
@@ -188,24 +178,6 @@ def bypassed_by_config(cfg: DictConfig) -> dict[str, str]:
     return {} if cfg.pipeline.rerank else {"reranker": "candidates"}
 
 
-def pipeline_template(cfg: DictConfig, name: str) -> dict[str, Any]:
-    """
-    The unresolved data of pipeline `name` of `cfg`, its `${...}` as written.
-
-    :raises ConfigError: The file is missing or no YAML mapping.
-    """
-    path = pipeline_path(cfg, name)
-    try:
-        template = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(
-            f"pipeline.{name}={cfg.pipeline[name]}: cannot read {path}: {first_line(exc, from_cause=True)}"
-        ) from exc
-    if not isinstance(template, dict) or not isinstance(template.get("components"), dict):
-        raise ConfigError(f"pipeline.{name}={cfg.pipeline[name]}: {path} is not a pipeline (no components mapping)")
-    return template
-
-
 def pipeline_data(
     cfg: DictConfig,
     name: str,
@@ -247,10 +219,9 @@ def _config_key_message(cfg: DictConfig, name: str, component: str, error: Param
     component and parameter when the file sets it otherwise.
     """
     head, dot, rest = error.parameter.partition(".")  # `weights.bm25`: an entry of a mapping parameter
-    spec = pipeline_template(cfg, name)["components"].get(component) or {}
-    wired = re.fullmatch(r"\$\{([\w.]+)\}", str((spec.get("init_parameters") or {}).get(head, "")))
-    if wired and not wired.group(1).startswith("derived."):
-        return error.rename(wired.group(1) + dot + rest)
+    key = wired_key(cfg, name, component, head)
+    if key:
+        return error.rename(key + dot + rest)
     return f"pipeline.{name}={cfg.pipeline[name]}: " + error.rename(f"{component}.{error.parameter}")
 
 

@@ -16,6 +16,7 @@ from components.tracing.trace_database import redact, sqlite_path
 from components.tracing.trace_records import finite_only, to_jsonable
 from components.tracing.trace_replay import ReplayReport
 from components.tracing.trace_store import TraceStore
+from pipelines.config.pipeline_files import wired_key, wired_values
 from pipelines.config.settings import ConfigError
 
 EXPORT_FORMATS = ("jsonl",)
@@ -35,23 +36,19 @@ class ReadOnlyTraceFolderError(KnowledgeFailure):
     """A SQLite trace database in a read-only folder (exit status 1, like a read-only state folder for Milvus Lite)."""
 
 
-# The store's init parameters and the `trace.*` keys that give them.
-_TRACE_KEYS = {
-    "db_url": "db_url",
-    "spool_path": "spool_path",
-    "retry_interval": "retry_interval_s",
-    "timeout_s": "timeout_s",
-}
+# The trace writer's init parameters that open its store; the lookup pipeline's file wires each to a key.
+_STORE_PARAMETERS = ("db_url", "spool_path", "retry_interval", "timeout_s")
 
 
-def _check_trace_settings(cfg: DictConfig) -> None:
-    trace = cfg.trace
+def _store_parameters(cfg: DictConfig) -> dict[str, Any]:
+    """The trace store's parameters as the lookup pipeline gives them, checked by the store's own rules."""
+    parameters = wired_values(cfg, "lookup", "trace_writer", _STORE_PARAMETERS)
     try:
-        TraceStore.check_parameters(
-            str(trace.db_url or ""), str(trace.spool_path or ""), trace.retry_interval_s, trace.timeout_s
-        )
+        TraceStore.check_parameters(**parameters)
     except ParameterError as exc:
-        raise ConfigError(exc.rename(f"trace.{_TRACE_KEYS.get(exc.parameter, exc.parameter)}")) from exc
+        key = wired_key(cfg, "lookup", "trace_writer", exc.parameter)
+        raise ConfigError(exc.rename(key or f"trace_writer.{exc.parameter}")) from exc
+    return parameters
 
 
 def open_store(cfg: DictConfig, reading: bool = False) -> TraceStore:
@@ -59,9 +56,9 @@ def open_store(cfg: DictConfig, reading: bool = False) -> TraceStore:
     The trace store of a config, without building the lookup pipeline. `reading`: for list, show
     and export, which must not create a database (or its folder) where none was recorded.
     """
-    _check_trace_settings(cfg)  # the store's own rules, before the path is read from the URL
+    parameters = _store_parameters(cfg)  # the store's own rules, before the path is read from the URL
     if reading:
-        path = sqlite_path(cfg.trace.db_url)
+        path = sqlite_path(parameters["db_url"])
         if path is not None and not path.is_file():
             raise NoTraceDatabaseError(
                 f"no trace database at {path}: nothing has been recorded there (check trace.db_url / paths.state_dir)"
@@ -72,13 +69,7 @@ def open_store(cfg: DictConfig, reading: bool = False) -> TraceStore:
                 "its WAL journal beside it even to read); copy it to a writable folder and give "
                 "trace.db_url=sqlite:///COPY"
             )
-    return TraceStore(
-        cfg.trace.db_url,
-        cfg.trace.spool_path,
-        retry_interval=float(cfg.trace.retry_interval_s),
-        timeout_s=float(cfg.trace.timeout_s),
-        read_only=reading,
-    )
+    return TraceStore(**parameters, read_only=reading)
 
 
 def format_replay(report: ReplayReport, store: TraceStore, db_url: str) -> str:

@@ -152,6 +152,28 @@ def test_a_trace_db_url_that_is_not_a_url_exits_2(tmp_path):
     assert len(stderr_lines(done)) == 1 and "trace.db_url='notaurl': is not a database URL" in done.stderr
 
 
+def test_a_bad_trace_setting_is_named_by_the_key_the_lookup_pipeline_wires(tmp_path, capsys):
+    code = main(["traces", "list", "trace.retry_interval_s=-1", *state_overrides(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "trace.retry_interval_s=-1" in err and "at least 0" in err
+
+
+def test_reading_rows_opens_the_store_the_lookup_pipeline_file_gives(tmp_path, capsys):
+    """A pipeline file that sets the trace writer's retry interval itself: traces read that value, not `trace.*`."""
+    from pipelines.config.pipeline_files import YAML_DIR
+
+    text = (YAML_DIR / "lookup_knowledge.yml").read_text(encoding="utf-8")
+    wiring = "retry_interval: ${trace.retry_interval_s}"
+    assert wiring in text
+    custom = tmp_path / "lookup.yml"
+    custom.write_text(text.replace(wiring, "retry_interval: -2"), encoding="utf-8")
+    code = main(["traces", "list", f"pipeline.lookup={custom}", *state_overrides(tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "trace_writer.retry_interval=-2" in err and "at least 0" in err
+
+
 @pytest.mark.parametrize("argv", [["traces", "list"], ["labels", "list"]])
 def test_reading_rows_imports_no_component_stack(argv, tmp_path):
     """Reading rows builds no pipeline: neither Haystack nor pymilvus is imported to check component keys."""

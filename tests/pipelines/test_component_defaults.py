@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from components.stores.knowledge_store import KnowledgeStore
+from pipelines.config.pipeline_files import PIPELINE_NAMES, pipeline_path
 from pipelines.config.settings import knowledge_store, load_config
-from pipelines.serialized import PIPELINE_NAMES, derived_values, pipeline_path, resolve_pipeline_data
+from pipelines.serialized import derived_values, resolve_pipeline_data
 
 # One config value: `${retrieval.top_k}`; not `${derived.*}` (computed per call) nor a resolver (`${milvus_secret:token}`).
 CONF_VALUE = re.compile(r"^\$\{(?!derived\.)[A-Za-z_][\w.]*\}$")

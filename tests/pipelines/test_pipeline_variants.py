@@ -12,11 +12,11 @@ import yaml
 from haystack import Pipeline
 from omegaconf import OmegaConf
 
+from pipelines.config.pipeline_files import YAML_DIR
 from pipelines.config.settings import ConfigError, load_config
 from pipelines.indexing import build_indexing_pipeline
 from pipelines.lookup import ALLOWED_MODULES, LookupService, build_lookup_pipeline
 from pipelines.serialized import (
-    YAML_DIR,
     bypassing,
     load_pipeline,
     main,

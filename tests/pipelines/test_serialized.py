@@ -16,9 +16,10 @@ from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from components.indexing.milvus_writer import MilvusChunkWriter
 from components.stores.knowledge_store import KnowledgeStore
 from pipelines.config.manifest import index_fingerprint
+from pipelines.config.pipeline_files import YAML_DIR
 from pipelines.config.settings import ConfigError, load_config
 from pipelines.indexing import build_indexing_pipeline
-from pipelines.serialized import HAYHOOKS_IO_KEYS, YAML_DIR, check_pipelines, load_pipeline, render_pipeline_yaml
+from pipelines.serialized import HAYHOOKS_IO_KEYS, check_pipelines, load_pipeline, render_pipeline_yaml
 from tests.helpers import assert_round_trips
 
 COMPONENT_TYPES = {

@@ -213,7 +213,7 @@ def test_the_store_takes_every_milvus_key_of_the_config():
 def test_settings_bound_no_key_a_component_checks():
     """One bound per key: a key wired into a component (pipelines/yaml, the store's `milvus.*`) is the component's."""
     from pipelines.config import settings
-    from pipelines.serialized import YAML_DIR
+    from pipelines.config.pipeline_files import YAML_DIR
 
     wired = {f"milvus.{key}" for key in settings.STORE_KEYS}
     for path in YAML_DIR.glob("*.yml"):
