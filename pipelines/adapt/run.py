@@ -253,7 +253,7 @@ def _train(
     verdict_queries: int = 0,
 ) -> dict[str, Any]:
     from datasets import Dataset
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+    from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from sentence_transformers.sentence_transformer.training_args import (
         BatchSamplers,
@@ -314,7 +314,7 @@ def _train(
         disable_tqdm=not options.progress_bar,
         dataloader_num_workers=0,
     )
-    trainer = SentenceTransformerTrainer(
+    trainer = _trainer_without_model_card()(
         model=model,
         args=args,
         train_dataset=dataset,
@@ -343,16 +343,26 @@ def _train(
     return record
 
 
+def _trainer_without_model_card():
+    """
+    The trainer without its model-card callback (sentence-transformers' documented way: override
+    `add_model_card_callback`). That callback only feeds a card we write ourselves, and at init it
+    computes the card's widget examples under a progress bar, printed even without a terminal.
+    """
+    from sentence_transformers import SentenceTransformerTrainer
+
+    class TrainerWithoutModelCard(SentenceTransformerTrainer):
+        def add_model_card_callback(self, default_args_dict: dict[str, Any]) -> None:
+            pass
+
+    return TrainerWithoutModelCard
+
+
 def _quiet(trainer) -> None:
-    """
-    Drop the trainer's own printing: its log dicts on stdout (PrinterCallback, active without the
-    progress bar) and the model-card callback, which only feeds a card we write ourselves.
-    """
-    from sentence_transformers.sentence_transformer.model_card import ModelCardCallback
+    """Drop the trainer's log dicts on stdout (PrinterCallback, active without the progress bar)."""
     from transformers.trainer_callback import PrinterCallback
 
-    for callback in (PrinterCallback, ModelCardCallback):
-        trainer.remove_callback(callback)
+    trainer.remove_callback(PrinterCallback)
 
 
 def planned_steps(pair_count: int, options: AdaptOptions) -> int:

@@ -62,3 +62,10 @@ def test_a_model_not_recommended_is_a_verdict_printed_once_and_its_folder_says_s
     reason = verdicts[0].removeprefix("Verdict: ")
     assert f"# embedder.model {output}: {reason}" in shown.stdout
     assert stderr_lines(shown) == [f"note: embedder.model {output} was judged by `knowledge adapt`: {reason}"]
+
+
+def test_a_run_without_a_terminal_prints_no_progress_bar(unwinnable):
+    done, *_ = unwinnable
+    assert done.returncode == 0, done.stderr
+    assert "Computing widget examples" not in done.stderr  # the trainer's model-card bar
+    assert "\r" not in done.stderr, done.stderr  # no bar redraws a line in a log
