@@ -28,9 +28,11 @@ def run_sweep(args: argparse.Namespace, overrides: list[str]) -> int:
 
 
 def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int:
+    from pipelines.config.interrupts import InterruptLatch, interrupt_latch
     from pipelines.evaluation.run import index_first
     from pipelines.tuning.guard_fit import check_relative, fit_guard, fit_query_sets, measure_groups
     from pipelines.tuning.guards import NO_CONSTRAINTS, check_measurable, guard_constraints
+    from pipelines.tuning.measured import MeasuredSets
     from pipelines.tuning.search import format_search, run_search
     from pipelines.tuning.space import SearchSpace
     from pipelines.tuning.study import check_study_file, study_storage
@@ -46,30 +48,36 @@ def run_search(args: argparse.Namespace, name: str, overrides: list[str]) -> int
     check_measurable(floors, [*tuning, *guards])  # a constraint that guards nothing fails before any work
     check_relative(relative, [*tuning, *guards], space.origin)
     check_study_file(study_storage(cfg.paths.state_dir, args.study_file))  # so does a damaged or busy study file
-    current, held_current = measure_groups(cfg, [[*tuning, *guards], held_out])
-    guard = fit_guard(cfg, guards, floors, current)
-    own = {s.name: current[s.name] for s in tuning}
-    bounds, bound_lines = fit_query_sets(cfg, relative, [own, held_current], floors)
-    # A held-out file's bound judges the best and the defaults only: no trial is scored on it.
-    held_out_bounds = [c for c in bounds if c.set_name not in own]
-    for line in [*guard.lines(), *bound_lines]:
-        say(line)
-    result = run_search(
-        space,
-        overrides,
-        tuning,
-        guard.guard_sets,
-        held_out,
-        args.trials,
-        args.seed,
-        constraints=[*guard.constraints, *(c for c in bounds if c.set_name in own)],
-        study_name=args.study,
-        resume=args.resume,
-        experiment=args.experiment,
-        say=say,
-        study_file=args.study_file,
-        held_out_bounds=held_out_bounds,
-    )
+    # Held from the first measurement: a Ctrl+C that a library swallowed still stops the search.
+    latch = InterruptLatch()
+    with interrupt_latch(latch):
+        measured = MeasuredSets()
+        current, held_current = measure_groups(cfg, [[*tuning, *guards], held_out], measured)
+        guard = fit_guard(cfg, guards, floors, current)
+        own = {s.name: current[s.name] for s in tuning}
+        bounds, bound_lines = fit_query_sets(cfg, relative, [own, held_current], floors)
+        # A held-out file's bound judges the best and the defaults only: no trial is scored on it.
+        held_out_bounds = [c for c in bounds if c.set_name not in own]
+        for line in [*guard.lines(), *bound_lines]:
+            say(line)
+        result = run_search(
+            space,
+            overrides,
+            tuning,
+            guard.guard_sets,
+            held_out,
+            args.trials,
+            args.seed,
+            constraints=[*guard.constraints, *(c for c in bounds if c.set_name in own)],
+            study_name=args.study,
+            resume=args.resume,
+            experiment=args.experiment,
+            say=say,
+            study_file=args.study_file,
+            held_out_bounds=held_out_bounds,
+            measured=measured,
+            latch=latch,
+        )
     result.guard, result.bounds = guard, bound_lines
     print(format_search(result))
     for line in result.runs.announce(result.parent_run_id, f"parent run of this run's {args.trials} trial runs"):

@@ -14,6 +14,7 @@ making every setting infeasible. `guard.constraints` stays the absolute floor, w
     sweep over fit.sets under fit.constraints
 """
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,12 +129,17 @@ def check_relative(metrics: list[str], sets: list[QuerySet], origin: str) -> Non
             )
 
 
-def measure_groups(cfg, groups: list[list[QuerySet]]) -> list[dict[str, dict[str, Any]]]:
-    """Each group of sets' metrics at `cfg` (the current settings), one pass per group (a split's parts share names)."""
+def measure_groups(cfg, groups: list[list[QuerySet]], measured=None) -> list[dict[str, dict[str, Any]]]:
+    """
+    Each group of sets' metrics at `cfg` (the current settings), one pass per group (a split's parts
+    share names); kept in `measured` (pipelines/tuning/measured.py) for whoever scores them again.
+    """
     from pipelines.evaluation.run import PipelineSystem
+    from pipelines.tuning.measured import MeasuredSets
 
-    system = PipelineSystem(cfg)
-    return [evaluate_sets(cfg, sets, [system])[1] if sets else {} for sets in groups]
+    measured = measured or MeasuredSets()
+    systems = functools.cache(lambda: [PipelineSystem(cfg)])  # built once, and only if something is run
+    return [measured.evaluate(cfg, sets, systems)[1] if sets else {} for sets in groups]
 
 
 def without_sets(per_set: dict[str, Any], names) -> dict[str, Any]:

@@ -24,12 +24,12 @@ from pipelines.tuning.guards import (
     Constraint,
     QuerySet,
     check_measurable,
-    evaluate_sets,
     feasible,
     set_violations,
     untested_guards,
     violated,
 )
+from pipelines.tuning.measured import MeasuredSets
 from pipelines.tuning.recommend import Policy, set_values
 from pipelines.tuning.runs import RunLogger, metric_name
 from pipelines.tuning.space import SearchSpace
@@ -113,6 +113,8 @@ def run_search(
     say=logger.info,
     study_file: str | None = None,
     held_out_bounds: list[Constraint] = (),
+    measured: MeasuredSets | None = None,
+    latch: InterruptLatch | None = None,
 ) -> SearchResult:
     """Run `trials` constrained Optuna trials on the tuning and guard sets, then judge the best and the defaults."""
     import optuna
@@ -142,9 +144,10 @@ def run_search(
     )
 
     policy = Policy.from_config(base_cfg, space.metric)
+    measured = measured or MeasuredSets()  # the current settings measured before the search are not run again
     evaluated = evaluated_settings(study)
 
-    latch = InterruptLatch()  # held below: a Ctrl+C that a library swallowed still ends the search
+    latch = latch or InterruptLatch()  # held below: a Ctrl+C that a library swallowed still ends the search
 
     def objective(trial) -> float:
         latch.check()
@@ -157,7 +160,7 @@ def run_search(
             return finish_trial(trial, space.objective(attrs["metrics"]), attrs["constraint_values"])
         cfg = load_config([*base_overrides, *overrides])
         sets = [*tuning, *guards]
-        evaluation, per_set = evaluate_sets(cfg, sets, build_systems(cfg, baselines=False))
+        evaluation, per_set = measured.evaluate(cfg, sets, lambda: build_systems(cfg, baselines=False))
         latch.check()  # an interrupted trial is not recorded, even when its interrupt was swallowed
         metrics = evaluation.report["systems"]["pipeline"]
         run_id = runs.log_evaluation(
@@ -190,7 +193,7 @@ def run_search(
                 if evaluated_state(t) and "repeat_of" not in t.user_attrs
             ]
             best = _best(space, done)
-            judged = _judge(base_overrides, best, done, tuning, guards, held_out, policy.metric)
+            judged = _judge(base_overrides, best, done, tuning, guards, held_out, policy.metric, measured)
             latch.check()
     except KeyboardInterrupt as exc:
         runs.finish(parent, "KILLED")
@@ -270,7 +273,7 @@ def _roles(*groups: list[QuerySet]) -> dict[str, str]:
     return roles
 
 
-def _judge(base_overrides, best: Trial | None, done: list[Trial], tuning, guards, held_out, metric: str):
+def _judge(base_overrides, best: Trial | None, done: list[Trial], tuning, guards, held_out, metric: str, measured):
     """
     The defaults (and the best, if any) on the tuning + guard sets and on the held-out sets; what a
     trial already scored (the best's, and the current settings' trial on the tuning sets) is not re-run.
@@ -282,7 +285,6 @@ def _judge(base_overrides, best: Trial | None, done: list[Trial], tuning, guards
     judged = {}
     for name, (overrides, trial) in settings.items():
         cfg = load_config(overrides)
-        systems = build_systems(cfg, baselines=False)
         for where, sets in (("tuning", [*tuning, *guards]), ("held-out", held_out)):
             if where == "tuning" and trial is not None:
                 judged[f"{name} on {where}"] = Judged(trial.metrics, trial.sets, trial.values)
@@ -296,7 +298,7 @@ def _judge(base_overrides, best: Trial | None, done: list[Trial], tuning, guards
             ):
                 judged[f"{name} on {where}"] = judged["default on held-out"]
                 continue
-            evaluation, per_set = evaluate_sets(cfg, sets, systems)
+            evaluation, per_set = measured.evaluate(cfg, sets, lambda cfg=cfg: build_systems(cfg, baselines=False))
             metrics = evaluation.report["systems"]["pipeline"] if where == "tuning" else _pooled(evaluation, held_out)
             values = set_values(sets, evaluation.answers["pipeline"], metric)
             judged[f"{name} on {where}"] = Judged(metrics, per_set, values)

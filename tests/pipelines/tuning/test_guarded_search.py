@@ -231,3 +231,29 @@ def test_a_missing_guard_set_is_one_line_and_exit_2(tmp_path, capsys):
     assert main([*argv, "guard.sets=[nope.jsonl]"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "guard.sets: nope.jsonl not found in " in err and "guard=none" in err
+
+
+def test_a_search_evaluates_no_setting_twice_on_the_same_sets(sample_cfg, tmp_path, capsys, monkeypatch):
+    """The current settings are measured before the trials (for the guard and the bounds): trial 0 and
+    the judging on the held-out queries take that evaluation instead of running it again."""
+    import json as json_module
+
+    from omegaconf import OmegaConf
+
+    from pipelines.tuning import guards
+
+    runs: list[tuple[str, str]] = []
+    real = guards.evaluate
+
+    def counted(cfg, queries, systems, label="", **kwargs):
+        config = json_module.dumps(OmegaConf.to_container(cfg, resolve=True), sort_keys=True, default=str)
+        runs.append((config, label))
+        return real(cfg, queries, systems, label=label, **kwargs)
+
+    monkeypatch.setattr(guards, "evaluate", counted)
+    held_out = str(DATA / "heldout-mislabelled.jsonl")
+    code, out, err = _search(capsys, sample_cfg, tmp_path, "--trials", "3", "--holdout", held_out, "mlflow=off")
+    assert code == 0, err
+    assert len(runs) == len(set(runs)), [label for _, label in runs]
+    current = runs[0][0]
+    assert [label for config, label in runs if config == current] == [f"{QUERIES}, {GUARD}", held_out]

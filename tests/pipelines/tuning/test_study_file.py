@@ -145,20 +145,31 @@ def test_ctrl_c_during_a_search_is_one_line_and_the_resumed_search_reads_like_a_
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize(
+    ("interrupted_run", "finished"),
+    [(1, 0), (3, 1)],
+    ids=["while-measuring-the-current-settings", "while-a-trial-runs"],
+)
 def test_a_ctrl_c_a_library_swallowed_still_ends_the_search_before_the_trial_is_recorded(
-    served_index, tmp_path_factory, capsys, monkeypatch
+    interrupted_run, finished, served_index, tmp_path_factory, capsys, monkeypatch
 ):
-    from pipelines.tuning import search
+    """
+    Evaluations 1 and 2 measure the current settings (the tuning part of the split with the guard
+    set, then its held-out part), which trial 0 takes; evaluation 3 is trial 1's.
+    """
+    from pipelines.tuning import guards
     from tests.pipelines.config.test_interrupts import swallowed_sigint
 
-    real = search.evaluate_sets
+    real, runs = guards.evaluate, []
 
     def evaluated_then_interrupted(*args, **kwargs):
         result = real(*args, **kwargs)
-        swallowed_sigint()  # as when SQLAlchemy's registry callback runs during garbage collection
+        runs.append(1)
+        if len(runs) == interrupted_run:
+            swallowed_sigint()  # as when SQLAlchemy's registry callback runs during garbage collection
         return result
 
-    monkeypatch.setattr(search, "evaluate_sets", evaluated_then_interrupted)
+    monkeypatch.setattr(guards, "evaluate", evaluated_then_interrupted)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         state = copy_state(served_index, tmp_path_factory, "swallowed-interrupt")
@@ -167,4 +178,4 @@ def test_a_ctrl_c_a_library_swallowed_still_ends_the_search_before_the_trial_is_
         signal.signal(signal.SIGINT, previous)
     assert interrupted.returncode == 130, interrupted.stderr
     last = stderr_lines(interrupted)[-1]
-    assert "search interrupted: 0 of 3 trials finished (study cut in" in last
+    assert f"search interrupted: {finished} of 3 trials finished (study cut in" in last
