@@ -10,7 +10,9 @@ MLflow UI (or with `mlflow.log_expectation` / `mlflow.log_feedback`):
 
 Each becomes a label of origin `mlflow`, its reviewer the assessment's source id, its id the
 assessment's: pulling again stores nothing twice. Assessments overridden in MLflow (not valid)
-and those of other names are skipped.
+and those of other names are skipped, and so are those `knowledge eval --record` writes on the
+lookups it records: they are the eval set's own labels, and taken as reviewers' they would carry
+a check split's queries into the labels a model is adapted on.
 """
 
 from collections import Counter
@@ -25,6 +27,7 @@ from components.tracing.trace_store import TraceStore
 from pipelines.labels.record import BadLabelError, UnknownInvocationError, feedback_verdict, label_invocation
 
 EXPECTED_SOURCES = "expected_sources"
+EVAL_SOURCE_ID = "knowledge eval"  # the source of the assessments `knowledge eval --record` writes
 OFF_TOPIC_NAME = "off_topic"
 USEFUL_NAME = "useful"
 LABEL_ID_PREFIX = "mlflow:"
@@ -106,6 +109,9 @@ def _pull_one(store, index_path: str, invocation_id: str, assessment, since, rep
     if since is not None and created < since:
         return
     report.assessments += 1
+    if _written_by_eval(assessment):
+        report.skipped["written by knowledge eval --record (the eval set's own label)"] += 1
+        return
     if verdict is None or not assessment.valid:
         report.skipped["not a label (other name or value, or overridden)"] += 1
         return
@@ -123,6 +129,11 @@ def _pull_one(store, index_path: str, invocation_id: str, assessment, since, rep
         )
     except (BadLabelError, UnknownInvocationError) as exc:
         report.skipped[str(exc)] += 1
+
+
+def _written_by_eval(assessment: Any) -> bool:
+    source = assessment.source
+    return source is not None and source.source_type == "CODE" and source.source_id == EVAL_SOURCE_ID
 
 
 def format_pull(report: PullReport) -> str:

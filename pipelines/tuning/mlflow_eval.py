@@ -33,11 +33,10 @@ from omegaconf import DictConfig
 
 from pipelines.evaluation.metrics import RECALL_DEPTH, EvalQuery, first_hit
 from pipelines.evaluation.run import DEPTH, Evaluation
+from pipelines.labels.mlflow_pull import EVAL_SOURCE_ID, EXPECTED_SOURCES
 
 logger = logging.getLogger(__name__)
 
-EXPECTED_SOURCES = "expected_sources"
-SOURCE_ID = "knowledge eval"
 # MLflow links at most this many traces to a run per call.
 LINK_BATCH = 100
 TRACE_PAGE = 500
@@ -79,7 +78,7 @@ def log_query_set(client: Any, run_id: str, queries: list[EvalQuery], source: st
 def _code_source() -> Any:
     from mlflow.entities import AssessmentSource, AssessmentSourceType
 
-    return AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=SOURCE_ID)
+    return AssessmentSource(source_type=AssessmentSourceType.CODE, source_id=EVAL_SOURCE_ID)
 
 
 def traces_by_invocation(client: Any, experiment_id: str, invocation_ids: set[str], since_ms: int) -> dict[str, str]:

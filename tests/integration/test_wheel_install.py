@@ -53,7 +53,10 @@ def _venv_with(wheel: Path, tmp_path: Path) -> Path:
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
     python = venv / "bin" / "python"
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)], cwd=tmp_path)
+    # Without PYTHONPATH: a checkout on it (with the egg-info an editable install leaves) reads as installed already.
+    alone = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)]
+    _run(install, cwd=tmp_path, env=alone)
     site_packages = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path)
     Path(site_packages.stdout.strip(), "project-dependencies.pth").write_text(
         sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8"
