@@ -252,7 +252,7 @@ def test_a_search_evaluates_no_setting_twice_on_the_same_sets(sample_cfg, tmp_pa
 
     monkeypatch.setattr(guards, "evaluate", counted)
     held_out = str(DATA / "heldout-mislabelled.jsonl")
-    code, out, err = _search(capsys, sample_cfg, tmp_path, "--trials", "3", "--holdout", held_out, "mlflow=off")
+    code, out, err = _search(capsys, sample_cfg, tmp_path, "--trials", "2", "--holdout", held_out, "mlflow=off")
     assert code == 0, err
     assert len(runs) == len(set(runs)), [label for _, label in runs]
     current = runs[0][0]
