@@ -375,6 +375,94 @@ class TestContextPackerMergingTokenizer:
         )
 
 
+@pytest.fixture(scope="module")
+def breaking_model(tmp_path_factory) -> str:
+    """
+    A tokenizer whose content counts more after a header's line break than alone: words are pieces
+    of two letters, but the first word after a line break splits into letters ("word" 2 tokens
+    alone, 4 after a header).
+    """
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    after_break = r"(?<=\n)\S|(?<=\n\S)\S|(?<=\n\S\S)\S|(?<=\n\S\S\S)\S"  # a lookbehind has one length
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(after_break + r"|\s|\S{1,2}"), behavior="isolated")
+    folder = tmp_path_factory.mktemp("breaking-model")
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return str(folder)
+
+
+class TestContextPackerBreakingTokenizer:
+    """Packs under a tokenizer whose content counts more after its header than alone."""
+
+    def test_the_tokenizer_counts_content_after_a_header_as_more_than_alone(self, breaking_model):
+        head = packed(4000, [block("a", 0, "A", REASONS)], breaking_model).text
+        content = block("a", 5, "A", REASONS).content
+        assert count_tokens(breaking_model, head + content) == count_tokens(breaking_model, head) + 15 + 2
+
+    def test_run_cuts_the_top_block_to_the_budget_counted_with_its_header(self, breaking_model):
+        """Regression: a block cut with 24 tokens of room or more came out 1 to 2 tokens over the budget."""
+        top = block("a", 200, "A", REASONS)
+        header = packed(4000, [block("a", 0, "A", REASONS)], breaking_model).used_tokens
+        for budget in range(header + 24, header + 200):
+            pack = packed(budget, [top], breaking_model)
+            assert pack.used_tokens == count_tokens(breaking_model, pack.text) <= budget, budget
+            assert pack.truncated and pack.text.endswith(" […]")
+
+    def test_run_cuts_a_block_that_fits_whole_only_counted_without_its_header(self, breaking_model):
+        first, second = block("a", 30, "A", REASONS), block("b", 40, "B", REASONS, tokens=80)
+        alone = packed(4000, [first], breaking_model).used_tokens
+        header = packed(4000, [block("b", 0, "B", REASONS)], breaking_model).text.replace("[1]", "[2]")
+        budget = alone + count_tokens(breaking_model, "\n\n" + header) + 80  # the sum of the parts
+        pack = packed(budget, [first, second], breaking_model)
+        assert pack_keys(pack) == ["a", "b"] and pack.blocks[1].truncated
+        assert pack.used_tokens == count_tokens(breaking_model, pack.text) <= budget
+
+    def test_run_omits_a_short_block_that_fits_only_counted_without_its_header(self, breaking_model):
+        first, short = block("a", 30, "A", REASONS), block("b", 3, "B", REASONS)
+        exact = packed(4000, [first, short], breaking_model).used_tokens
+        pack = packed(exact - 1, [first, short], breaking_model)
+        assert (pack_keys(pack), pack.omitted_evidence_keys) == (["a"], ["b"])
+
+    @pytest.mark.parametrize("between", [0, 1])
+    def test_run_packs_the_competitor_within_the_budget_counted_with_its_header(self, breaking_model, between):
+        top, rival = block("a", 200, "A", REASONS, "ops/a.md"), block("c", 100, "C", REASONS, "ops/c.md")
+        blocks = [top, *[block("b", 200, "B", [], "ops/b.md")] * between, rival]
+        competition = Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c")
+        headers = sum(
+            packed(4000, [block(b.evidence_key, 0, b.title, REASONS)], breaking_model).used_tokens for b in (top, rival)
+        )
+        for budget in range(headers + 2 * 24, headers + 200):
+            pack = packed(budget, blocks, breaking_model, competition=competition)
+            assert "c" in pack_keys(pack), budget
+            assert pack.used_tokens == count_tokens(breaking_model, pack.text) <= budget, budget
+
+
+@pytest.mark.parametrize("model", [MODEL, "spaced", "merging", "breaking"])
+@pytest.mark.parametrize("competing", [False, True])
+def test_run_never_packs_more_than_the_budget_counted_on_the_joined_pack(model, competing, request):
+    model = model if model == MODEL else request.getfixturevalue(f"{model}_model")
+    blocks = [
+        block("a", 120, "A", REASONS, "ops/a.md"),
+        block("b", 4, "B", [], "ops/b.md"),
+        block("c", 60, "Competitor with a longer title", REASONS, "ops/c.md", tokens=count_tokens(model, "word " * 60)),
+        block("d", 30, "D", REASONS, "ops/d.md"),
+    ]
+    competition = Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c") if competing else None
+    for budget in [*range(1, 260), 400, 4000]:
+        pack = packed(budget, blocks, model, competition=competition)
+        assert pack.used_tokens == count_tokens(model, pack.text) <= budget, budget
+        assert pack_keys(pack)[0] == "a"
+        assert sorted(pack_keys(pack) + pack.omitted_evidence_keys) == ["a", "b", "c", "d"]
+
+
+@pytest.mark.parametrize("budget", [1, 2])
+def test_run_packs_nothing_of_the_top_block_when_even_the_cut_mark_is_over_the_budget(budget):
+    pack = packed(budget, [block("a", 200, "A", REASONS, "ops/a.md")])
+    assert (pack.text, pack.used_tokens, pack.truncated, pack_keys(pack)) == ("", 0, True, ["a"])
+    assert pack.included_sources == ["ops/a.md"]
+
+
 def bert_tokenizer():
     from tokenizers import Tokenizer
 
