@@ -99,7 +99,7 @@ class ContextPacker:
             content, truncated, content_tokens = self._fit(block.content, room, encoding, block.tokens)
             text = header + content
             tokens = self._block_tokens(text, header_tokens, content_tokens)
-            used = self._used_with(packing, text, tokens + separator)
+            used = self._used_with(packing, text, tokens)
             if used <= limit:
                 packing.add(block, text, tokens, truncated, used)
                 return
@@ -124,13 +124,14 @@ class ContextPacker:
         encoding = self._encode(block.content)
         return room < len(encoding.ids), encoding
 
-    def _used_with(self, packing: "_Packing", text: str, added: int) -> int:
+    def _used_with(self, packing: "_Packing", text: str, tokens: int) -> int:
         """
-        Tokens of the pack with `text` joined to it, `added` more than now. With a tokenizer whose
-        counts add up (see `splits_at_whitespace`) that is the sum; any other counts the joined text.
+        Tokens of the pack with `text` (of `tokens`) joined to it. With a tokenizer whose counts add
+        up (see `splits_at_whitespace`: its separators count 0) that is the sum; any other counts
+        the joined text.
         """
         if self._additive or not packing.parts:
-            return packing.used + added
+            return packing.used + tokens
         return self._count("\n\n".join([*packing.parts, text]))
 
     def _held_from_top_block(self, header_tokens: int, kept_number: int, reserve: int) -> int:
