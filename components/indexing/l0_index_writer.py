@@ -85,18 +85,11 @@ class L0IndexWriter:
         :returns: The number of entries, the saved path and how many summaries had to be embedded
             here (neither a fresh first chunk nor a previous vector).
         """
-        entries = [_entry(document) for document in sorted(documents, key=lambda d: d.meta["source"])]
+        entries = _entries(documents)
         vectors, embedded = None, 0
         if entries:
             vectors, embedded = self._summary_vectors(entries, documents, chunks or [])
-        index = L0Index(
-            entries,
-            vectors,
-            vector_space(self.model, self.backend),
-            _document_frequencies(entries),
-            _domain_precision(documents),
-            _joined_words(documents),
-        )
+        index = _index(documents, entries, vectors, vector_space(self.model, self.backend))
         save_l0_index(index, self.index_path)
         logger.info(
             "L0 index with %d entries saved to %s (%d summaries embedded)", len(entries), self.index_path, embedded
@@ -144,6 +137,29 @@ class L0IndexWriter:
             return len(next(iter(fresh.values())))
         [probe] = self._embedder.run(documents=[Document(content=entries[0].title or "dimension")])["documents"]
         return len(probe.embedding)
+
+
+def l0_index_of(documents: list[Document]) -> L0Index:
+    """
+    The L0 index of the knowledge base's documents as read, without summary vectors: all that
+    matching a query against it reads (`components.lookup.l0_matching`), built without a model.
+    """
+    return _index(documents, _entries(documents), None, "")
+
+
+def _entries(documents: list[Document]) -> list[L0Entry]:
+    return [_entry(document) for document in sorted(documents, key=lambda d: d.meta["source"])]
+
+
+def _index(documents: list[Document], entries: list[L0Entry], vectors: np.ndarray | None, model: str) -> L0Index:
+    return L0Index(
+        entries,
+        vectors,
+        model,
+        _document_frequencies(entries),
+        _domain_precision(documents),
+        _joined_words(documents),
+    )
 
 
 SUMMARY_CHARS = 800

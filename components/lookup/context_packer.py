@@ -88,26 +88,51 @@ class ContextPacker:
         """Pack block `number` whole, cut or not at all, leaving `held` tokens for a competing block further down."""
         header = _header(number, block)
         header_tokens = self._count_header(header)
-        room = self.budget_tokens - packing.used - header_tokens - self._separator_before(packing) - held
-        if number == 1 and room < _MIN_CONTENT_TOKENS:
-            # The top-ranked block is always packed, its content cut to what fits.
-            limit = self.budget_tokens - self._held_from_top_block(header_tokens, kept_number, reserve)
-            text, truncated, tokens = self._fit_top_block(header, block, room, limit)
-            packing.add(block, text, tokens, truncated, separator=0)
-            return
-        encoding = None
-        # Omitted when room < min(_MIN_CONTENT_TOKENS, content tokens): only possible, and
-        # only worth counting, when room < _MIN_CONTENT_TOKENS.
-        if room < _MIN_CONTENT_TOKENS and not (number == kept_number and room > 0):
-            if block.tokens is None:
-                encoding = self._encode(block.content)
-            if room < (block.tokens if block.tokens is not None else len(encoding.ids)):
+        separator = self._separator_before(packing)
+        limit = self.budget_tokens - held
+        room = limit - packing.used - header_tokens - separator
+        while number > 1 or room >= _MIN_CONTENT_TOKENS:
+            omitted, encoding = self._omitted(block, room, competing=number == kept_number)
+            if omitted:
                 packing.omit(block)
                 return
-        content, truncated, content_tokens = self._fit(block.content, room, encoding, block.tokens)
-        text = header + content
-        tokens = self._block_tokens(text, header_tokens, content_tokens)
-        packing.add(block, text, tokens, truncated, separator=self._separator_before(packing))
+            content, truncated, content_tokens = self._fit(block.content, room, encoding, block.tokens)
+            text = header + content
+            tokens = self._block_tokens(text, header_tokens, content_tokens)
+            used = self._used_with(packing, text, tokens)
+            if used <= limit:
+                packing.add(block, text, tokens, truncated, used)
+                return
+            # Joined, the block counts more than its parts (a tokenizer's counts need not add
+            # up): its content is cut by the difference, until it fits or the block is omitted.
+            room = min(room, content_tokens) - (used - limit)
+        # The top-ranked block is always packed, its content cut to what fits.
+        limit = self.budget_tokens - self._held_from_top_block(header_tokens, kept_number, reserve)
+        text, truncated, tokens = self._fit_top_block(header, block, room, limit)
+        packing.add(block, text, tokens, truncated, used=tokens)
+
+    def _omitted(self, block: EvidenceBlock, room: int, competing: bool) -> tuple[bool, Any]:
+        """
+        Whether the block is omitted for want of room, and its content's encoding when that took one.
+        Omitted when room < min(_MIN_CONTENT_TOKENS, content tokens): only possible, and only worth
+        counting, when room < _MIN_CONTENT_TOKENS; the competing block is cut to any room there is.
+        """
+        if room >= _MIN_CONTENT_TOKENS or (competing and room > 0):
+            return False, None
+        if block.tokens is not None:
+            return room < block.tokens, None
+        encoding = self._encode(block.content)
+        return room < len(encoding.ids), encoding
+
+    def _used_with(self, packing: "_Packing", text: str, tokens: int) -> int:
+        """
+        Tokens of the pack with `text` (of `tokens`) joined to it. With a tokenizer whose counts add
+        up (see `splits_at_whitespace`: its separators count 0) that is the sum; any other counts
+        the joined text.
+        """
+        if self._additive or not packing.parts:
+            return packing.used + tokens
+        return self._count("\n\n".join([*packing.parts, text]))
 
     def _held_from_top_block(self, header_tokens: int, kept_number: int, reserve: int) -> int:
         """Room held for a competing block counts only when the top block's header still fits."""
@@ -116,10 +141,8 @@ class ContextPacker:
     def _separator_before(self, packing: "_Packing") -> int:
         return self._separator_tokens if packing.parts else 0
 
-    def _block_tokens(self, text: str, header_tokens: int, content_tokens: int | None) -> int:
-        if self._additive and content_tokens is not None:
-            return header_tokens + content_tokens  # = self._count(text), see splits_at_whitespace
-        return self._count(text)
+    def _block_tokens(self, text: str, header_tokens: int, content_tokens: int) -> int:
+        return header_tokens + content_tokens if self._additive else self._count(text)  # see splits_at_whitespace
 
     def _context_pack(self, packing: "_Packing") -> ContextPack:
         text = "\n\n".join(packing.parts)
@@ -127,8 +150,7 @@ class ContextPacker:
         return ContextPack(
             text=text,
             budget_tokens=self.budget_tokens,
-            # With a whitespace-splitting tokenizer the running count is exact; else count again.
-            used_tokens=(packing.used if self._additive else self._count(text)) if text else 0,
+            used_tokens=packing.used,
             included_sources=included,
             omitted_sources=[s for s in unique(packing.omitted) if s not in included],
             truncated=packing.truncated,
@@ -158,7 +180,9 @@ class ContextPacker:
             if tokens <= limit:
                 return text, truncated, tokens
         text, _, _ = self._fit(header + block.content, limit)
-        return text, True, self._count(text)
+        tokens = self._count(text)
+        # Nothing at all where even the cut mark alone is over the limit.
+        return (text, True, tokens) if tokens <= limit else ("", True, 0)
 
     def _encode(self, text: str):
         return self._tokenizer.encode(text, add_special_tokens=False)
@@ -184,13 +208,11 @@ class ContextPacker:
             total += count
         return total
 
-    def _fit(
-        self, content: str, room: int, encoding=None, known_tokens: int | None = None
-    ) -> tuple[str, bool, int | None]:
+    def _fit(self, content: str, room: int, encoding=None, known_tokens: int | None = None) -> tuple[str, bool, int]:
         """
         The content cut to `room` tokens (mark included) at a token boundary, whether it was cut,
-        and its token count when known without another encoding (None otherwise). A count known
-        from the index (`known_tokens`) spares the encoding of content that fits whole.
+        and its token count. A count known from the index (`known_tokens`) spares the encoding of
+        content that fits whole.
         """
         if encoding is None and known_tokens is not None and known_tokens <= room:
             return content, False, known_tokens
@@ -204,7 +226,8 @@ class ContextPacker:
             if cut_tokens <= room - 1:
                 return cut, True, cut_tokens
             keep -= 1
-        return _TRUNCATION_MARK.strip(), True, None
+        mark = _TRUNCATION_MARK.strip()
+        return mark, True, self._count(mark)
 
 
 @dataclass
@@ -218,8 +241,8 @@ class _Packing:
     used: int = 0
     truncated: bool = False
 
-    def add(self, block: EvidenceBlock, text: str, tokens: int, truncated: bool, separator: int) -> None:
-        self.used += tokens + separator
+    def add(self, block: EvidenceBlock, text: str, tokens: int, truncated: bool, used: int) -> None:
+        self.used = used
         self.parts.append(text)
         self.truncated = self.truncated or truncated
         self.packed.append(_packed(block, tokens, truncated))
@@ -236,7 +259,8 @@ def splits_at_whitespace(tokenizer) -> bool:
     packaged all-MiniLM-L6-v2): a character-wise normalizer, a pre-tokenizer that splits at every
     whitespace (so no token spans one), and added tokens without whitespace that do not absorb
     it. The packer then counts each content once instead of three times; for any other
-    tokenizer it counts the joined texts again, as before.
+    tokenizer it counts each block and the pack again as joined, and cuts a block the joining
+    put over the budget.
     """
     from tokenizers import normalizers, pre_tokenizers
 

@@ -7,7 +7,7 @@ from sentence_transformers import SentenceTransformer
 
 from components.common.embedding_models import resolve_model
 from components.contracts import EntityRef
-from components.indexing.l0_index_writer import SUMMARY_CHARS, L0IndexWriter, summary_text
+from components.indexing.l0_index_writer import SUMMARY_CHARS, L0IndexWriter, l0_index_of, summary_text
 from components.stores.l0_index import L0Index
 from components.stores.l0_index_file import load_l0_index, save_l0_index
 from tests.components.refusals import assert_refused
@@ -112,6 +112,21 @@ def test_vectors_of_another_model_are_not_reused(tmp_path):
     result = L0IndexWriter(index_path=str(path), model=MODEL).run(documents=DOCUMENTS)
     assert result["summaries_embedded"] == 2
     assert not np.allclose(load_l0_index(path).summary_vectors, 1.0)
+
+
+def test_the_index_of_the_documents_is_the_saved_index_without_its_vectors(tmp_path):
+    """What matching reads of an index, built in memory from the documents as the writer saves it."""
+    path = tmp_path / "kb.l0.json"
+    chunks = [first_chunk("database/lag.md", [1.0, 0.0]), first_chunk("disk/full.md", [0.0, 1.0])]
+    L0IndexWriter(index_path=str(path), model=MODEL).run(documents=DOCUMENTS[::-1], chunks=chunks)
+    saved, built = load_l0_index(path), l0_index_of(DOCUMENTS[::-1])
+    assert built.entries == saved.entries
+    assert (built.term_df, built.domain_precision, built.joined_words) == (
+        saved.term_df,
+        saved.domain_precision,
+        saved.joined_words,
+    )
+    assert (built.summary_vectors, built.model) == (None, "")
 
 
 def test_no_documents_gives_an_empty_index(tmp_path):

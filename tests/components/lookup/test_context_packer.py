@@ -375,6 +375,199 @@ class TestContextPackerMergingTokenizer:
         )
 
 
+@pytest.fixture(scope="module")
+def breaking_model(tmp_path_factory) -> str:
+    """
+    A tokenizer whose content counts more after a header's line break than alone: words are pieces
+    of two letters, but the first word after a line break splits into letters ("word" 2 tokens
+    alone, 4 after a header).
+    """
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    after_break = r"(?<=\n)\S|(?<=\n\S)\S|(?<=\n\S\S)\S|(?<=\n\S\S\S)\S"  # a lookbehind has one length
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(after_break + r"|\s|\S{1,2}"), behavior="isolated")
+    folder = tmp_path_factory.mktemp("breaking-model")
+    tokenizer.save(str(folder / "tokenizer.json"))
+    return str(folder)
+
+
+class TestContextPackerBreakingTokenizer:
+    """Packs under a tokenizer whose content counts more after its header than alone."""
+
+    def test_the_tokenizer_counts_content_after_a_header_as_more_than_alone(self, breaking_model):
+        head = packed(4000, [block("a", 0, "A", REASONS)], breaking_model).text
+        content = block("a", 5, "A", REASONS).content
+        assert count_tokens(breaking_model, head + content) == count_tokens(breaking_model, head) + 15 + 2
+
+    def test_run_cuts_the_top_block_to_the_budget_counted_with_its_header(self, breaking_model):
+        """Regression: a block cut with 24 tokens of room or more came out 1 to 2 tokens over the budget."""
+        top = block("a", 200, "A", REASONS)
+        header = packed(4000, [block("a", 0, "A", REASONS)], breaking_model).used_tokens
+        for budget in range(header + 24, header + 200):
+            pack = packed(budget, [top], breaking_model)
+            assert pack.used_tokens == count_tokens(breaking_model, pack.text) <= budget, budget
+            assert pack.truncated and pack.text.endswith(" […]")
+
+    def test_run_cuts_a_block_that_fits_whole_only_counted_without_its_header(self, breaking_model):
+        first, second = block("a", 30, "A", REASONS), block("b", 40, "B", REASONS, tokens=80)
+        alone = packed(4000, [first], breaking_model).used_tokens
+        header = packed(4000, [block("b", 0, "B", REASONS)], breaking_model).text.replace("[1]", "[2]")
+        budget = alone + count_tokens(breaking_model, "\n\n" + header) + 80  # the sum of the parts
+        pack = packed(budget, [first, second], breaking_model)
+        assert pack_keys(pack) == ["a", "b"] and pack.blocks[1].truncated
+        assert pack.used_tokens == count_tokens(breaking_model, pack.text) <= budget
+
+    def test_run_omits_a_short_block_that_fits_only_counted_without_its_header(self, breaking_model):
+        first, short = block("a", 30, "A", REASONS), block("b", 3, "B", REASONS)
+        exact = packed(4000, [first, short], breaking_model).used_tokens
+        pack = packed(exact - 1, [first, short], breaking_model)
+        assert (pack_keys(pack), pack.omitted_evidence_keys) == (["a"], ["b"])
+
+    @pytest.mark.parametrize("between", [0, 1])
+    def test_run_packs_the_competitor_within_the_budget_counted_with_its_header(self, breaking_model, between):
+        top, rival = block("a", 200, "A", REASONS, "ops/a.md"), block("c", 100, "C", REASONS, "ops/c.md")
+        blocks = [top, *[block("b", 200, "B", [], "ops/b.md")] * between, rival]
+        competition = Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c")
+        headers = sum(
+            packed(4000, [block(b.evidence_key, 0, b.title, REASONS)], breaking_model).used_tokens for b in (top, rival)
+        )
+        for budget in range(headers + 2 * 24, headers + 200):
+            pack = packed(budget, blocks, breaking_model, competition=competition)
+            assert "c" in pack_keys(pack), budget
+            assert pack.used_tokens == count_tokens(breaking_model, pack.text) <= budget, budget
+
+
+@pytest.mark.parametrize("model", [MODEL, "spaced", "merging", "breaking"])
+@pytest.mark.parametrize("competing", [False, True])
+def test_run_never_packs_more_than_the_budget_counted_on_the_joined_pack(model, competing, request):
+    model = model if model == MODEL else request.getfixturevalue(f"{model}_model")
+    blocks = [
+        block("a", 120, "A", REASONS, "ops/a.md"),
+        block("b", 4, "B", [], "ops/b.md"),
+        block("c", 60, "Competitor with a longer title", REASONS, "ops/c.md", tokens=count_tokens(model, "word " * 60)),
+        block("d", 30, "D", REASONS, "ops/d.md"),
+    ]
+    competition = Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c") if competing else None
+    for budget in [*range(1, 260), 400, 4000]:
+        pack = packed(budget, blocks, model, competition=competition)
+        assert pack.used_tokens == count_tokens(model, pack.text) <= budget, budget
+        assert pack_keys(pack)[0] == "a"
+        assert sorted(pack_keys(pack) + pack.omitted_evidence_keys) == ["a", "b", "c", "d"]
+
+
+def competing_pair(top_words: int = 200) -> tuple[list[EvidenceBlock], Competition]:
+    blocks = [block("a", top_words, "A", REASONS, "ops/a.md"), block("c", 100, "C", REASONS, "ops/c.md")]
+    return blocks, Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c")
+
+
+def reserve_of_the_competitor(model: str) -> int:
+    """Its header as packed second, the separator before it and a stub's 24 tokens."""
+    header = packed(4000, [block("c", 0, "C", REASONS, "ops/c.md")], model).text.replace("[1]", "[2]", 1)
+    return count_tokens(model, header) + count_tokens(model, "\n\n") + 24
+
+
+@pytest.mark.parametrize("model", [MODEL, "spaced", "merging", "breaking"])
+def test_run_leaves_the_competitor_its_header_and_a_stubs_room(model, request):
+    model = model if model == MODEL else request.getfixturevalue(f"{model}_model")
+    blocks, competition = competing_pair()
+    header = packed(4000, [block("a", 0, "A", REASONS, "ops/a.md")], model).used_tokens
+    reserve = reserve_of_the_competitor(model)
+    for budget in range(header + reserve + 1, header + reserve + 120):
+        pack = packed(budget, blocks, model, competition=competition)
+        assert pack_keys(pack) == ["a", "c"], budget
+        assert pack.blocks[0].tokens <= budget - reserve, budget
+
+
+def test_run_cuts_the_top_block_to_what_the_competitors_room_leaves_but_one(merging_model):
+    blocks, competition = competing_pair()
+    head = packed(4000, [block("a", 0, "A", REASONS, "ops/a.md")], merging_model).text
+    reserve = reserve_of_the_competitor(merging_model)
+    ends = [end for _, end in load_tokenizer(merging_model).encode(blocks[0].content, add_special_tokens=False).offsets]
+    cuts = [
+        (count_tokens(merging_model, head + cut), cut)
+        for cut in (blocks[0].content[:end].rstrip() + " […]" for end in ends)
+    ]
+    for budget in range(count_tokens(merging_model, head) + reserve + 8, 240):
+        longest = [cut for tokens, cut in cuts if tokens < budget - reserve][-1]
+        pack = packed(budget, blocks, merging_model, competition=competition)
+        assert pack.text.split("\n\n")[0] == head + longest, budget
+
+
+def test_run_keeps_the_top_blocks_header_whole_where_holding_the_competitors_room_would_cut_it():
+    blocks, competition = competing_pair()
+    head = packed(4000, [block("a", 0, "A", REASONS, "ops/a.md")]).text
+    budget = count_tokens(MODEL, head) + reserve_of_the_competitor(MODEL)  # the header and no token more
+    pack = packed(budget, blocks, competition=competition)
+    assert pack.text.startswith(head) and pack_keys(pack) == ["a"]
+
+
+def test_run_packs_a_short_block_of_known_tokens_in_exactly_its_room():
+    first, short = block("a", 30, "A", REASONS), block("b", 6, "B", REASONS, tokens=count_tokens(MODEL, "word " * 6))
+    exact = packed(4000, [first, short]).used_tokens
+    assert pack_keys(packed(exact, [first, short])) == ["a", "b"]
+    assert pack_keys(packed(exact - 1, [first, short])) == ["a"]
+
+
+@pytest.mark.parametrize("model", [MODEL, "spaced"])
+def test_run_encodes_each_content_once_at_most_and_only_when_its_count_is_needed(model, request, monkeypatch):
+    """
+    No text is encoded twice in a run, a content of known tokens that fits is not encoded, and with
+    a whitespace-splitting tokenizer no block is encoded joined to its header, nor an empty word.
+    """
+    model = model if model == MODEL else request.getfixturevalue(f"{model}_model")
+    known = count_tokens(model, "word " * 5)
+    blocks = [
+        block("a", 200, "A", REASONS, "ops/a.md"),
+        block("b", 5, "B", REASONS, "ops/b.md", tokens=known),
+        block("c", 4, "C", REASONS, "ops/c.md"),
+        block("d", 190, "D", REASONS, "ops/d.md"),
+    ]
+    small = [block("a", 3, "A", REASONS, "ops/a.md", tokens=count_tokens(model, "word " * 3)), *blocks[1:]]
+    packer = ContextPacker(budget_tokens=4000, tokenizer_model=model)
+    header = packer.run(evidence_blocks=[block("a", 0, "A", REASONS)])["context_pack"].used_tokens
+    encoded: list[str] = []
+    original = packer._encode
+    monkeypatch.setattr(packer, "_encode", lambda text: encoded.append(text) or original(text))
+    for budget in range(header + 4, header + 260):
+        for run_blocks in (blocks, small):
+            packer.budget_tokens = budget
+            encoded.clear()
+            pack = packer.run(evidence_blocks=run_blocks)["context_pack"]
+            assert pack.used_tokens <= budget
+            fitting = {b.content for b in run_blocks if b.tokens and b.tokens <= budget - header}
+            assert "" not in encoded and not fitting & set(encoded), budget
+            assert all(encoded.count(b.content) <= 1 for b in run_blocks), budget
+            if model == MODEL and budget >= header + 24:
+                assert not [text for text in encoded if "\nsource: " in text], budget
+                cut_tries = [t for t in encoded if t.endswith(" […]") and t != " […]"]
+                assert len(cut_tries) == sum(b.truncated for b in pack.blocks), budget
+
+
+@pytest.mark.parametrize(
+    ("model", "room", "kept"), [(MODEL, 1, False), (MODEL, 2, False), (MODEL, 3, True), ("spaced", 1, True)]
+)
+def test_run_packs_the_competitor_cut_to_the_mark_alone_only_where_the_mark_fits(model, room, kept, request):
+    """Regression: with less room than the cut mark's tokens the competitor came out over the budget."""
+    model = model if model == MODEL else request.getfixturevalue(f"{model}_model")
+    top, rival = block("a", 5, "A", REASONS, "ops/a.md"), block("c", 100, "C", REASONS, "ops/c.md")
+    competition = Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c")
+    alone = packed(4000, [top], model).used_tokens
+    header = packed(4000, [block("c", 0, "C", REASONS, "ops/c.md")], model).used_tokens
+    budget = alone + count_tokens(model, "\n\n") + header + room
+    pack = packed(budget, [top, rival], model, competition=competition)
+    assert pack.used_tokens == count_tokens(model, pack.text) <= budget
+    assert pack_keys(pack) == (["a", "c"] if kept else ["a"])
+    assert pack.text.endswith("\n[…]") == kept
+
+
+@pytest.mark.parametrize("budget", [1, 2])
+def test_run_packs_nothing_of_the_top_block_when_even_the_cut_mark_is_over_the_budget(budget):
+    pack = packed(budget, [block("a", 200, "A", REASONS, "ops/a.md")])
+    assert (pack.text, pack.used_tokens, pack.truncated, pack_keys(pack)) == ("", 0, True, ["a"])
+    assert pack.included_sources == ["ops/a.md"]
+
+
 def bert_tokenizer():
     from tokenizers import Tokenizer
 

@@ -4,6 +4,8 @@ import pytest
 
 from components.common.l0_words import joined_words
 from components.common.text import terms
+from components.indexing.l0_index_writer import l0_index_of
+from components.indexing.markdown_reader import MarkdownKnowledgeReader
 from components.lookup.l0_matching import (
     entity_expansions,
     match,
@@ -13,7 +15,7 @@ from components.lookup.l0_matching import (
     unknown_alert_names,
 )
 from components.stores.l0_index import L0Entry, L0Index
-from components.stores.l0_index_file import load_l0_index
+from tests.conftest import SAMPLE_KB
 
 POSTGRES_DOCS = {
     "database/postgresql-connection-pool-exhausted.md",
@@ -25,9 +27,9 @@ CJK_NGINX = "network/nginx-upstream-timeout.md"
 
 
 @pytest.fixture(scope="module")
-def l0(sample_cfg) -> L0Index:
-    """The index of the sample knowledge base."""
-    return load_l0_index(sample_cfg.l0.index_path)
+def l0() -> L0Index:
+    """The index of the sample knowledge base, built from its markdown (matching reads no vectors)."""
+    return l0_index_of(MarkdownKnowledgeReader(str(SAMPLE_KB)).run()["documents"])
 
 
 def test_alias_matches_the_entity(l0):
