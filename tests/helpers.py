@@ -105,6 +105,20 @@ def lookup_with(cfg, query: str, *overrides: str, include: tuple[str, ...] = ())
     return outputs["assembler"]["result"], outputs
 
 
+def looks_up(cfg, *overrides: str):
+    """`lookup_with` for many queries: the pipeline built once, a function of the query to the result."""
+    from pipelines.lookup import build_lookup_pipeline
+
+    pipeline = build_lookup_pipeline(derived_config(cfg, *overrides))
+
+    def lookup(query: str):
+        return pipeline.run({"query_transformer": {"query": query}}, include_outputs_from={"assembler"})["assembler"][
+            "result"
+        ]
+
+    return lookup
+
+
 def assert_round_trips(instance) -> None:
     """
     A component's to_dict/from_dict round trip gives the same init parameters, all plain YAML types.

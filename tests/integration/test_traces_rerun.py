@@ -13,7 +13,7 @@ from pipelines.config.settings import load_config
 from pipelines.state.traces import open_store
 from pipelines.tuning.rerun import decision, rerun_traces
 from tests.conftest import EVAL_DIR
-from tests.helpers import derived_config, lookup_with
+from tests.helpers import derived_config, looks_up
 
 SAMPLE_QUERIES = (EVAL_DIR / "sample-kb.jsonl").read_text(encoding="utf-8").splitlines()
 QUERIES = [json.loads(line)["query"] for line in SAMPLE_QUERIES if line.strip()] + [
@@ -59,7 +59,8 @@ def test_rerun_reports_exactly_the_queries_whose_decision_changed(sample_cfg, re
 
     report = rerun_traces(cfg)
 
-    direct = {q: lookup_with(sample_cfg, q, CHANGE)[0] for q in QUERIES}
+    changed = looks_up(sample_cfg, CHANGE)
+    direct = {q: changed(q) for q in QUERIES}
     expected = {
         query
         for query, before_change in zip(QUERIES, results, strict=True)

@@ -13,7 +13,7 @@ from pipelines.config.manifest import format_manifest, manifest_status
 from pipelines.config.model_calibration import calibration_in_force
 from pipelines.config.settings import load_config
 from tests.conftest import EVAL_DIR, SAMPLE_KB, state_overrides
-from tests.helpers import collection_rows, lookup_with, run_cli, shifted_model
+from tests.helpers import collection_rows, looks_up, lookup_with, run_cli, shifted_model
 
 PACKAGED = "packaged:all-MiniLM-L6-v2"
 OFF_TOPIC = "recipe for sourdough bread with a crispy crust"  # nothing of the sample knowledge base is about baking
@@ -108,10 +108,10 @@ def test_answer_only_gating_changes_no_decision_of_the_packaged_model(tmp_path_f
     run_indexing(cfg, rebuild=True)
     queries = [q.query for q in load_queries(EVAL_DIR / "sample-kb.jsonl")]
     queries += [q.query for q in load_queries(EVAL_DIR / "offtopic-alerts.jsonl")[:12]] + [OFF_TOPIC]
+    gated_lookup, alone_lookup = looks_up(cfg), looks_up(cfg, "embedder.decision_model=null")
     refused = 0
     for query in queries:
-        gated, _ = lookup_with(cfg, query)
-        alone, _ = lookup_with(cfg, query, "embedder.decision_model=null")
+        gated, alone = gated_lookup(query), alone_lookup(query)
         assert _decisions(gated) == _decisions(alone), query
         refused += not alone.found
     assert refused >= 5 and refused < len(queries)  # the set holds both decisions
