@@ -3,8 +3,9 @@ A Milvus Lite collection held in this process for an exact dense leg without a s
 chunk's row (key, category, content, metadata) and dense vector, read once and read again when
 the collection's files change. One matrix product then ranks the whole collection for a query,
 and any category's top hits, its best hit and the unfiltered top hits are views of it, ranked
-and scored as Milvus Lite's exact (FLAT) search ranks and scores them. See docs/architecture.md,
-"One scan".
+and scored as Milvus Lite's exact (FLAT) search ranks and scores them; BM25 postings read with
+the rows score its full-text search (components/stores/resident_bm25.py). See
+docs/architecture.md, "One scan".
 """
 
 import os

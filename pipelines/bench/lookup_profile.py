@@ -2,9 +2,9 @@
 A filtered and a fallback lookup stage by stage (`knowledge bench lookup --profile N`): the
 median of each pipeline component's wall time (Haystack's component spans, through
 `stage_recorder`) and, inside the retriever, of each Milvus search it waits on, by leg and scope
-(the one scan of an exact index too, and the chunks it fetches by key; or the dense legs served
-from the collection in memory and the check that it is current), with the searches per lookup (a
-scan counts one per leg; a fetch by key, a dense leg in memory and the check are no search).
+(the one scan of an exact index too, and the chunks it fetches by key; or the dense and BM25 legs
+served from the collection in memory and the check that it is current), with the searches per
+lookup (a scan counts one per leg; a fetch by key, a leg in memory and the check are no search).
 The retriever's wall time minus the sum of its searches is its own row: its own work (merging,
 scoring stored vectors) when the searches run one after another, negative when they overlap.
 """
