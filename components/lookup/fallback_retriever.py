@@ -140,7 +140,7 @@ class FallbackRetriever:
         :param decision_vectors: Its vectors of the indexed chunks (`.npz`; unused without `decision_model`).
         :param scan_depth: Hits per leg of a filtered lookup's one scan on an exact index (0: no scan).
         :param decision_scope: What it decides: "answer", only answer vs no evidence; "all", every threshold.
-        :param resident_max_chunks: On Milvus Lite, the most chunks held in memory to serve the dense legs (0: none).
+        :param resident_max_chunks: On Milvus Lite, the most chunks held in memory to serve the legs (0: none).
         """
         check_store(store)
         check_choice("vector_store_mode", vector_store_mode, MODES)

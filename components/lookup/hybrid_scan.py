@@ -1,8 +1,8 @@
 """
 One unfiltered scan of an exact index (dense and BM25 legs, `depth` hits each) that serves every
 attempt of a filtered lookup: on an exact index, a category's hits in the global order are exactly
-the filtered search's (BM25 scores use collection-wide statistics, so a filter changes no score),
-the best hit is the outscored check, and the first hits are the unfiltered retry's legs.
+the filtered search's (no filter changes a BM25 score: on Milvus Lite its statistics are per
+segment file), the best hit is the outscored check, and the first hits are the unfiltered retry's legs.
 The scan fetches keys, categories and scores only; the chunks an attempt uses are fetched by key.
 See docs/architecture.md, "One scan".
 """

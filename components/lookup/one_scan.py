@@ -27,7 +27,7 @@ class OneScan:
             if self._resident is None or self._resident.search is not search:
                 self._resident = ResidentCollection(search, self.resident_max_chunks)
             if (rows := self._resident.current()) is not None:
-                return ResidentScan(self._resident, rows, embedding, self.top_k)
+                return ResidentScan(self._resident, rows, query, embedding, self.top_k, self.bm25_top_k)
         if self.scan_depth == 0:
             return None
         return HybridScan(search, query, embedding, self.scan_depth, self.top_k, self.bm25_top_k)

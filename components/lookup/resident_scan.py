@@ -1,38 +1,52 @@
 """
-Every dense leg of a filtered lookup served from the collection held in memory on Milvus Lite
+Every leg of a filtered lookup served from the collection held in memory on Milvus Lite
 (components/stores/resident_rows.py): one matrix product per query vector ranks every chunk, the
 filtered attempt takes its category's first hits, the outscored check the best hit, the unfiltered
 retry the first hits. Ranked and scored as the exact (FLAT) search ranks and scores, so each is
-what that search returns. The BM25 legs search apart (a filter there scans only the category).
-See docs/architecture.md, "One scan".
+what that search returns. The BM25 legs are scored in memory as Milvus Lite scores them
+(components/stores/resident_bm25.py), when they run at all; where that does not hold (rows not
+flushed) they search. See docs/architecture.md, "One scan".
 """
 
 import numpy as np
 
-from components.common.scoring import similarity_from_sdk
+from components.common.scoring import sdk_raw_score, similarity_from_sdk
 from components.contracts import QueryTransform
 from components.lookup.hybrid_scan import PATH
-from components.lookup.retrieval_legs import PendingSearch, QueryVectors
+from components.lookup.retrieval_legs import DeferredSearch, PendingSearch, QueryVectors
 from components.stores.resident_rows import ResidentCollection, ResidentRows
-from components.stores.vector_search import Embedding
+from components.stores.vector_search import Bm25Hit, Embedding, bm25_hits
 
 
 class ResidentScan:
-    """The dense legs of one lookup's attempts, from `rows` of `resident`, `top_k` hits each."""
+    """
+    The legs of one lookup's attempts, from `rows` of `resident`: `top_k` dense hits and
+    `bm25_top_k` BM25 hits each, the filtered attempt's of `query` (its text) and `embedding`.
+    """
 
-    def __init__(self, resident: ResidentCollection, rows: ResidentRows, embedding: Embedding, top_k: int) -> None:
+    def __init__(
+        self,
+        resident: ResidentCollection,
+        rows: ResidentRows,
+        query: str,
+        embedding: Embedding,
+        top_k: int,
+        bm25_top_k: int,
+    ) -> None:
         self.resident, self.rows = resident, rows
+        self.query = query
         self.embedding = np.asarray(embedding, dtype=np.float32)
-        self.top_k = top_k
+        self.top_k, self.bm25_top_k = top_k, bm25_top_k
         self._estimates: dict[bytes, np.ndarray] = {}
 
     def filtered_legs(self, category: str) -> tuple[PendingSearch | None, ...]:
-        """The filtered attempt's dense leg; its BM25 leg searches (None)."""
-        return self._dense(self.embedding, category), None
+        """The filtered attempt's dense and BM25 legs (BM25 None: it searches)."""
+        return self._dense(self.embedding, category), self._bm25_leg(self.query, self.embedding, category)
 
     def retry_legs(self, query_transform: QueryTransform, embeddings: QueryVectors) -> tuple[PendingSearch | None, ...]:
-        """The unfiltered retry's dense leg (with the query's own vector); its BM25 leg searches (None)."""
-        return self._dense(np.asarray(embeddings.query, dtype=np.float32), None), None
+        """The unfiltered retry's legs: the query's own text and vector (BM25 None: it searches)."""
+        embedding = np.asarray(embeddings.query, dtype=np.float32)
+        return self._dense(embedding, None), self._bm25_leg(query_transform.normalized, embedding, None)
 
     def top_similarity(self) -> float:
         """The best unfiltered dense similarity (the outscored check)."""
@@ -43,6 +57,21 @@ class ResidentScan:
         hits = self.rows.ranked(embedding, self._estimated(embedding), self.top_k, category)
         candidates = [self.resident.candidate(self.rows, hit) for hit in hits]
         return PendingSearch.done((candidates, PATH, None), PATH)
+
+    def _bm25_leg(self, text: str, embedding: np.ndarray, category: str | None) -> PendingSearch | None:
+        """The BM25 leg from memory, scored when the attempt asks for it; None when it searches or does not run."""
+        if self.rows.bm25 is None or self.bm25_top_k <= 0 or not self.resident.search.layout.has_sparse:
+            return None
+        return DeferredSearch(lambda: self._bm25(text, embedding, category), PATH)
+
+    def _bm25(self, text: str, embedding: np.ndarray, category: str | None) -> list[Bm25Hit]:
+        """The hits the BM25 search returns: each chunk with the dense score of its stored vector."""
+        metric = self.resident.search.layout.metric
+        scored = []
+        for position, distance in self.rows.bm25_ranked(text, self.bm25_top_k, category):
+            raw = sdk_raw_score(embedding, self.rows.vectors[position], metric)
+            scored.append((self.resident.search._hit_candidate(self.rows.rows[position], raw), distance))
+        return bm25_hits(scored)
 
     def _estimated(self, embedding: np.ndarray) -> np.ndarray:
         """The matrix product of `embedding`, once per lookup: every attempt with that vector shares it."""

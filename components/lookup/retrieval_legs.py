@@ -5,8 +5,9 @@ search with, a search started in the background, and the best hits of a leg kept
 
 import contextvars
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from components.common.choices import DecisionScope, RetrievalLeg, check_choice, check_named_or_none
 from components.common.decision_scale import DecisionVectorsFile, on_decision_scale
@@ -124,6 +125,22 @@ class PendingSearch:
         future: Future = Future()
         future.set_result(value)
         return cls(future, path)
+
+
+class DeferredSearch(PendingSearch):
+    """A leg served from memory, in the caller's thread, when its result is first asked for (if ever)."""
+
+    def __init__(self, run: Callable[[], Any], path: str) -> None:
+        super().__init__(Future(), path)
+        self._run = run
+
+    def result(self):
+        if not self.future.done():
+            try:
+                self.future.set_result(self._run())
+            except Exception as exc:
+                self.future.set_exception(exc)
+        return self.future.result()
 
 
 def top_hits(leg: str, candidates: list[Candidate], bm25: list[Bm25Hit] | None = None) -> tuple[AttemptHit, ...]:

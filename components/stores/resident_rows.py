@@ -3,8 +3,9 @@ A Milvus Lite collection held in this process for an exact dense leg without a s
 chunk's row (key, category, content, metadata) and dense vector, read once and read again when
 the collection's files change. One matrix product then ranks the whole collection for a query,
 and any category's top hits, its best hit and the unfiltered top hits are views of it, ranked
-and scored as Milvus Lite's exact (FLAT) search ranks and scores them. See docs/architecture.md,
-"One scan".
+and scored as Milvus Lite's exact (FLAT) search ranks and scores them; BM25 postings read with
+the rows score its full-text search (components/stores/resident_bm25.py). See
+docs/architecture.md, "One scan".
 """
 
 import os
@@ -25,6 +26,7 @@ from components.stores.milvus_collection import (
     is_local_uri,
 )
 from components.stores.milvus_deadline import within
+from components.stores.resident_bm25 import ResidentBm25
 from components.stores.vector_search import Embedding, SdkVectorSearch
 
 # Where Milvus Lite keeps a collection's files under its database directory: every write appends
@@ -38,9 +40,21 @@ RANKED_METRIC = "L2"
 ESTIMATE_SLACK = 1e-3
 
 
+def read_bm25(folder: Path, positions: dict[str, int]) -> ResidentBm25 | None:
+    """The collection's BM25 from its files; None when a file went away while read (a compaction: read again then)."""
+    try:
+        return ResidentBm25.read(folder, positions)
+    except FileNotFoundError:
+        return None
+
+
+def lite_folder(uri: str, collection: str) -> Path:
+    return Path(uri) / LITE_COLLECTIONS_DIR / collection
+
+
 def lite_files_stamp(uri: str, collection: str) -> tuple | None:
     """The sizes and times of the collection's files in a Milvus Lite directory; None when there is none."""
-    folder = Path(uri) / LITE_COLLECTIONS_DIR / collection
+    folder = lite_folder(uri, collection)
     if not is_local_uri(uri) or not folder.is_dir():
         return None
     stamp = []
@@ -55,7 +69,8 @@ def lite_files_stamp(uri: str, collection: str) -> tuple | None:
 class ResidentRows:
     """
     The collection's rows (in the order read, which breaks ties of equal distance) and their
-    positions by key, their categories, and their float32 vectors with each one's squared norm.
+    positions by key, their categories, and their float32 vectors with each one's squared norm; and
+    their BM25 as Milvus Lite scores it (None: the BM25 legs search).
     """
 
     rows: list[dict]
@@ -63,13 +78,18 @@ class ResidentRows:
     categories: np.ndarray
     vectors: np.ndarray
     squared_norms: np.ndarray
+    bm25: ResidentBm25 | None = None
 
     @classmethod
-    def of(cls, rows: list[dict], vectors: np.ndarray) -> "ResidentRows":
-        """`rows` without their vectors, and `vectors` (float32, one row each, in the same order)."""
+    def of(cls, rows: list[dict], vectors: np.ndarray, folder: Path | None = None) -> "ResidentRows":
+        """
+        `rows` without their vectors, and `vectors` (float32, one row each, in the same order); with
+        the BM25 of the collection's files in `folder` when they hold these rows.
+        """
         categories = np.asarray([row.get(CATEGORY_FIELD) or "" for row in rows], dtype=object)
         positions = {str(row[ID_FIELD]): i for i, row in enumerate(rows)}
-        return cls(rows, positions, categories, vectors, np.einsum("ij,ij->i", vectors, vectors))
+        bm25 = None if folder is None else read_bm25(folder, positions)
+        return cls(rows, positions, categories, vectors, np.einsum("ij,ij->i", vectors, vectors), bm25)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -93,6 +113,11 @@ class ResidentRows:
         distances = np.linalg.norm(query[None, :] - self.vectors[near], axis=1)
         order = np.lexsort((near, distances))[:limit]
         return [self._hit(int(near[i]), float(distances[i])) for i in order]
+
+    def bm25_ranked(self, text: str, limit: int, category: str | None) -> list[tuple[int, float]]:
+        """The `limit` best (position, distance) of Milvus Lite's BM25 search of `text` (in `category`, or all)."""
+        allowed = np.ones(len(self.rows), dtype=bool) if category is None else self.categories == category
+        return self.bm25.ranked(text, limit, allowed)
 
     def _slack(self, query: np.ndarray) -> float:
         """How far an estimate may be off: rounding grows with the squared norms of the vectors."""
@@ -159,8 +184,11 @@ class ResidentCollection:
             iterator.close()
         if len(rows) > self.max_chunks:
             return None
+        store, layout = self.search.store, self.search.layout
         return ResidentRows.of(
-            rows, np.concatenate(vectors) if vectors else np.zeros((0, self.search.layout.dim), np.float32)
+            rows,
+            np.concatenate(vectors) if vectors else np.zeros((0, layout.dim), np.float32),
+            lite_folder(store.uri, store.collection) if layout.has_sparse else None,
         )
 
     def candidate(self, rows: ResidentRows, hit: ScanHit) -> Candidate:

@@ -2,9 +2,9 @@
 A filtered and a fallback lookup stage by stage (`knowledge bench lookup --profile N`): the
 median of each pipeline component's wall time (Haystack's component spans, through
 `stage_recorder`) and, inside the retriever, of each Milvus search it waits on, by leg and scope
-(the one scan of an exact index too, and the chunks it fetches by key; or the dense legs served
-from the collection in memory and the check that it is current), with the searches per lookup (a
-scan counts one per leg; a fetch by key, a dense leg in memory and the check are no search).
+(the one scan of an exact index too, and the chunks it fetches by key; or the dense and BM25 legs
+served from the collection in memory and the check that it is current), with the searches per
+lookup (a scan counts one per leg; a fetch by key, a leg in memory and the check are no search).
 The retriever's wall time minus the sum of its searches is its own row: its own work (merging,
 scoring stored vectors) when the searches run one after another, negative when they overlap.
 """
@@ -21,6 +21,7 @@ from pipelines.bench.machine import call_ms
 SEARCH_METHODS = {"search": "dense search", "bm25_search": "BM25 search", "top_similarity": "outscored check"}
 SCAN_LABEL, CHUNKS_LABEL = "retriever: scan (dense + BM25), unfiltered", "retriever: chunks fetched by key"
 IN_MEMORY_LABEL, CURRENT_LABEL = "retriever: dense leg in memory", "retriever: in memory, checked current"
+BM25_IN_MEMORY_LABEL = "retriever: BM25 leg in memory"
 SEARCHES = "searches per lookup (a scan: one per leg)"
 RETRIEVER = "retriever"
 TOTAL = "lookup (LookupService.lookup)"
@@ -41,8 +42,8 @@ class SearchTimer:
 
     def wrap_light_scan(self) -> None:
         """
-        Time the light scans and chunk fetches of every `LightScan`, and the dense legs in memory of
-        every `ResidentScan` (this process is the bench's own).
+        Time the light scans and chunk fetches of every `LightScan`, and the dense and BM25 legs in
+        memory of every `ResidentScan` (this process is the bench's own).
         """
         from components.lookup.resident_scan import ResidentScan
         from components.stores.light_scan import LightScan
@@ -52,6 +53,7 @@ class SearchTimer:
             (LightScan, "scan", SCAN_LABEL, lambda args: 1 + bool(args[-1])),
             (LightScan, "chunks", CHUNKS_LABEL, None),
             (ResidentScan, "_dense", IN_MEMORY_LABEL, None),
+            (ResidentScan, "_bm25", BM25_IN_MEMORY_LABEL, None),
             (ResidentCollection, "current", CURRENT_LABEL, None),
         ):
             plain = getattr(getattr(owner, method), "__wrapped__", getattr(owner, method))

@@ -1,11 +1,14 @@
 """
 On the runbook corpus (Milvus Lite, exact): a category's hits in the lookup's one unfiltered scan
-are exactly the filtered search's, for the dense leg and for BM25 (collection-wide statistics), in
-every category, and so are its dense hits from the collection held in memory; a retriever served
-by either returns what one searching apart returns.
+are exactly the filtered search's, for the dense leg and for BM25 (statistics no filter changes), in
+every category, and so are its dense and BM25 hits from the collection held in memory (the BM25
+ones also for eval queries, filtered and not); a retriever served by either returns what one
+searching apart returns.
 """
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -74,21 +77,47 @@ def test_a_categorys_hits_in_the_unfiltered_scan_are_the_filtered_searchs(runboo
     assert served == 4 * len(categories(runbooks_dir)) if depth > 1000 else served > 0
 
 
-def test_a_categorys_dense_hits_in_memory_are_the_filtered_searchs(runbooks_cfg, runbooks_dir, embedder):
+def test_a_categorys_hits_in_memory_are_the_filtered_searchs(runbooks_cfg, runbooks_dir, embedder):
     cfg, _ = runbooks_cfg
     search = knowledge_store(cfg).vector_search("sdk")
     resident = ResidentCollection(search, 100_000)
     rows = resident.current()
-    assert len(rows) == search.store.row_count()
+    assert len(rows) == search.store.row_count() and rows.bm25 is not None
     for category in categories(runbooks_dir):
         for query in queries(runbooks_dir, category):
             vector = embedder.run(query=query)["query_embedding"]
-            scan = ResidentScan(resident, rows, vector, TOP_K)
+            scan = ResidentScan(resident, rows, query, vector, TOP_K, TOP_K)
             dense, bm25 = scan.filtered_legs(category)
             candidates, _, _ = dense.result()
             assert candidates == search.search(vector, TOP_K, category), (category, query)
-            assert bm25 is None  # the BM25 leg searches with the filter
+            assert bm25.result() == search.bm25_search(query, vector, TOP_K, category), (category, query)
             assert scan.top_similarity() == search.top_similarity(vector, None)
+
+
+def eval_queries(per_set: int = 4) -> list[str]:
+    """The first queries of every eval set."""
+    found = []
+    for path in sorted(Path(__file__).parents[2].joinpath("eval").glob("*.jsonl")):
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        found += [json.loads(line)["query"] for line in lines[:per_set]]
+    return found
+
+
+def test_the_bm25_hits_in_memory_are_milvus_lites_for_eval_queries_in_every_category_and_unfiltered(
+    runbooks_cfg, runbooks_dir
+):
+    cfg, _ = runbooks_cfg
+    search = knowledge_store(cfg).vector_search("sdk")
+    rows = ResidentCollection(search, 100_000).current()
+    compared = 0
+    for query in eval_queries():
+        for category in [*categories(runbooks_dir), None]:
+            hits = search.search_text(query, TOP_K, search.describe_filter(category) or "", [])
+            in_memory = rows.bm25_ranked(query, TOP_K, category)
+            assert [rows.rows[position]["id"] for position, _ in in_memory] == [hit["id"] for hit in hits]
+            assert [distance for _, distance in in_memory] == pytest.approx([hit["distance"] for hit in hits], abs=1e-5)
+            compared += bool(hits)
+    assert compared > 100
 
 
 SCANS = {"scan": {"scan_depth": 100, "resident_max_chunks": 0}, "in memory": {"scan_depth": 0}}

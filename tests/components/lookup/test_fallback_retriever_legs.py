@@ -130,7 +130,7 @@ def test_on_milvus_lite_a_fallback_lookup_is_one_scan_in_the_lookups_thread(topi
     assert {thread for _, thread in scans} == {threading.current_thread().name}
 
 
-def test_on_milvus_lite_a_fallback_lookup_searches_only_its_two_bm25_legs_with_the_same_result(topics_cfg, watering):
+def test_on_milvus_lite_a_fallback_lookup_in_memory_makes_no_search_with_the_same_result(topics_cfg, watering):
     transform, vector = watering
     retriever, apart = make(topics_cfg, **OUTSCORED), searching_apart(topics_cfg, **OUTSCORED)
 
@@ -141,8 +141,9 @@ def test_on_milvus_lite_a_fallback_lookup_searches_only_its_two_bm25_legs_with_t
     spy = SearchSpy(retriever._search("sdk"))
     in_memory = run(retriever)
     assert in_memory["retrieval_trace"].fallback_reason == FALLBACK_OUTSCORED
-    # The dense legs and the check come from memory; the BM25 legs search, filtered, then not.
-    assert [(name, scope) for name, scope, _ in spy.calls] == [("bm25_search", "databases"), ("bm25_search", None)]
+    # Every leg (dense and BM25, filtered, then not) and the check come from memory.
+    assert spy.calls == []
+    assert [attempt.legs for attempt in in_memory["retrieval_trace"].attempts] == [["dense", "bm25"]] * 2
     assert _outcome(in_memory) == _outcome(run(apart))
 
 

@@ -40,11 +40,23 @@ def test_the_collection_in_memory_serves_when_it_fits_else_the_scan_else_none(
     assert type(scan) is kind
 
 
-def test_the_legs_in_memory_are_the_searches_and_the_bm25_legs_search(search):
-    scan = OneScan(0, 100, top_k=2, bm25_top_k=2).start(search, "disk", QUERY)
+def test_the_legs_in_memory_are_the_searches(search):
+    scan = OneScan(0, 100, top_k=2, bm25_top_k=2).start(search, "disk full", QUERY)
     dense, bm25 = scan.filtered_legs("disk")
-    assert dense.result() == (search.search(QUERY, 2, "disk"), "sdk", None) and bm25 is None
-    transform = QueryTransform(raw="disk", normalized="disk", variants=["disk"])
+    assert dense.result() == (search.search(QUERY, 2, "disk"), "sdk", None)
+    assert bm25.result() == search.bm25_search("disk full", QUERY, 2, "disk")
+    transform = QueryTransform(raw="disk lag", normalized="of lag", variants=["disk lag"])
     retry_dense, retry_bm25 = scan.retry_legs(transform, QueryVectors([1.0, 0.0, 0.0, 0.0], QUERY))
-    assert retry_dense.result()[0] == search.search([1.0, 0.0, 0.0, 0.0], 2, None) and retry_bm25 is None
+    assert retry_dense.result()[0] == search.search([1.0, 0.0, 0.0, 0.0], 2, None)
+    assert retry_bm25.result() == search.bm25_search("of lag", [1.0, 0.0, 0.0, 0.0], 2, None)
     assert scan.top_similarity() == search.top_similarity(QUERY, None)
+
+
+def test_the_bm25_legs_in_memory_search_when_off_or_not_needed(search):
+    off = OneScan(0, 100, top_k=2, bm25_top_k=0).start(search, "disk", QUERY)
+    assert off.filtered_legs("disk")[1] is None
+    on = OneScan(0, 100, top_k=2, bm25_top_k=2).start(search, "disk", QUERY)
+    scored = []
+    on._bm25 = lambda *args: scored.append(args)  # an attempt that skips its BM25 leg never asks for it
+    on.filtered_legs("disk")
+    assert scored == []

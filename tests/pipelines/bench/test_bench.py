@@ -171,16 +171,18 @@ def test_bench_lookup_profiles_each_path_stage_by_stage(tiny_corpus):
     assert "| retriever |" in table and "| searches per lookup (a scan: one per leg) | 2 |" in table
 
 
-def test_bench_lookup_profiles_the_dense_legs_in_memory_with_no_dense_search(tiny_corpus):
+def test_bench_lookup_profiles_the_legs_in_memory_with_no_search(tiny_corpus):
     figures = bench.bench_lookup(
         ["mlflow=off"], corpus=tiny_corpus, min_chunks=50, queries=2, echo=lambda _: None, tracing_lookups=0, profile=2
     )
     assert figures["profile"]
     for path, stages in figures["profile"].items():
-        # The collection in memory serves the dense legs and the check; only BM25 legs search, two at most.
+        # The collection in memory serves every leg and the check: no search.
         assert stages["retriever: dense leg in memory"] > 0 and "retriever: in memory, checked current" in stages, path
+        assert any(stage.startswith("retriever: BM25 leg in memory") for stage in stages), path
         assert not any(stage.startswith(("retriever: dense search", "retriever: outscored check")) for stage in stages)
-        assert 1 <= stages["searches per lookup (a scan: one per leg)"] <= 2, path
+        assert not any(stage.startswith("retriever: BM25 search") for stage in stages), path
+        assert stages["searches per lookup (a scan: one per leg)"] == 0, path
 
 
 def test_time_lookups_takes_any_service():
