@@ -36,7 +36,7 @@ from pipelines.bench.machine import (
 from pipelines.config.settings import knowledge_store
 
 LOOKUP_RATIO_TARGETS = {"filtered": 1.3, "fallback": 2.2}
-HYBRID_RATIO_TARGETS = {"filtered": 1.15, "fallback": 2.0}
+HYBRID_RATIO_TARGETS = {"filtered": 1.15, "fallback": 1.3}
 
 
 WARMUP_LOOKUPS = 3
