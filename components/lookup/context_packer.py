@@ -179,10 +179,10 @@ class ContextPacker:
             tokens = self._count(text)
             if tokens <= limit:
                 return text, truncated, tokens
-        text, _, _ = self._fit(header + block.content, limit)
+        text, truncated, _ = self._fit(header + block.content, limit)
         tokens = self._count(text)
         # Nothing at all where even the cut mark alone is over the limit.
-        return (text, True, tokens) if tokens <= limit else ("", True, 0)
+        return (text, truncated, tokens) if tokens <= limit else ("", True, 0)
 
     def _encode(self, text: str):
         return self._tokenizer.encode(text, add_special_tokens=False)

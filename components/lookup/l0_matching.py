@@ -162,7 +162,9 @@ def _named_domains(
         if key in folded and contains_phrase(folded, key)
     ]
     named_categories, domain_rules = _subjects_of_their_own(index, named_categories, query_terms, margin)
-    if any(index.domain_precision.get(c, 1.0) >= min_precision for c in named_categories):
+    # A category without a measured precision counts as specific, whatever the minimum.
+    precision = index.domain_precision
+    if any(c not in precision or precision[c] >= min_precision for c in named_categories):
         # A name every document uses says nothing alone, but beside a specific one it makes the
         # query span two subjects ("prometheus isn't talking to any alertmanager"): no single domain.
         return named_categories, domain_rules
@@ -194,7 +196,7 @@ def named_as_subject_elsewhere(index: L0Index, category: str, query_terms: set[s
     about the product's own category.
     """
     name_terms = set(terms(category))
-    rest = {term: weight for term in query_terms - name_terms if (weight := index.idf(term)) > 0}
+    rest = {term: index.idf(term) for term in query_terms - name_terms}
     total = sum(rest.values())
     if not name_terms or not total:
         return None
@@ -245,9 +247,7 @@ def uncovered_terms(
     return unique(uncovered + [name for name in unknown_alert_names(index, query) if _off_title_name(index, name)])
 
 
-def _is_known_word(
-    index: L0Index, word: str, common_words: frozenset[str] | set[str], passing_mention_df: int = 0
-) -> bool:
+def _is_known_word(index: L0Index, word: str, common_words: frozenset[str] | set[str], passing_mention_df: int) -> bool:
     """
     A common word, or one whose terms (of the word or a base form of it) the knowledge base uses
     (in more than `passing_mention_df` documents, or in a title, keyword or entity).
@@ -263,8 +263,9 @@ def _is_known_word(
 
 
 def _used_beyond_passing(index: L0Index, term: str, passing_mention_df: int) -> bool:
-    df = index.term_df.get(term, 0)
-    return df > passing_mention_df or (df > 0 and term in index.named_terms)
+    # A title's, keyword's or entity's term is the knowledge base's own even where no document's
+    # text uses it (an alias listed only in the frontmatter: "mariadb" of MySQL).
+    return index.term_df.get(term, 0) > passing_mention_df or term in index.named_terms
 
 
 def _off_title_name(index: L0Index, name: str) -> bool:

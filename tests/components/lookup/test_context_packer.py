@@ -618,3 +618,25 @@ REFUSED = [
 @pytest.mark.parametrize(("parameter", "value", "rule"), REFUSED, ids=[f"{p}={v!r}" for p, v, _ in REFUSED])
 def test_each_init_parameter_out_of_its_bound_is_refused_by_name(parameter, value, rule):
     assert_refused(lambda **changed: ContextPacker(**{**{}, **changed}), parameter, value, rule)
+
+
+@pytest.mark.parametrize("model", [MODEL, "spaced", "merging", "breaking"])
+def test_run_marks_a_top_block_packed_whole_untruncated_where_the_competitors_room_is_dropped(model, request):
+    """Regression: the top block, packed whole in the budget the competitor's room left it, was marked truncated."""
+    model = model if model == MODEL else request.getfixturevalue(f"{model}_model")
+    top, rival = block("a", 3, "A", REASONS, "ops/a.md"), block("c", 100, "C", REASONS, "ops/c.md")
+    competition = Competition("ops/a.md", "ops/c.md", 0.02, ["margin"], evidence_key="c")
+    alone = packed(4000, [top], model)
+    pack = packed(alone.used_tokens, [top, rival], model, competition=competition)
+    assert pack.text == alone.text and pack_keys(pack) == ["a"]
+    assert not pack.truncated and not pack.blocks[0].truncated
+
+
+@pytest.mark.parametrize("model", [MODEL, "spaced"])
+def test_run_packs_the_top_blocks_header_and_the_cut_mark_in_exactly_their_tokens(model, request):
+    """The header stays whole where it and the mark alone fill the budget to its last token."""
+    model = model if model == MODEL else request.getfixturevalue(f"{model}_model")
+    head = packed(4000, [block("a", 0, "A", REASONS)], model).text
+    budget = count_tokens(model, head + "[…]")
+    pack = packed(budget, [block("a", 200, "A", REASONS)], model)
+    assert (pack.text, pack.used_tokens, pack.truncated) == (head + "[…]", budget, True)

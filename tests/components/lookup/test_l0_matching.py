@@ -283,7 +283,8 @@ def test_uncovered_terms_are_words_no_document_uses_and_no_common_word():
     assert uncovered_terms(index, "the nonprimary database lags", common) == []
 
 
-def test_a_word_only_mentioned_in_passing_is_uncovered_with_the_passing_mention_rule():
+@pytest.mark.parametrize("joined", [None, set()], ids=["parts", "joined_words"])
+def test_a_word_only_mentioned_in_passing_is_uncovered_with_the_passing_mention_rule(joined):
     """ "kafka" in one runbook's list of workloads is no runbook about Kafka; a title word is."""
     volume_terms = terms("persistent volume filling up, stateful workloads such as kafka or etcd")
     entries = [
@@ -296,7 +297,7 @@ def test_a_word_only_mentioned_in_passing_is_uncovered_with_the_passing_mention_
     for entry in entries:
         for term in set(entry.terms) | set(terms(entry.title)):
             term_df[term] = term_df.get(term, 0) + 1
-    index = L0Index(entries, term_df=term_df)
+    index = L0Index(entries, term_df=term_df, joined_words=joined)
     common = frozenset({"broker", "is", "down", "has", "no"})
     assert uncovered_terms(index, "kafka broker is down", common) == []  # any mention covers it
     assert uncovered_terms(index, "kafka broker is down", common, passing_mention_df=1) == ["kafka"]
@@ -367,3 +368,148 @@ def test_words_the_kb_writes_in_camel_case_or_inflected_are_covered():
 
 def test_the_sample_kb_covers_mysql(l0):
     assert uncovered_terms(l0, "MySQL replica is behind", frozenset({"replica", "is", "behind"})) == []
+
+
+def test_an_alias_beside_its_entitys_own_name_adds_no_expansion(l0):
+    assert entity_expansions(l0, "postgres replication lag") == ["PostgreSQL"]
+    assert entity_expansions(l0, "postgres replication lag on PostgreSQL 15") == []
+
+
+def test_numbers_and_addresses_of_a_query_are_no_title_words():
+    """A count in an alert ("restarted 15 times") is not the release number of a title."""
+    index = L0Index([L0Entry("db/upgrade.md", "Upgrade to Release 15", "db")])
+    assert match(index, "pod restarted 15 times after the upgrade").matched_titles == []
+    assert match(index, "upgrade to the new release").matched_titles == ["Upgrade to Release 15"]
+
+
+def _keyword_index() -> L0Index:
+    return L0Index(
+        [L0Entry("ops/pressure.md", "Pressure", "ops", keywords=["throttling", "oom", "replication lag"])],
+    )
+
+
+def test_a_one_word_keyword_matches_as_a_phrase():
+    assert match(_keyword_index(), "cpu throttling on the pods").matched_keywords == ["throttling"]
+
+
+def test_a_keyword_inside_a_longer_word_does_not_match():
+    assert match(_keyword_index(), "no room left for the cache").matched_keywords == []
+    assert match(_keyword_index(), "oom in the cache").matched_keywords == ["oom"]
+
+
+def test_a_keyword_of_two_terms_matches_by_its_terms_in_any_order():
+    assert match(_keyword_index(), "lag of replication").matched_keywords == ["replication lag"]
+    assert match(_keyword_index(), "replication is slow").matched_keywords == []
+
+
+def test_one_shared_word_of_a_longer_title_is_not_enough_however_rare():
+    """ "leader" carries most of the title's weight ("etcd" is in every title), but it is one word of two."""
+    titles = ["Etcd No Leader", "Etcd Backup", "Etcd Defrag", "Etcd Slow Disk"]
+    entries = [L0Entry(f"kv/{n}.md", title, "kv") for n, title in enumerate(titles)]
+    index = L0Index(entries, term_df={"etcd": 4, "leader": 1, "backup": 1, "defrag": 1, "slow": 1, "disk": 1})
+    assert index.title_weights["leader"] > 0.6 * index.entry_terms[0].title_weight
+    assert match(index, "no leader elected").matched_titles == []
+    assert match(index, "etcd has no leader").matched_titles == ["Etcd No Leader"]
+
+
+def test_a_title_that_is_its_categorys_name_matches_a_query_naming_only_it():
+    index = L0Index([L0Entry("kafka/overview.md", "Kafka", "kafka")])
+    assert match(index, "kafka").matched_titles == ["Kafka"]
+
+
+def test_a_title_left_out_for_its_category_name_leaves_the_titles_after_it():
+    hints = match(_subject_index(), "kube cpu overcommit, the cluster went down")
+    assert hints.matched_titles == ["Kube CPU Overcommit"]
+
+
+def test_a_title_covered_exactly_at_the_minimum_overlap_matches():
+    """All title words weigh alike here, so a query with all of them reaches an overlap of 1.0 exactly."""
+    assert match(_subject_index(), "kube cpu overcommit", title_min_overlap=1.0).matched_titles == [
+        "Kube CPU Overcommit"
+    ]
+
+
+def test_a_category_name_inside_a_longer_word_is_not_named():
+    assert match(_named_index(), "etcdctl snapshot save failed", domain_from_matches=False).domains == []
+    assert match(_named_index(), "etcd snapshot save failed", domain_from_matches=False).domains == ["etcd"]
+
+
+def test_a_category_without_a_measured_precision_counts_as_specific():
+    index = _named_index()
+    assert "etcd" not in index.domain_precision
+    assert match(index, "etcd is slow", domain_from_matches=False, domain_min_precision=1.0).domains == ["etcd"]
+
+
+def test_a_category_named_exactly_at_the_minimum_precision_is_a_domain():
+    hints = match(_subject_index(), "alertmanager is slow", domain_from_matches=False, domain_min_precision=0.9)
+    assert hints.single_domain == "alertmanager"
+
+
+def _coverage_index(inside_terms: list[str], outside_terms: list[list[str]]) -> L0Index:
+    """
+    One alertmanager runbook and operator runbooks that name alertmanager, over the rest words
+    "controller" and "reconcile"; every word in one document at most, so that each weighs the same.
+    """
+    entries = [L0Entry("alertmanager/Am.md", "Am", "alertmanager", terms=["alertmanager", *inside_terms])]
+    entries += [
+        L0Entry(f"operator/Op{n}.md", f"Op{n}", "operator", terms=["alertmanager", *words])
+        for n, words in enumerate(outside_terms)
+    ]
+    entries += [L0Entry(f"other/O{n}.md", f"O{n}", "other") for n in range(4)]
+    return L0Index(entries, term_df={"alertmanager": 3, "controller": 1, "reconcile": 1})
+
+
+REST = {"alertmanager", "controller", "reconcile"}
+
+
+def test_a_document_elsewhere_must_cover_the_rest_better_by_the_margin():
+    # Covering all of the rest (1.0) against the product's own half (0.5): better by exactly 0.5.
+    index = _coverage_index(["controller"], [["controller", "reconcile"]])
+    assert named_as_subject_elsewhere(index, "alertmanager", REST, 0.5) == "operator/Op0.md"
+    assert named_as_subject_elsewhere(index, "alertmanager", REST, 0.55) is None
+
+
+def test_a_document_elsewhere_covering_too_little_of_the_rest_is_no_subject():
+    """No alertmanager runbook covers any of the rest; the operator's covers half of it."""
+    index = _coverage_index([], [["reconcile"]])
+    assert named_as_subject_elsewhere(index, "alertmanager", REST, 0.5) == "operator/Op0.md"
+    assert named_as_subject_elsewhere(index, "alertmanager", REST, 0.6) is None
+
+
+def test_of_documents_elsewhere_covering_the_rest_alike_the_first_is_named():
+    index = _coverage_index([], [["controller", "reconcile"], ["controller", "reconcile"]])
+    assert named_as_subject_elsewhere(index, "alertmanager", REST, 0.15) == "operator/Op0.md"
+
+
+def test_a_category_name_of_no_terms_is_never_named_elsewhere():
+    """ "IT" is a stopword: every document would name it."""
+    index = _coverage_index([], [["controller", "reconcile"]])
+    assert named_as_subject_elsewhere(index, "IT", {"controller", "reconcile"}, 0.15) is None
+
+
+def test_every_word_is_compared_after_a_known_or_a_compound_one():
+    index = L0Index([L0Entry("db/lag.md", "Replication lag", "db")], joined_words=set())
+    common = frozenset({"replica", "behind", "and"})
+    assert uncovered_terms(index, "replica behind MySQL and redis", common) == ["mysql", "redis"]
+
+
+def test_a_part_of_three_letters_or_more_is_compared_a_shorter_one_skipped():
+    """ "db" of "MongoDBDown" names nothing; "vpn" may name a thing."""
+    index = L0Index([L0Entry("db/lag.md", "Replication lag", "db")])
+    assert uncovered_terms(index, "MongoDBDown", frozenset()) == ["mongo", "down"]
+    assert uncovered_terms(index, "the vpn is down", frozenset({"the", "is", "down"})) == ["vpn"]
+
+
+@pytest.mark.parametrize("passing_mention_df", [0, 1])
+def test_a_word_an_entity_names_is_covered_though_no_documents_text_uses_it(l0, passing_mention_df):
+    """Regression: "mariadb", an alias of MySQL in the frontmatter only, was uncovered beside the entity it matched."""
+    assert l0.term_df.get("mariadb", 0) == 0 and match(l0, "mariadb deadlocks").entities == ["MySQL"]
+    common = frozenset({"deadlocks", "eating", "cpu"})
+    assert uncovered_terms(l0, "mariadb deadlocks", common, passing_mention_df) == []
+    assert uncovered_terms(l0, "kswapd eating cpu", common, passing_mention_df) == []
+
+
+def test_an_unknown_alert_name_half_of_whose_words_are_title_words_is_covered():
+    common = frozenset({"quota", "exhausted", "lagging"})
+    assert uncovered_terms(_named_index(), "[FIRING:1] QuotaExhausted", common) == []
+    assert uncovered_terms(_named_index(), "[FIRING:1] KafkaLagging", common) == ["kafka", "KafkaLagging"]
