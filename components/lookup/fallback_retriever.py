@@ -59,7 +59,8 @@ class FallbackRetriever:
     - A filtered attempt is retried unfiltered with the raw query when `FallbackPolicy`
       (components/lookup/fallback_policy.py) says why: no evidence, low quality or outscored.
     - On an exact index, one scan serves the filtered attempt, the outscored check and the retry:
-      the collection in memory, or a scan in Milvus (components/lookup/one_scan.py); else each searches apart.
+      the collection in memory (an unfiltered lookup's attempt too), or a scan in Milvus
+      (components/lookup/one_scan.py); else each searches apart.
     - After a retry the candidates of both attempts go on together (the deduper merges a chunk
       found by both, keeping both hit reasons); the unfiltered attempt is the selected one.
     - When the L0 hints name words the knowledge base never uses (`hints.uncovered_terms`), a
@@ -241,8 +242,8 @@ class FallbackRetriever:
     ) -> dict[str, Any]:
         category = hints.single_domain if self.category_filter else None
         query = query_transform.retrieval_query
-        scan = None if category is None else self._scan(query, embeddings.expanded)
-        dense, bm25 = (None, None) if scan is None else scan.filtered_legs(category)
+        scan = self._scan(query, embeddings.expanded, category is not None)
+        dense, bm25 = (None, None) if scan is None else scan.first_legs(category)
         first, first_attempt = self._attempt(
             0, category, query, embeddings.expanded, bar, trace, dense, bm25, embeddings.decision_expanded
         )
@@ -276,9 +277,11 @@ class FallbackRetriever:
         # ones go on, to merge with the retry's (a chunk found by both keeps both hit reasons).
         return {"candidates": retry + usable(first, bar), "retrieval_trace": trace}
 
-    def _scan(self, query: str, embedding: Embedding) -> HybridScan | ResidentScan | None:
+    def _scan(self, query: str, embedding: Embedding, filtered: bool) -> HybridScan | ResidentScan | None:
         """The lookup's one scan on the sdk path of an open collection (components/lookup/one_scan.py)."""
-        return self._one_scan.start(self._search("sdk"), query, embedding) if self._warm_path() == "sdk" else None
+        if self._warm_path() != "sdk":
+            return None
+        return self._one_scan.start(self._search("sdk"), query, embedding, filtered)
 
     def _unfiltered_top(self, path: str, embeddings, scan: HybridScan | ResidentScan | None) -> float:
         """The best unfiltered similarity: on the decision scale, from the scan, or by a search of one hit."""

@@ -55,10 +55,10 @@ class HybridScan:
         layout = search.known_layout
         return layout is not None and layout.index_type in EXACT_INDEX_TYPES and layout.has_category
 
-    def filtered_legs(self, category: str) -> tuple[PendingSearch | None, ...]:
+    def first_legs(self, category: str) -> tuple[PendingSearch | None, ...]:
         """
-        The filtered search's two legs, each None when the scan does not reach all its hits (that
-        leg then searches with the filter).
+        The filtered first attempt's two legs (the scan serves filtered lookups only), each None
+        when the scan does not reach all its hits (that leg then searches with the filter).
         """
         dense = self._covered([h for h in self.dense if h.category == category], self.top_k, self.dense)
         bm25 = None

@@ -1,8 +1,8 @@
 """
-Every leg of a filtered lookup served from the collection held in memory on Milvus Lite
-(components/stores/resident_rows.py): one matrix product per query vector ranks every chunk, the
-filtered attempt takes its category's first hits, the outscored check the best hit, the unfiltered
-retry the first hits. Ranked and scored as the exact (FLAT) search ranks and scores, so each is
+Every leg of a lookup served from the collection held in memory on Milvus Lite
+(components/stores/resident_rows.py): one matrix product per query vector ranks every chunk, a
+filtered attempt takes its category's first hits, the outscored check the best hit, an unfiltered
+attempt (the lookup's only one, or the retry) the first hits. Ranked and scored as the exact (FLAT) search ranks and scores, so each is
 what that search returns. The BM25 legs are scored in memory as Milvus Lite scores them
 (components/stores/resident_bm25.py), when they run at all; where that does not hold (rows not
 flushed) they search. See docs/architecture.md, "One scan".
@@ -21,7 +21,7 @@ from components.stores.vector_search import Bm25Hit, Embedding, bm25_hits
 class ResidentScan:
     """
     The legs of one lookup's attempts, from `rows` of `resident`: `top_k` dense hits and
-    `bm25_top_k` BM25 hits each, the filtered attempt's of `query` (its text) and `embedding`.
+    `bm25_top_k` BM25 hits each, the first attempt's of `query` (its text) and `embedding`.
     """
 
     def __init__(
@@ -39,8 +39,8 @@ class ResidentScan:
         self.top_k, self.bm25_top_k = top_k, bm25_top_k
         self._estimates: dict[bytes, np.ndarray] = {}
 
-    def filtered_legs(self, category: str) -> tuple[PendingSearch | None, ...]:
-        """The filtered attempt's dense and BM25 legs (BM25 None: it searches)."""
+    def first_legs(self, category: str | None) -> tuple[PendingSearch | None, ...]:
+        """The first attempt's dense and BM25 legs, filtered on `category` or not (BM25 None: it searches)."""
         return self._dense(self.embedding, category), self._bm25_leg(self.query, self.embedding, category)
 
     def retry_legs(self, query_transform: QueryTransform, embeddings: QueryVectors) -> tuple[PendingSearch | None, ...]:

@@ -59,7 +59,7 @@ def test_a_categorys_hits_in_the_unfiltered_scan_are_the_filtered_searchs(runboo
     for category in categories(runbooks_dir):
         for query in queries(runbooks_dir, category):
             vector = embedder.run(query=query)["query_embedding"]
-            dense, bm25 = HybridScan(search, query, vector, depth, TOP_K, TOP_K).filtered_legs(category)
+            dense, bm25 = HybridScan(search, query, vector, depth, TOP_K, TOP_K).first_legs(category)
             if dense is not None:
                 candidates, _, _ = dense.result()
                 filtered = search.search(vector, TOP_K, category)
@@ -87,7 +87,7 @@ def test_a_categorys_hits_in_memory_are_the_filtered_searchs(runbooks_cfg, runbo
         for query in queries(runbooks_dir, category):
             vector = embedder.run(query=query)["query_embedding"]
             scan = ResidentScan(resident, rows, query, vector, TOP_K, TOP_K)
-            dense, bm25 = scan.filtered_legs(category)
+            dense, bm25 = scan.first_legs(category)
             candidates, _, _ = dense.result()
             assert candidates == search.search(vector, TOP_K, category), (category, query)
             assert bm25.result() == search.bm25_search(query, vector, TOP_K, category), (category, query)

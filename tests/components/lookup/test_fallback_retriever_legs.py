@@ -147,6 +147,24 @@ def test_on_milvus_lite_a_fallback_lookup_in_memory_makes_no_search_with_the_sam
     assert _outcome(in_memory) == _outcome(run(apart))
 
 
+def test_on_milvus_lite_an_unfiltered_lookup_in_memory_makes_no_search_with_the_same_result(topics_cfg, watering):
+    transform, vector = watering
+    retriever, apart = make(topics_cfg, **OUTSCORED), searching_apart(topics_cfg, **OUTSCORED)
+
+    def run(of):
+        return of.run(query_transform=transform, hints=L0Hints(), query_embedding=vector)
+
+    run(retriever)  # opens the collection and reads it into memory
+    spy = SearchSpy(retriever._search("sdk"))
+    in_memory = run(retriever)
+    # The one attempt's dense and BM25 legs come from memory.
+    assert spy.calls == []
+    assert [(a.category_filter, a.legs) for a in in_memory["retrieval_trace"].attempts] == [(None, ["dense", "bm25"])]
+    searched = run(apart)
+    assert in_memory["candidates"] == searched["candidates"]  # in order, scores, BM25 ranks and hit reasons
+    assert in_memory["retrieval_trace"].attempts[0].top_hits == searched["retrieval_trace"].attempts[0].top_hits
+
+
 def test_on_a_server_the_retry_starts_beside_the_outscored_check_with_the_same_result(
     lite_server_topics, topics_cfg, watering
 ):

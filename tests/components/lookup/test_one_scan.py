@@ -1,4 +1,7 @@
-"""Which one scan serves a filtered lookup on a Milvus Lite file: the collection in memory, a scan in Milvus, or none."""
+"""
+Which one scan serves a lookup on a Milvus Lite file: the collection in memory, a scan in Milvus
+(filtered lookups only), or none.
+"""
 
 import pytest
 
@@ -40,9 +43,25 @@ def test_the_collection_in_memory_serves_when_it_fits_else_the_scan_else_none(
     assert type(scan) is kind
 
 
+@pytest.mark.parametrize(
+    ("scan_depth", "resident_max_chunks", "kind"),
+    [(0, 100, ResidentScan), (10, 100, ResidentScan), (10, 0, type(None)), (0, 0, type(None))],
+)
+def test_an_unfiltered_lookup_is_served_from_memory_only(search, scan_depth, resident_max_chunks, kind):
+    scan = OneScan(scan_depth, resident_max_chunks, top_k=2, bm25_top_k=2).start(search, "disk", QUERY, filtered=False)
+    assert type(scan) is kind
+
+
+def test_the_unfiltered_legs_in_memory_are_the_searches(search):
+    scan = OneScan(0, 100, top_k=2, bm25_top_k=2).start(search, "disk full", QUERY, filtered=False)
+    dense, bm25 = scan.first_legs(None)
+    assert dense.result() == (search.search(QUERY, 2, None), "sdk", None)
+    assert bm25.result() == search.bm25_search("disk full", QUERY, 2, None)
+
+
 def test_the_legs_in_memory_are_the_searches(search):
     scan = OneScan(0, 100, top_k=2, bm25_top_k=2).start(search, "disk full", QUERY)
-    dense, bm25 = scan.filtered_legs("disk")
+    dense, bm25 = scan.first_legs("disk")
     assert dense.result() == (search.search(QUERY, 2, "disk"), "sdk", None)
     assert bm25.result() == search.bm25_search("disk full", QUERY, 2, "disk")
     transform = QueryTransform(raw="disk lag", normalized="of lag", variants=["disk lag"])
@@ -54,9 +73,9 @@ def test_the_legs_in_memory_are_the_searches(search):
 
 def test_the_bm25_legs_in_memory_search_when_off_or_not_needed(search):
     off = OneScan(0, 100, top_k=2, bm25_top_k=0).start(search, "disk", QUERY)
-    assert off.filtered_legs("disk")[1] is None
+    assert off.first_legs("disk")[1] is None
     on = OneScan(0, 100, top_k=2, bm25_top_k=2).start(search, "disk", QUERY)
     scored = []
     on._bm25 = lambda *args: scored.append(args)  # an attempt that skips its BM25 leg never asks for it
-    on.filtered_legs("disk")
+    on.first_legs("disk")
     assert scored == []
