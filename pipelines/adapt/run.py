@@ -352,7 +352,7 @@ def _trainer_without_model_card():
     from sentence_transformers import SentenceTransformerTrainer
 
     class TrainerWithoutModelCard(SentenceTransformerTrainer):
-        def add_model_card_callback(self, default_args_dict: dict[str, Any]) -> None:
+        def add_model_card_callback(self, *_args: Any) -> None:
             pass
 
     return TrainerWithoutModelCard

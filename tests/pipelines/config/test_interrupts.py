@@ -34,7 +34,8 @@ def terminal_sigint():
     signal.signal(signal.SIGINT, previous)
 
 
-def test_without_the_latch_a_swallowed_interrupt_is_lost(terminal_sigint):
+@pytest.mark.usefixtures("terminal_sigint")
+def test_without_the_latch_a_swallowed_interrupt_is_lost():
     raised = False
     try:
         swallowed_sigint()
@@ -43,7 +44,8 @@ def test_without_the_latch_a_swallowed_interrupt_is_lost(terminal_sigint):
     assert not raised  # the fault the latch is for
 
 
-def test_a_swallowed_interrupt_stays_latched_and_check_raises_it(terminal_sigint):
+@pytest.mark.usefixtures("terminal_sigint")
+def test_a_swallowed_interrupt_stays_latched_and_check_raises_it():
     with interrupt_latch() as latch:
         assert not latch.fired
         latch.check()
@@ -54,7 +56,8 @@ def test_a_swallowed_interrupt_stays_latched_and_check_raises_it(terminal_sigint
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_an_interrupt_raises_at_once_as_without_the_latch(terminal_sigint):
+@pytest.mark.usefixtures("terminal_sigint")
+def test_an_interrupt_raises_at_once_as_without_the_latch():
     latch = InterruptLatch()
     with pytest.raises(KeyboardInterrupt), interrupt_latch(latch):
         os.kill(os.getpid(), signal.SIGINT)
