@@ -2,20 +2,20 @@
 Every leg of a lookup served from the collection held in memory on Milvus Lite
 (components/stores/resident_rows.py): one matrix product per query vector ranks every chunk, a
 filtered attempt takes its category's first hits, the outscored check the best hit, an unfiltered
-attempt (the lookup's only one, or the retry) the first hits. Ranked and scored as the exact (FLAT) search ranks and scores, so each is
-what that search returns. The BM25 legs are scored in memory as Milvus Lite scores them
-(components/stores/resident_bm25.py), when they run at all; where that does not hold (rows not
-flushed) they search. See docs/architecture.md, "One scan".
+attempt (the lookup's only one, or the retry) the first hits. Ranked and scored as the exact (FLAT)
+search ranks and scores, so each is what that search returns. The BM25 legs are scored in memory as
+Milvus Lite scores them (components/stores/resident_bm25.py), when they run at all; where that does
+not hold (rows not flushed) they search. See docs/architecture.md, "One scan".
 """
 
 import numpy as np
 
-from components.common.scoring import sdk_raw_score, similarity_from_sdk
+from components.common.scoring import similarity_from_sdk
 from components.contracts import QueryTransform
 from components.lookup.hybrid_scan import PATH
 from components.lookup.retrieval_legs import DeferredSearch, PendingSearch, QueryVectors
 from components.stores.resident_rows import ResidentCollection, ResidentRows
-from components.stores.vector_search import Bm25Hit, Embedding, bm25_hits
+from components.stores.vector_search import Embedding
 
 
 class ResidentScan:
@@ -62,16 +62,9 @@ class ResidentScan:
         """The BM25 leg from memory, scored when the attempt asks for it; None when it searches or does not run."""
         if self.rows.bm25 is None or self.bm25_top_k <= 0 or not self.resident.search.layout.has_sparse:
             return None
-        return DeferredSearch(lambda: self._bm25(text, embedding, category), PATH)
-
-    def _bm25(self, text: str, embedding: np.ndarray, category: str | None) -> list[Bm25Hit]:
-        """The hits the BM25 search returns: each chunk with the dense score of its stored vector."""
-        metric = self.resident.search.layout.metric
-        scored = []
-        for position, distance in self.rows.bm25_ranked(text, self.bm25_top_k, category):
-            raw = sdk_raw_score(embedding, self.rows.vectors[position], metric)
-            scored.append((self.resident.search._hit_candidate(self.rows.rows[position], raw), distance))
-        return bm25_hits(scored)
+        return DeferredSearch(
+            lambda: self.resident.bm25_hits(self.rows, text, embedding, self.bm25_top_k, category), PATH
+        )
 
     def _estimated(self, embedding: np.ndarray) -> np.ndarray:
         """The matrix product of `embedding`, once per lookup: every attempt with that vector shares it."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from components.common.scoring import sdk_raw_score
 from components.contracts import Candidate
 from components.stores.light_scan import ScanHit
 from components.stores.milvus_collection import (
@@ -27,7 +28,7 @@ from components.stores.milvus_collection import (
 )
 from components.stores.milvus_deadline import within
 from components.stores.resident_bm25 import ResidentBm25
-from components.stores.vector_search import Embedding, SdkVectorSearch
+from components.stores.vector_search import Bm25Hit, Embedding, SdkVectorSearch, bm25_hits
 
 # Where Milvus Lite keeps a collection's files under its database directory: every write appends
 # to a file there (its write-ahead log) or replaces one (its manifest), so their sizes and times change.
@@ -194,3 +195,14 @@ class ResidentCollection:
     def candidate(self, rows: ResidentRows, hit: ScanHit) -> Candidate:
         """The chunk of `hit` as the dense search returns it: its raw score is the search's distance."""
         return self.search._hit_candidate(rows.row(hit.key), hit.raw)
+
+    def bm25_hits(
+        self, rows: ResidentRows, text: str, embedding: np.ndarray, limit: int, category: str | None
+    ) -> list[Bm25Hit]:
+        """What the BM25 search of `text` returns from `rows`: each chunk with the dense score of its stored vector."""
+        metric = self.search.layout.metric
+        scored = [
+            (self.search._hit_candidate(rows.rows[at], sdk_raw_score(embedding, rows.vectors[at], metric)), distance)
+            for at, distance in rows.bm25_ranked(text, limit, category)
+        ]
+        return bm25_hits(scored)

@@ -53,7 +53,7 @@ class SearchTimer:
             (LightScan, "scan", SCAN_LABEL, lambda args: 1 + bool(args[-1])),
             (LightScan, "chunks", CHUNKS_LABEL, None),
             (ResidentScan, "_dense", IN_MEMORY_LABEL, None),
-            (ResidentScan, "_bm25", BM25_IN_MEMORY_LABEL, None),
+            (ResidentCollection, "bm25_hits", BM25_IN_MEMORY_LABEL, None),
             (ResidentCollection, "current", CURRENT_LABEL, None),
         ):
             plain = getattr(getattr(owner, method), "__wrapped__", getattr(owner, method))

@@ -52,17 +52,19 @@ def _init_parameters(cfg: DictConfig, name: str, component: str) -> dict[str, An
     return spec.get("init_parameters") or {}
 
 
+def _wired(value: Any) -> str | None:
+    """The config key a written init value is (`${key}`), unless it is computed per call (`derived.`)."""
+    wired = re.fullmatch(r"\$\{([\w.]+)\}", str(value))
+    return wired.group(1) if wired and not wired.group(1).startswith("derived.") else None
+
+
 def wired_key(cfg: DictConfig, name: str, component: str, parameter: str) -> str | None:
     """The config key that pipeline `name` gives `component`'s init `parameter` (`${key}`), if it gives one."""
-    wired = re.fullmatch(r"\$\{([\w.]+)\}", str(_init_parameters(cfg, name, component).get(parameter, "")))
-    return wired.group(1) if wired and not wired.group(1).startswith("derived.") else None
+    return _wired(_init_parameters(cfg, name, component).get(parameter, ""))
 
 
 def wired_values(cfg: DictConfig, name: str, component: str, parameters: tuple[str, ...]) -> dict[str, Any]:
     """`component`'s init `parameters` as pipeline `name` gives them, each `${key}` read from `cfg`."""
     given = _init_parameters(cfg, name, component)
-    values = {}
-    for parameter in parameters:
-        key = wired_key(cfg, name, component, parameter)
-        values[parameter] = OmegaConf.select(cfg, key) if key else given.get(parameter)
-    return values
+    keys = {parameter: _wired(given.get(parameter, "")) for parameter in parameters}
+    return {p: OmegaConf.select(cfg, key) if key else given.get(p) for p, key in keys.items()}

@@ -35,7 +35,6 @@ class MeasuredSets:
 
     def __init__(self) -> None:
         self._done: dict[tuple, tuple[Evaluation, dict[str, dict[str, Any]]]] = {}
-        self.runs = 0  # evaluations actually run
 
     def evaluate(
         self, cfg: DictConfig, sets: list[QuerySet], systems: Callable[[], list[Any]]
@@ -44,5 +43,4 @@ class MeasuredSets:
         key = (_config_key(cfg), _sets_key(sets))
         if key not in self._done:
             self._done[key] = evaluate_sets(cfg, sets, systems())
-            self.runs += 1
         return self._done[key]

@@ -76,6 +76,9 @@ def test_the_bm25_legs_in_memory_search_when_off_or_not_needed(search):
     assert off.first_legs("disk")[1] is None
     on = OneScan(0, 100, top_k=2, bm25_top_k=2).start(search, "disk", QUERY)
     scored = []
-    on._bm25 = lambda *args: scored.append(args)  # an attempt that skips its BM25 leg never asks for it
-    on.first_legs("disk")
-    assert scored == []
+    on.resident.bm25_hits = lambda *args: scored.append(args) or []
+    _, bm25 = on.first_legs("disk")
+    assert scored == []  # an attempt that skips its BM25 leg never asks for it
+    assert bm25.result() == [] and len(scored) == 1  # one that asks, scores it once
+    bm25.result()
+    assert len(scored) == 1
